@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from neotask_site.ownership import OwnedModel, OwnedQuerySet
+
+
+class EventType(models.TextChoices):
+    USER_MESSAGE = "user_message", "User message"
+    ASSISTANT_RESPONSE = "assistant_response", "Assistant response"
+    TOOL_CALL = "tool_call", "Tool call"
+    TOOL_RESULT = "tool_result", "Tool result"
+    SYSTEM = "system", "System"
+    SESSION_START = "session_start", "Session start"
+    SESSION_END = "session_end", "Session end"
+    COMPACTION = "compaction", "Compaction"
+    SUMMARY = "summary", "Summary"
+    ERROR = "error", "Error"
+
+
+# How much an event matters to retrieval unless someone says otherwise.
+DEFAULT_IMPORTANCE: dict[str, float] = {
+    EventType.USER_MESSAGE: 0.5,
+    EventType.ASSISTANT_RESPONSE: 0.5,
+    EventType.TOOL_CALL: 0.3,
+    EventType.TOOL_RESULT: 0.3,
+    EventType.SUMMARY: 0.8,
+    EventType.COMPACTION: 0.8,
+}
+FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
+
+
+def default_importance(event_type: str) -> float:
+    return DEFAULT_IMPORTANCE.get(event_type, FALLBACK_IMPORTANCE)
+
+
+class Event(OwnedModel):
+    """One entry of the conversation log: the canonical record of what happened.
+
+    Memory knows a conversation only by its session id (text), so this app
+    stays independent of sessions_app; legacy and imported ids fit as well.
+    """
+
+    session_id = models.CharField(max_length=255)
+    event_type = models.CharField(max_length=32, choices=EventType.choices)
+    data = models.JSONField(default=dict, blank=True)
+    # The event's searchable words (message content, tool output), kept beside
+    # `data` so that full-text search and embedding need no JSON parsing.
+    text = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    consolidated_at = models.DateTimeField(null=True, blank=True)
+    task_id = models.CharField(max_length=64, null=True, blank=True)
+    tool_name = models.CharField(max_length=128, null=True, blank=True)
+    importance = models.FloatField(default=0.5)
+    embedding = models.BinaryField(null=True, blank=True)
+    embedding_error = models.TextField(null=True, blank=True)
+    legacy_message_id = models.CharField(max_length=64, null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "events"
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["session_id", "created_at"], name="event_session_time"),
+            models.Index(fields=["owner", "created_at"], name="event_owner_time"),
+            models.Index(fields=["owner", "importance"], name="event_owner_importance"),
+            models.Index(
+                fields=["owner", "created_at"],
+                condition=Q(consolidated_at__isnull=True),
+                name="event_unconsolidated",
+            ),
+            models.Index(
+                fields=["id"], condition=Q(embedding__isnull=True), name="event_missing_embedding"
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session_id", "event_type", "legacy_message_id"],
+                condition=Q(legacy_message_id__isnull=False),
+                name="event_unique_legacy_message",
+            ),
+            models.CheckConstraint(
+                condition=Q(importance__gte=0.0, importance__lte=1.0),
+                name="event_importance_0_to_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} #{self.pk}"
+
+    @classmethod
+    def record(
+        cls, owner: Any, session_id: str, event_type: str, data: dict | None = None, **fields: Any
+    ) -> Event:
+        """Store an event with its default importance and searchable text."""
+        data = data or {}
+        fields.setdefault("importance", default_importance(event_type))
+        fields.setdefault("text", data.get("content") or "")
+        return cls.objects.create(
+            owner=owner, session_id=session_id, event_type=event_type, data=data, **fields
+        )
+
+    @property
+    def has_embedding(self) -> bool:
+        return self.embedding is not None
+
+
+class Fact(OwnedModel):
+    """Something durable about the user or the world, keyed by category/key."""
+
+    class Source(models.TextChoices):
+        AGENT = "agent", "Agent"
+        USER = "user", "User"
+
+    category = models.CharField(max_length=100)
+    key = models.CharField(max_length=255)
+    value = models.TextField()
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.USER)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "facts"
+        ordering = ["category", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "category", "key"], name="fact_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.category}/{self.key}"
+
+
+class Macro(OwnedModel):
+    """A learned tool chain: after `trigger_tool`, `next_tool` usually follows."""
+
+    trigger_tool = models.CharField(max_length=128)
+    trigger_args_pattern = models.TextField(null=True, blank=True)
+    next_tool = models.CharField(max_length=128)
+    next_args = models.JSONField(default=dict, blank=True)
+    confidence = models.FloatField(default=0.0)
+    used_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "macros"
+        ordering = ["-confidence", "trigger_tool"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0.0, confidence__lte=1.0),
+                name="macro_confidence_0_to_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trigger_tool} → {self.next_tool}"

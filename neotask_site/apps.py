@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NeotaskSiteConfig(AppConfig):
+    name = "neotask_site"
+    verbose_name = "Neotask"

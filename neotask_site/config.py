@@ -1,0 +1,238 @@
+"""Neotask's configuration: config.toml, overridden by environment variables.
+
+Every key has a default, a type and a check; `load_config` returns plain dicts
+(`{"memory": {...}, "llm": {...}, "scheduled_tasks": [...]}`) or raises
+`ConfigError` with one sentence naming the bad key, variable or file line.
+Every key of a section can be overridden by `NEOTASK_<SECTION>_<KEY>`, e.g.
+`NEOTASK_LLM_BASE_URL` or `NEOTASK_MEMORY_WORKING_MEMORY_CAP`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+import zoneinfo
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who runs Neotask."""
+
+
+Check = Callable[[Any], "str | None"]
+
+
+def at_least(minimum: float) -> Check:
+    return lambda v: None if v >= minimum else f"must be at least {minimum}"
+
+
+def between(low: float, high: float) -> Check:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def one_of(*choices: str) -> Check:
+    return lambda v: None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
+
+
+def http_url_or_empty(value: str) -> str | None:
+    if value == "" or value.startswith(("http://", "https://")):
+        return None
+    return "must be an http:// or https:// URL (or empty for the embedded local model)"
+
+
+def time_zone_name(value: str) -> str | None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return f"{value!r} is not a known time zone (e.g. 'Europe/Berlin', 'UTC')"
+    return None
+
+
+@dataclass(frozen=True)
+class Option:
+    default: Any
+    check: Check | None = None
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+
+SCHEMA: dict[str, dict[str, Option]] = {
+    "server": {
+        "time_zone": Option("UTC", time_zone_name),
+    },
+    "memory": {
+        "working_memory_cap": Option(50, at_least(1)),
+        "consolidation_interval_hours": Option(6.0, at_least(0.1)),
+        "recency_limit": Option(10, at_least(0)),
+        "relevance_limit": Option(5, at_least(0)),
+        "relevance_min_importance": Option(0.8, between(0.0, 1.0)),
+        "similarity_limit": Option(5, at_least(0)),
+        "similarity_threshold": Option(0.65, between(-1.0, 1.0)),
+        "vector_backend": Option("numpy", one_of("numpy", "lancedb")),
+    },
+    "sessions": {
+        "daily_reset_hour": Option(4, between(0, 23)),
+        "idle_minutes": Option(0, at_least(0)),
+        "compaction_enabled": Option(True),
+        "compaction_threshold": Option(0.8, between(0.1, 1.0)),
+        "compaction_min_messages": Option(20, at_least(2)),
+        "compaction_keep_recent": Option(10, at_least(0)),
+        "cleanup_after_days": Option(30, at_least(1)),
+        "cleanup_delete": Option(False),
+    },
+    "llm": {
+        "base_url": Option("", http_url_or_empty),
+        "api_key": Option(""),
+        "model": Option(""),
+        "fast_model": Option(""),
+        "context_window": Option(8192, at_least(512)),
+        "request_timeout": Option(120.0, at_least(1)),
+        "max_iterations": Option(10, at_least(1)),
+        "local_model_path": Option(""),
+    },
+    "terminal": {
+        "enabled": Option(False),
+        "timeout_seconds": Option(30.0, at_least(1)),
+        "output_limit_bytes": Option(16384, at_least(256)),
+    },
+}
+
+SCHEDULED_TASK_KEYS: dict[str, Option] = {
+    "name": Option(""),
+    "schedule": Option(""),
+    "prompt": Option(""),
+    "owner": Option(""),
+    "agent": Option("main"),
+    "trusted": Option(False),
+}
+REQUIRED_TASK_KEYS = ("name", "schedule", "prompt", "owner")
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off"}
+
+
+def env_name(section: str, key: str) -> str:
+    return f"NEOTASK_{section}_{key}".upper()
+
+
+def _type_name(kind: type) -> str:
+    return {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}[kind]
+
+
+def _coerce(value: Any, option: Option, where: str) -> Any:
+    """Check a TOML value against the option's type; ints are accepted as floats."""
+    kind = option.type
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not kind:
+        raise ConfigError(f"{where} must be {_type_name(kind)}, not {value!r}")
+    if option.check and (reason := option.check(value)):
+        raise ConfigError(f"{where} {reason} (got {value!r})")
+    return value
+
+
+def _parse_env(raw: str, option: Option, where: str) -> Any:
+    kind = option.type
+    text = raw.strip()
+    if kind is bool:
+        if text.lower() in TRUE_WORDS:
+            return _coerce(True, option, where)
+        if text.lower() in FALSE_WORDS:
+            return _coerce(False, option, where)
+        raise ConfigError(f"{where} must be true or false, not {raw!r}")
+    if kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            raise ConfigError(f"{where} must be {_type_name(kind)}, not {raw!r}") from None
+        return _coerce(number, option, where)
+    return _coerce(raw, option, where)
+
+
+def _unknown(name: str, known: list[str], where: str) -> ConfigError:
+    hint = difflib.get_close_matches(name, known, n=1)
+    suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return ConfigError(f"{where}: unknown key {name!r}{suggestion}")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: config file not found (set NEOTASK_CONFIG to its path)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # The message carries the position, e.g. "(at line 3, column 7)".
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _scheduled_tasks(raw: Any, source: str) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        raise ConfigError(
+            f"{source}: scheduled_tasks must be written as [[scheduled_tasks]] tables"
+        )
+    tasks = []
+    for number, entry in enumerate(raw, start=1):
+        where = f"{source}: [[scheduled_tasks]] #{number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a table")
+        for name in entry:
+            if name not in SCHEDULED_TASK_KEYS:
+                raise _unknown(name, list(SCHEDULED_TASK_KEYS), where)
+        task = {
+            name: _coerce(entry.get(name, option.default), option, f"{where} key {name!r}")
+            for name, option in SCHEDULED_TASK_KEYS.items()
+        }
+        for name in REQUIRED_TASK_KEYS:
+            if not task[name].strip():
+                raise ConfigError(f"{where} needs a non-empty {name!r}")
+        tasks.append(task)
+    return tasks
+
+
+def load_config(path: Path | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    """Defaults, then the TOML file (if any), then NEOTASK_<SECTION>_<KEY> variables."""
+    document = read_toml(path) if path is not None else {}
+    source = str(path)
+    config: dict[str, Any] = {
+        section: {key: option.default for key, option in options.items()}
+        for section, options in SCHEMA.items()
+    }
+    for section, values in document.items():
+        if section == "scheduled_tasks":
+            continue
+        if section not in SCHEMA:
+            raise _unknown(section, [*SCHEMA, "scheduled_tasks"], f"{source}: section")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table of keys")
+        for key, value in values.items():
+            if key not in SCHEMA[section]:
+                raise _unknown(key, list(SCHEMA[section]), f"{source}: [{section}]")
+            where = f"{source}: [{section}] {key}"
+            config[section][key] = _coerce(value, SCHEMA[section][key], where)
+    for section, options in SCHEMA.items():
+        for key, option in options.items():
+            variable = env_name(section, key)
+            if variable in environ:
+                config[section][key] = _parse_env(environ[variable], option, variable)
+    config["scheduled_tasks"] = _scheduled_tasks(document.get("scheduled_tasks", []), source)
+    return config
+
+
+def config_path(environ: Mapping[str, str], base_dir: Path) -> Path | None:
+    """NEOTASK_CONFIG names the file ("" for none); else ./config.toml when it exists."""
+    if "NEOTASK_CONFIG" in environ:
+        value = environ["NEOTASK_CONFIG"].strip()
+        return Path(value).expanduser() if value else None
+    default = base_dir / "config.toml"
+    return default if default.exists() else None

@@ -1,0 +1,111 @@
+"""`python manage.py serve`: everything Neotask needs, in one foreground process group.
+
+Starts the daphne ASGI server and a django-q2 cluster as child processes and
+watches them: Ctrl-C (or SIGTERM) stops all of them, and if one dies the
+others are stopped too, so nothing is left half-running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+STOP_GRACE_SECONDS = 10.0
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Command(BaseCommand):
+    help = "Run Neotask: the web server and the background job cluster, until Ctrl-C."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("NEOTASK_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("NEOTASK_PORT", "8000")))
+        parser.add_argument(
+            "--no-jobs", action="store_true", help="Do not start the background job cluster."
+        )
+
+    def handle(self, *args: Any, host: str, port: int, no_jobs: bool, **options: Any) -> None:
+        if not port_is_free(host, port):
+            raise CommandError(
+                f"Port {port} on {host} is already in use. Stop the other server, or choose "
+                f"another port: make run PORT={port + 1}"
+            )
+        manage = str(settings.BASE_DIR / "manage.py")
+        commands = {
+            "web server": [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                host,
+                "-p",
+                str(port),
+                "neotask_site.asgi:application",
+            ],
+        }
+        if not no_jobs:
+            commands["job cluster"] = [sys.executable, manage, "qcluster"]
+
+        children: dict[str, subprocess.Popen] = {}
+        stopping = False
+
+        def request_stop(signum: int, frame: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        previous = {
+            sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for name, command in commands.items():
+                children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR)
+            self.stdout.write(
+                self.style.SUCCESS(f"Neotask is running at http://{host}:{port}/")
+                + "  (Ctrl-C to stop)"
+            )
+            exit_code = 0
+            while not stopping:
+                for name, child in children.items():
+                    if child.poll() is not None:
+                        self.stderr.write(f"The {name} stopped (exit code {child.returncode}).")
+                        exit_code = child.returncode or 1
+                        stopping = True
+                        break
+                time.sleep(0.2)
+        finally:
+            self.stop(children)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if exit_code:
+            raise CommandError("Neotask stopped because a part of it failed.", returncode=exit_code)
+        self.stdout.write("Neotask stopped.")
+
+    def stop(self, children: dict[str, subprocess.Popen]) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for name, child in children.items():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"The {name} did not stop in time; killing it.")
+                child.kill()
+                child.wait()

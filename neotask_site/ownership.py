@@ -1,0 +1,64 @@
+"""The one mechanism that scopes user data to its owner.
+
+Every model holding user data inherits `OwnedModel`; every queryset that
+serves a request goes through `owned_by(user)` or `get_owned_or_404`, never a
+hand-written `filter(owner=...)` in a view.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self, TypeVar
+
+from django.conf import settings
+from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+
+M = TypeVar("M", bound=models.Model)
+
+
+class OwnedQuerySet(models.QuerySet):
+    def owned_by(self, user: Any) -> Self:
+        """Rows of `user`; nothing at all for an anonymous or missing user."""
+        if user is None or not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+
+class OwnedModel(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+def get_owned_or_404(model: type[M] | models.QuerySet[M], user: Any, **lookups: Any) -> M:
+    """The row matching `lookups` if `user` owns it; 404 otherwise (never 403,
+    so a guessed id does not reveal that someone else's row exists)."""
+    queryset = model if isinstance(model, models.QuerySet) else model._default_manager.all()
+    return get_object_or_404(queryset.owned_by(user), **lookups)
+
+
+class OwnedAdmin(admin.ModelAdmin):
+    """Superusers curate everyone's rows; other staff see and edit their own."""
+
+    list_select_related = ["owner"]
+    autocomplete_fields = ["owner"]
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet:
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.owned_by(request.user)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # Non-superusers may only file rows under themselves.
+        if db_field.name == "owner" and not request.user.is_superuser:
+            kwargs["queryset"] = db_field.related_model.objects.filter(pk=request.user.pk)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)

@@ -1,0 +1,142 @@
+"""Deployment profiles: what the environment variables turn into.
+
+The embedded profile (no DATABASE_URL, no REDIS_URL) needs no service: SQLite
+in the data dir, an in-memory channel layer, django-q2 on the ORM broker. The
+team profile switches each part to PostgreSQL / Redis by configuration alone.
+Each builder raises ConfigError naming the variable at fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import dj_database_url
+
+from neotask_site.config import FALSE_WORDS, TRUE_WORDS, ConfigError
+
+# At most one writer at a time is SQLite's rule; these make writers queue
+# instead of failing: WAL lets readers run beside the writer, IMMEDIATE takes
+# the write lock when a transaction starts (so it never has to be upgraded
+# mid-way, which is what raises "database is locked" despite a busy timeout),
+# and the timeout lets a writer wait up to 20 s for its turn.
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+}
+
+
+def env_bool(environ: dict[str, str] | os._Environ[str], name: str, default: bool) -> bool:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() in TRUE_WORDS:
+        return True
+    if raw.strip().lower() in FALSE_WORDS:
+        return False
+    raise ConfigError(f"{name} must be true or false, not {raw!r}")
+
+
+def env_list(environ: dict[str, str] | os._Environ[str], name: str, default: str) -> list[str]:
+    return [item.strip() for item in environ.get(name, default).split(",") if item.strip()]
+
+
+def data_dir(raw: str | None, base_dir: Path) -> Path:
+    path = Path(raw).expanduser() if raw else base_dir / "var"
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"NEOTASK_DATA_DIR: cannot create {path} ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"NEOTASK_DATA_DIR: {path} is not writable")
+    return path
+
+
+def secret_key(given: str | None, directory: Path) -> str:
+    """The given key, or one generated once and kept in the data dir."""
+    if given:
+        return given
+    path = directory / "secret_key"
+    if not path.exists():
+        # Write to a temporary file, then link it into place: linking fails if
+        # another process won the race, so every process reads the same key.
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".secret_key.")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+            os.chmod(temp, 0o600)
+            with contextlib.suppress(FileExistsError):
+                os.link(temp, path)
+        finally:
+            os.unlink(temp)
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise ConfigError(
+            f"{path}: the stored secret key is too short; delete the file to renew it"
+        )
+    return key
+
+
+def databases(url: str | None, directory: Path) -> dict[str, dict[str, Any]]:
+    if not url:
+        return {
+            "default": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": directory / "neotask.sqlite3",
+                "OPTIONS": dict(SQLITE_OPTIONS),
+                "TEST": {"NAME": str(directory / "test.sqlite3")},
+            }
+        }
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise ConfigError("DATABASE_URL must start with postgres:// or postgresql://")
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except ValueError as exc:
+        raise ConfigError(f"DATABASE_URL is not a valid database URL ({exc})") from None
+    if not config.get("NAME"):
+        raise ConfigError("DATABASE_URL must name a database, e.g. postgresql://user@host/neotask")
+    return {"default": config}
+
+
+def check_redis_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix") or not (parsed.hostname or parsed.path):
+        raise ConfigError("REDIS_URL must look like redis://host:6379/0")
+    return url
+
+
+def channel_layers(redis_url: str | None) -> dict[str, Any]:
+    if not redis_url:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [check_redis_url(redis_url)]},
+        }
+    }
+
+
+def q_cluster(redis_url: str | None, workers: int) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": "neotask",
+        "workers": workers,
+        "timeout": 300,
+        "retry": 360,
+        "max_attempts": 3,
+        "catch_up": False,  # a missed schedule runs once, not once per missed slot
+        "label": "Background jobs",
+    }
+    if redis_url:
+        cluster["redis"] = check_redis_url(redis_url)
+    else:
+        cluster["orm"] = "default"
+        cluster["poll"] = 0.5
+    return cluster

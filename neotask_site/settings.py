@@ -1,0 +1,130 @@
+"""Django settings for Neotask.
+
+Read from the environment (deployment: where data lives, which services) and
+from config.toml (behaviour: memory, sessions, the LLM). A bad value stops
+start-up with one line naming it — see neotask_site/config.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from neotask_site import profiles
+from neotask_site.config import ConfigError, config_path, load_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    DATA_DIR = profiles.data_dir(os.environ.get("NEOTASK_DATA_DIR"), BASE_DIR)
+    NEOTASK = load_config(config_path(os.environ, BASE_DIR), os.environ)
+    SECRET_KEY = profiles.secret_key(os.environ.get("NEOTASK_SECRET_KEY"), DATA_DIR)
+    DEBUG = profiles.env_bool(os.environ, "NEOTASK_DEBUG", False)
+    DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
+    REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
+    CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)
+    Q_CLUSTER = profiles.q_cluster(REDIS_URL, workers=2)
+except ConfigError as exc:
+    # One readable line instead of a traceback, for every entry point
+    # (manage.py, daphne, the worker cluster).
+    sys.stderr.write(f"neotask: configuration error: {exc}\n")
+    raise SystemExit(2) from None
+
+ALLOWED_HOSTS = profiles.env_list(os.environ, "NEOTASK_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = profiles.env_list(os.environ, "NEOTASK_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "channels",
+    "django_htmx",
+    "django_q",
+    "neotask_site",
+    "memory",
+    "agent",
+    "sessions_app",
+    "scheduler",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "neotask_site.middleware.FirstRunMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "neotask_site.urls"
+ASGI_APPLICATION = "neotask_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Connections. The spec caps SQLite at 5 connections with WAL for concurrent
+# reads. The embedded profile honours it this way: the web server runs each
+# request's ORM work in a worker thread and closes the connection when the
+# request ends (CONN_MAX_AGE=0: opening a SQLite file costs ~0.1 ms, and a
+# thread-bound persistent connection would outlive ASGI's per-request
+# threads); background jobs use `Q_CLUSTER["workers"]` (2) long-lived
+# connections. WAL lets all of them read while one writes, and writers queue on
+# the busy timeout rather than fail (tests/test_database.py sends concurrent
+# requests and writes to prove it). PostgreSQL keeps connections for 60 s with
+# health checks.
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = NEOTASK["server"]["time_zone"]
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+# Serve straight from the app folders: `make run` needs no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from neotask_site import views
+
+admin.site.site_header = "Neotask administration"
+admin.site.site_title = "Neotask admin"
+admin.site.index_title = "Memory, sessions and tasks"
+
+urlpatterns = [
+    path("setup/", views.setup, name="setup"),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("sessions_app.urls")),
+]

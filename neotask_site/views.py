@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import logging
+
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth.decorators import login_not_required
+from django.db import DatabaseError, connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from neotask_site.forms import AdminAccountForm
+
+log = logging.getLogger(__name__)
+
+
+@login_not_required
+@never_cache
+def setup(request: HttpRequest) -> HttpResponse:
+    """First run: create the admin account. Gone once any account exists."""
+    User = get_user_model()
+    if User.objects.exists():
+        return redirect("login")
+    form = AdminAccountForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            # Two browsers racing through first run: only the first one wins.
+            if User.objects.exists():
+                return redirect("login")
+            user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect("home")
+    return render(request, "neotask_site/setup.html", {"form": form})
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError:
+        log.exception("health check: the database did not answer")
+        return JsonResponse({"db": "unavailable"}, status=503)
+    return JsonResponse({"db": "ok"})

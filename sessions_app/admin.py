@@ -1,0 +1,32 @@
+from django.contrib import admin
+
+from neotask_site.ownership import OwnedAdmin
+from sessions_app.models import Agent, Session
+
+
+@admin.register(Agent)
+class AgentAdmin(OwnedAdmin):
+    list_display = ["name", "owner", "created_at", "updated_at"]
+    list_filter = ["owner"]
+    search_fields = ["name", "system_prompt"]
+    readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(Session)
+class SessionAdmin(OwnedAdmin):
+    list_display = [
+        "key",
+        "title",
+        "status",
+        "agent",
+        "owner",
+        "input_tokens",
+        "output_tokens",
+        "last_activity_at",
+    ]
+    list_filter = ["status", "channel", "agent__name", "owner"]
+    search_fields = ["key", "title", "=id"]
+    list_select_related = ["owner", "agent"]
+    autocomplete_fields = ["owner", "agent", "continues_from"]
+    readonly_fields = ["id", "created_at", "updated_at", "last_activity_at"]
+    date_hierarchy = "last_activity_at"

@@ -1,0 +1,60 @@
+"""Session keys, built and parsed in one place.
+
+agent:<agent>:<channel>:<chat>   a conversation (web chats use channel "web")
+cron:<task id>                   the runs of one scheduled task
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_KEY_LENGTH = 255
+
+
+class SessionKeyError(ValueError):
+    """A session key that does not follow the format."""
+
+
+def check_part(value: str, what: str) -> str:
+    if not PART.match(value):
+        raise SessionKeyError(
+            f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    agent: str
+    channel: str
+    chat: str
+
+    def __post_init__(self) -> None:
+        check_part(self.agent, "agent")
+        check_part(self.channel, "channel")
+        check_part(self.chat, "chat")
+
+    def __str__(self) -> str:
+        if self.channel == "cron":
+            return f"cron:{self.chat}"
+        return f"agent:{self.agent}:{self.channel}:{self.chat}"
+
+    @classmethod
+    def for_task(cls, task_id: str, agent: str = "main") -> SessionKey:
+        return cls(agent=agent, channel="cron", chat=str(task_id))
+
+    @classmethod
+    def parse(cls, key: str, cron_agent: str = "main") -> SessionKey:
+        if len(key) > MAX_KEY_LENGTH:
+            raise SessionKeyError(f"session key is longer than {MAX_KEY_LENGTH} characters")
+        parts = key.split(":")
+        if len(parts) == 2 and parts[0] == "cron":
+            return cls.for_task(parts[1], agent=cron_agent)
+        if len(parts) == 4 and parts[0] == "agent":
+            return cls(agent=parts[1], channel=parts[2], chat=parts[3])
+        raise SessionKeyError(
+            f"session key {key!r} must look like agent:<agent>:<channel>:<chat> or cron:<task id>"
+        )

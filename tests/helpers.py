@@ -1,0 +1,37 @@
+"""One row of every owned model, for tests that must cover them all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from agent.models import TerminalAllowedPrefix
+from memory.models import Event, Fact, Macro
+from scheduler.models import ScheduledTask
+from sessions_app.models import Agent, Session
+
+
+def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Model]:
+    agent = Agent.objects.default_for(owner)
+    session = Session.start(owner, agent, "web", f"chat{tag}", title=f"Chat {tag}")
+    return {
+        Agent: agent,
+        Session: session,
+        Event: Event.record(owner, str(session.pk), "user_message", {"content": f"hello {tag}"}),
+        Fact: Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue"),
+        Macro: Macro.objects.create(
+            owner=owner, trigger_tool="search_memory", next_tool="terminal"
+        ),
+        ScheduledTask: ScheduledTask.objects.create(
+            owner=owner,
+            name=f"Task {tag}",
+            cron_expr="0 9 * * 1-5",
+            original_schedule="weekdays at 9am",
+            prompt="Summarise",
+            agent=agent,
+            next_run_at=timezone.now(),
+        ),
+        TerminalAllowedPrefix: TerminalAllowedPrefix.objects.create(owner=owner, prefix=f"ls{tag}"),
+    }

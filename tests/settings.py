@@ -1,0 +1,17 @@
+"""Settings for the test suite: the real settings, isolated from the developer's
+data dir and config.toml."""
+
+import atexit
+import os
+import shutil
+import tempfile
+
+_data_dir = tempfile.mkdtemp(prefix="neotask-test-")
+atexit.register(shutil.rmtree, _data_dir, ignore_errors=True)
+os.environ["NEOTASK_DATA_DIR"] = _data_dir
+os.environ["NEOTASK_CONFIG"] = ""
+
+from neotask_site.settings import *  # noqa: E402, F403
+
+# Password hashing is deliberately slow; tests create many users.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
