@@ -1,0 +1,103 @@
+"""`manage.py serve` (what `make run` starts): real processes, a real port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def app_env(tmp_path):
+    env = {**os.environ, "NEOTASK_DATA_DIR": str(tmp_path), "NEOTASK_CONFIG": ""}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
+    )
+    return env
+
+
+def test_it_serves_the_app_and_stops_everything_on_ctrl_c(app_env):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=app_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    assert json.loads(r.read()) == {"db": "ok"}
+                    break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.monotonic() < deadline, "the server did not answer within 60 s"
+                time.sleep(0.3)
+        # First run: the page that creates the admin account.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            assert r.url.endswith("/setup/")
+            assert b"Create the admin account" in r.read()
+        # The job cluster is one of the children.
+        children = subprocess.run(
+            ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
+        ).stdout
+        assert "daphne" in children and "qcluster" in children
+
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+        deadline = time.monotonic() + 15
+        while group_alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not group_alive(server.pid), "a child process outlived Ctrl-C"
+        assert "Neotask stopped." in server.stdout.read()
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_it_explains_a_port_in_use(app_env):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "manage.py", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=app_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
