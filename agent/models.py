@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
@@ -24,3 +26,39 @@ class TerminalAllowedPrefix(OwnedModel):
 
     def __str__(self) -> str:
         return self.prefix
+
+
+class ApprovalRequest(OwnedModel):
+    """A terminal command waiting for (or given) its owner's decision.
+
+    Stored, not held in memory, so that whichever server process receives the
+    click, and a scheduled run with nobody watching, see the same request."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting"
+        APPROVED = "approved", "Approved"
+        DENIED = "denied", "Denied"
+        EXPIRED = "expired", "Expired"
+
+    class Decision(models.TextChoices):
+        ONCE = "once", "Allow once"
+        ALWAYS = "always", "Allow always"
+        DENY = "deny", "Deny"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session_id = models.CharField(max_length=255)
+    command = models.TextField()
+    prefix = models.CharField(max_length=500, help_text="What 'Allow always' would allow.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decision = models.CharField(max_length=16, choices=Decision.choices, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "status"], name="approval_owner_status")]
+
+    def __str__(self) -> str:
+        return self.command

@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
@@ -109,6 +110,19 @@ class Event(OwnedModel):
     def has_embedding(self) -> bool:
         return self.embedding is not None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The event as the chat protocol and transcripts carry it."""
+        return {
+            "id": self.pk,
+            "session_id": self.session_id,
+            "event_type": self.event_type,
+            "data": self.data,
+            "text": self.text,
+            "tool_name": self.tool_name,
+            "importance": self.importance,
+            "created_at": self.created_at.isoformat(),
+        }
+
 
 class Fact(OwnedModel):
     """Something durable about the user or the world, keyed by category/key."""
@@ -155,6 +169,13 @@ class Macro(OwnedModel):
         db_table = "macros"
         ordering = ["-confidence", "trigger_tool"]
         constraints = [
+            models.UniqueConstraint(
+                "owner",
+                "trigger_tool",
+                Coalesce("trigger_args_pattern", Value("")),
+                "next_tool",
+                name="macro_unique_chain",
+            ),
             models.CheckConstraint(
                 condition=Q(confidence__gte=0.0, confidence__lte=1.0),
                 name="macro_confidence_0_to_1",

@@ -99,6 +99,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "enabled": Option(False),
         "timeout_seconds": Option(30.0, at_least(1)),
         "output_limit_bytes": Option(16384, at_least(256)),
+        "approval_timeout_seconds": Option(300.0, at_least(1)),
+    },
+    "macros": {
+        "hint_confidence": Option(0.7, between(0.0, 1.0)),
+        "min_uses": Option(3, at_least(1)),
     },
 }
 

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import copy
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+
+from tests.scripted_llm import ScriptedLLM
 
 
 @pytest.fixture
@@ -27,3 +31,23 @@ def bob_client(bob) -> Client:
     client = Client()
     client.force_login(bob)
     return client
+
+
+@pytest.fixture
+def configure(settings):
+    """Change [section] keys of the Neotask config for one test."""
+
+    def change(section: str, **values) -> None:
+        neotask = copy.deepcopy(settings.NEOTASK)
+        neotask[section].update(values)
+        settings.NEOTASK = neotask
+
+    return change
+
+
+@pytest.fixture
+def llm(configure):
+    """The scripted LLM server, configured as Neotask's endpoint."""
+    with ScriptedLLM() as server:
+        configure("llm", base_url=server.url, api_key=server.api_key, model="scripted")
+        yield server

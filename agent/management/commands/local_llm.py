@@ -1,0 +1,47 @@
+"""`python manage.py local_llm --port P`: serve the embedded model until stopped.
+
+The API key comes from NEOTASK_LOCAL_LLM_KEY (not the command line, where other
+local users could read it); `manage.py serve` generates it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agent.llm import LOCAL_KEY_VARIABLE
+from agent.local_model import LocalModelError, model_path, start_server
+
+
+class Command(BaseCommand):
+    help = "Serve the embedded local model on 127.0.0.1 (started by `manage.py serve`)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, required=True)
+
+    def handle(self, *args: Any, port: int, **options: Any) -> None:
+        api_key = os.environ.get(LOCAL_KEY_VARIABLE, "")
+        if len(api_key) < 16:
+            raise CommandError(f"{LOCAL_KEY_VARIABLE} must hold the API key (16+ characters)")
+        llm = settings.NEOTASK["llm"]
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        try:
+            path = model_path(llm["local_model_path"])
+            started = time.monotonic()
+            server = start_server(path, port, api_key, llm["context_window"])
+        except LocalModelError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(
+            f"Embedded model {path.name} loaded in {time.monotonic() - started:.1f} s, "
+            f"serving on 127.0.0.1:{port}"
+        )
+        stop.wait()
+        del server  # stops the server's threads

@@ -1,0 +1,215 @@
+"""One agent turn: context → LLM → tools → … → a final answer.
+
+Every step is stored as an Event and emitted as a protocol frame
+(DESIGN.md §6) through `emit`. No exception escapes a turn: LLM failures,
+bad tool calls and cancellation (/stop) all end with what was produced stored
+and the cause reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from agent import approvals, macros
+from agent.context import build_messages
+from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
+from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
+from memory.models import Event, EventType
+from memory.workspace import workspace_dir
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    owner: Any
+    session_id: str
+    agent_name: str = "main"
+    agent_prompt: str = ""
+    trusted: bool = False
+    approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
+
+
+@dataclass
+class TurnResult:
+    status: str  # completed | error | stopped | max_iterations
+    usage: Usage = field(default_factory=Usage)
+    answer: str = ""
+    error: str = ""
+
+
+class Turn:
+    def __init__(self, request: TurnRequest, emit: Emit, client: LLMClient | None = None) -> None:
+        self.request = request
+        self.emit = emit
+        self.client = client or LLMClient(configured_endpoint())
+        self.usage = Usage()
+        self.partial = ""  # text streamed since the last stored answer
+        self.previous_tool: macros.ToolUse | None = None
+        self.pending_approval: Any = None
+
+    async def run(self, text: str) -> TurnResult:
+        await self.store(EventType.USER_MESSAGE, {"content": text})
+        try:
+            return await self.loop()
+        except asyncio.CancelledError:
+            # /stop: keep what was said, mark it, and end the turn normally.
+            await asyncio.shield(self.after_stop())
+            return TurnResult("stopped", self.usage, answer=self.partial)
+
+    async def loop(self) -> TurnResult:
+        tools = await database_sync_to_async(available_tools)()
+        schemas = [tool.schema() for tool in tools]
+        max_iterations = settings.NEOTASK["llm"]["max_iterations"]
+        for _ in range(max_iterations):
+            messages = await database_sync_to_async(build_messages)(
+                self.request.owner, self.request.session_id, self.request.agent_prompt
+            )
+            self.partial = ""
+            try:
+                completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
+            except LLMError as exc:
+                return await self.failed(exc)
+            self.usage += completion.usage
+            await self.store(
+                EventType.ASSISTANT_RESPONSE,
+                {
+                    "content": completion.content,
+                    "tool_calls": [call.as_openai() for call in completion.tool_calls],
+                    "usage": completion.usage.as_dict(),
+                    "finish_reason": completion.finish_reason,
+                },
+            )
+            self.partial = ""
+            if not completion.tool_calls:
+                return TurnResult("completed", self.usage, answer=completion.content)
+            for call in completion.tool_calls:
+                await self.execute(call)
+        note = (
+            f"The turn stopped after {max_iterations} rounds of tool calls without a final "
+            "answer ([llm] max_iterations)."
+        )
+        await self.store(EventType.SYSTEM, {"content": note, "kind": "max_iterations"})
+        return TurnResult("max_iterations", self.usage, error=note)
+
+    async def on_delta(self, text: str) -> None:
+        self.partial += text
+        await self.emit({"type": "delta", "text": text})
+
+    async def failed(self, exc: LLMError) -> TurnResult:
+        self.usage += exc.partial.usage
+        if self.partial:
+            await self.store(
+                EventType.ASSISTANT_RESPONSE,
+                {"content": self.partial, "interrupted": True, "reason": exc.kind},
+            )
+        message = str(exc)
+        await self.store(EventType.ERROR, {"content": message, "kind": exc.kind})
+        await self.emit({"type": "error", "message": message})
+        return TurnResult("error", self.usage, answer=self.partial, error=message)
+
+    async def after_stop(self) -> None:
+        if self.pending_approval is not None:
+            await sync_to_async(approvals.expire)(self.pending_approval)
+        if self.partial:
+            await self.store(
+                EventType.ASSISTANT_RESPONSE,
+                {"content": self.partial, "interrupted": True, "reason": "stopped"},
+            )
+        await self.store(EventType.SYSTEM, {"content": "Stopped by the user.", "kind": "stopped"})
+
+    async def execute(self, call: ToolCall) -> None:
+        await self.store(
+            EventType.TOOL_CALL,
+            {"id": call.id, "name": call.name, "arguments": call.arguments},
+            tool_name=call.name,
+        )
+        context = ToolContext(
+            owner=self.request.owner,
+            session_id=self.request.session_id,
+            agent_name=self.request.agent_name,
+            workspace=await sync_to_async(workspace_dir)(
+                self.request.owner.pk, self.request.agent_name
+            ),
+            trusted=self.request.trusted,
+        )
+        arguments: dict[str, Any] | None = None
+        is_error = False
+        try:
+            tool = get_tool(call.name)
+            arguments = parse_arguments(tool, call.arguments)
+            if tool.approval_subject is not None:
+                subject = await database_sync_to_async(tool.approval_subject)(context, arguments)
+                if subject is not None:
+                    await self.approve(subject)
+            # Off the shared database thread: a command may run for seconds.
+            output = await sync_to_async(tool.run, thread_sensitive=False)(context, arguments)
+        except ToolError as exc:
+            output, is_error = f"Error: {exc}", True
+        except Exception:
+            log.exception("tool %s failed", call.name)
+            output, is_error = f"Error: the tool {call.name} failed unexpectedly.", True
+        if arguments is not None:
+            output += await database_sync_to_async(self.learn)(call.name, arguments)
+        await self.store(
+            EventType.TOOL_RESULT,
+            {"tool_call_id": call.id, "name": call.name, "content": output, "is_error": is_error},
+            tool_name=call.name,
+        )
+
+    def learn(self, tool: str, arguments: dict[str, Any]) -> str:
+        """Record the chain from the previous tool; return a macro hint, if any."""
+        if self.previous_tool is not None:
+            macros.observe(self.request.owner, self.previous_tool, (tool, arguments))
+        self.previous_tool = (tool, arguments)
+        note = macros.hint(self.request.owner, tool, arguments)
+        return f"\n\n{note}" if note else ""
+
+    async def approve(self, command: str) -> None:
+        """Wait for the user's decision on `command`; raise ToolError unless allowed."""
+        request = await database_sync_to_async(approvals.create_request)(
+            self.request.owner, self.request.session_id, command
+        )
+        self.pending_approval = request.pk
+        await self.emit(
+            {
+                "type": "approval_request",
+                "request_id": str(request.pk),
+                "command": command,
+                "prefix": request.prefix,
+            }
+        )
+        timeout = self.request.approval_timeout
+        if timeout is None:
+            timeout = settings.NEOTASK["terminal"]["approval_timeout_seconds"]
+        decision = await approvals.wait_for_decision(request.pk, timeout)
+        self.pending_approval = None
+        if decision == "deny":
+            raise ToolError("The user denied running this command.")
+        if decision == "timeout":
+            message = f"No approval for `{command}` within {timeout:g} s; it was not run."
+            await self.emit({"type": "error", "message": message})
+            raise ToolError(message)
+
+    async def store(self, event_type: str, data: dict[str, Any], **fields: Any) -> Event:
+        event = await database_sync_to_async(Event.record)(
+            self.request.owner, self.request.session_id, event_type, data, **fields
+        )
+        await self.emit({"type": "event", "event": event.as_dict()})
+        return event
+
+
+async def run_turn(
+    request: TurnRequest, text: str, emit: Emit, client: LLMClient | None = None
+) -> TurnResult:
+    return await Turn(request, emit, client).run(text)

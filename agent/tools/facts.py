@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from typing import Any
+
+from agent.tools import Tool, ToolContext, ToolError, register
+from memory.models import Fact
+
+
+def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
+    category = arguments["category"].strip().lower()
+    key = arguments["key"].strip().lower()
+    value = arguments["value"].strip()
+    fact, created = Fact.objects.update_or_create(
+        owner=context.owner,
+        category=category,
+        key=key,
+        defaults={"value": value, "source": Fact.Source.AGENT},
+    )
+    return f"{'Remembered' if created else 'Updated'} {fact.category}/{fact.key}: {fact.value}"
+
+
+def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
+    category = arguments["category"].strip().lower()
+    key = arguments["key"].strip().lower()
+    deleted, _ = Fact.objects.owned_by(context.owner).filter(category=category, key=key).delete()
+    if not deleted:
+        raise ToolError(f"There is no fact {category}/{key}.")
+    return f"Forgot {category}/{key}."
+
+
+FACT_KEY = {
+    "category": {"type": "string", "maxLength": 100, "description": "e.g. preference, person"},
+    "key": {"type": "string", "maxLength": 255, "description": "e.g. favourite_color"},
+}
+
+register(
+    Tool(
+        name="remember_fact",
+        description=(
+            "Save a durable fact about the user or their world (a preference, a person, a "
+            "plan). Replaces the value if the category/key exists."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {**FACT_KEY, "value": {"type": "string", "maxLength": 4000}},
+            "required": ["category", "key", "value"],
+        },
+        run=remember_fact,
+    )
+)
+register(
+    Tool(
+        name="forget_fact",
+        description="Delete a saved fact that is wrong or no longer true.",
+        parameters={"type": "object", "properties": FACT_KEY, "required": ["category", "key"]},
+        run=forget_fact,
+    )
+)

@@ -1,0 +1,260 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+
+from agent.approvals import decide
+from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.runtime import TurnRequest, run_turn
+from memory.models import Event, Fact
+from tests.scripted_llm import Reply, reply_with_tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Frames:
+    """Collects what a turn emits; answers approval requests like a user would."""
+
+    def __init__(self, user: User | None = None, decision: str | None = None) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.user = user
+        self.decision = decision
+        self.clicks: list[asyncio.Task] = []
+
+    async def __call__(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        if frame["type"] == "approval_request" and self.decision:
+            click = sync_to_async(decide)(self.user, frame["request_id"], self.decision)
+            self.clicks.append(asyncio.ensure_future(click))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["type"] == kind]
+
+    def event_types(self) -> list[str]:
+        return [f["event"]["event_type"] for f in self.of("event")]
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return User.objects.create_superuser("owner", password="owner-password")
+
+
+@pytest.fixture
+def terminal_on(configure):
+    configure("terminal", enabled=True)
+
+
+def request_for(owner: User, **fields: Any) -> TurnRequest:
+    return TurnRequest(owner=owner, session_id="s1", **fields)
+
+
+def stored(owner: User) -> list[Event]:
+    return list(Event.objects.filter(owner=owner).order_by("id"))
+
+
+async def test_it_runs_a_full_turn_with_tools_approval_and_usage(owner, llm, terminal_on):
+    llm.script(
+        reply_with_tool("remember_fact", {"category": "pref", "key": "drink", "value": "tea"}),
+        reply_with_tool(
+            "terminal",
+            {"command": "echo hello"},
+            usage={
+                "prompt_tokens": 40,
+                "completion_tokens": 6,
+                "prompt_tokens_details": {"cached_tokens": 30},
+            },
+        ),
+        Reply(
+            deltas=["Saved ", "and ", "ran it."],
+            usage={"prompt_tokens": 60, "completion_tokens": 4},
+        ),
+    )
+    frames = Frames(owner, decision="always")
+    result = await run_turn(request_for(owner), "Remember I like tea, then say hello", frames)
+    await asyncio.gather(*frames.clicks)
+
+    assert result.status == "completed"
+    assert result.answer == "Saved and ran it."
+    assert [f["text"] for f in frames.of("delta")] == ["Saved ", "and ", "ran it."]
+    assert frames.event_types() == [
+        "user_message",
+        "assistant_response",
+        "tool_call",
+        "tool_result",
+        "assistant_response",
+        "tool_call",
+        "tool_result",
+        "assistant_response",
+    ]
+    # The turn waited for approval, and "always" stored the prefix.
+    [approval] = frames.of("approval_request")
+    assert approval["command"] == "echo hello"
+    assert await sync_to_async(
+        lambda: list(TerminalAllowedPrefix.objects.values_list("prefix", flat=True))
+    )() == ["echo"]
+    fact = await Fact.objects.aget(owner=owner, key="drink")
+    assert (fact.value, fact.source) == ("tea", "agent")
+    results = [e for e in await sync_to_async(stored)(owner) if e.event_type == "tool_result"]
+    assert results[1].data["content"] == "exit code 0\nhello\n"
+    # Usage of all three calls: input, output, cache read, cache write.
+    assert result.usage.as_dict() == {
+        "input": 120,
+        "output": 15,
+        "cache_read": 30,
+        "cache_write": 0,
+    }
+    # The model saw the tool results on the next call.
+    last_messages = llm.requests[2]["messages"]
+    assert last_messages[-1]["role"] == "tool"
+    assert "hello" in last_messages[-1]["content"]
+    assert "pref/drink: tea" in last_messages[0]["content"]  # facts in the system prompt
+
+    # The same command again runs without asking.
+    llm.script(reply_with_tool("terminal", {"command": "echo hello"}), Reply(text="Done again."))
+    frames = Frames()
+    result = await run_turn(request_for(owner), "again", frames)
+    assert result.status == "completed"
+    assert frames.of("approval_request") == []
+    assert "hello" in frames.of("event")[3]["event"]["data"]["content"]
+
+
+async def test_it_never_auto_allows_chained_commands(owner, llm, terminal_on):
+    await TerminalAllowedPrefix.objects.acreate(owner=owner, prefix="echo")
+    llm.script(reply_with_tool("terminal", {"command": "echo hi; rm -rf ~"}), Reply(text="ok"))
+    frames = Frames(owner, decision="deny")
+    await run_turn(request_for(owner), "go", frames)
+    await asyncio.gather(*frames.clicks)
+    assert len(frames.of("approval_request")) == 1
+    result_event = frames.of("event")[3]["event"]
+    assert result_event["data"]["is_error"] is True
+    assert "denied" in result_event["data"]["content"]
+
+
+async def test_it_refuses_a_command_whose_approval_times_out(owner, llm, terminal_on):
+    llm.script(reply_with_tool("terminal", {"command": "touch marker"}), Reply(text="ok"))
+    frames = Frames()
+    result = await run_turn(request_for(owner, approval_timeout=0.3), "go", frames)
+    assert result.status == "completed"
+    [error] = frames.of("error")
+    assert "No approval for `touch marker` within 0.3 s" in error["message"]
+    request = await ApprovalRequest.objects.aget(owner=owner)
+    assert request.status == "expired"
+    with pytest.raises(Exception, match="already answered or has expired"):
+        await sync_to_async(decide)(owner, request.pk, "once")
+
+
+async def test_it_lets_trusted_turns_run_commands_without_asking(owner, llm, terminal_on):
+    llm.script(reply_with_tool("terminal", {"command": "echo trusted"}), Reply(text="ok"))
+    frames = Frames()
+    await run_turn(request_for(owner, trusted=True), "go", frames)
+    assert frames.of("approval_request") == []
+    assert "trusted" in frames.of("event")[3]["event"]["data"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (reply_with_tool("remember_fact", '{"category": "pref", "key": '), "not valid JSON"),
+        (reply_with_tool("remember_fact", "[1, 2]"), "must be a JSON object"),
+        (reply_with_tool("remember_fact", {"category": "pref"}), "needs the argument 'key'"),
+        (
+            reply_with_tool("remember_fact", {"category": 3, "key": "k", "value": "v"}),
+            "'category' must be a string",
+        ),
+        (reply_with_tool("launch_rockets", {}), "Unknown tool 'launch_rockets'"),
+        (reply_with_tool("terminal", {"command": "ls"}), "Unknown tool 'terminal'"),  # disabled
+        (reply_with_tool("forget_fact", {"category": "x", "key": "y"}), "no fact x/y"),
+    ],
+)
+async def test_it_shows_the_model_its_bad_tool_calls(owner, llm, call, message):
+    llm.script(call, Reply(text="Sorry."))
+    frames = Frames()
+    result = await run_turn(request_for(owner), "go", frames)
+    assert result.status == "completed"
+    tool_result = frames.of("event")[3]["event"]
+    assert tool_result["event_type"] == "tool_result"
+    assert tool_result["data"]["is_error"] is True
+    assert message in tool_result["data"]["content"]
+    assert message in llm.requests[1]["messages"][-1]["content"]
+
+
+async def test_it_ends_a_turn_at_the_iteration_limit(owner, llm, configure):
+    configure("llm", max_iterations=2)
+    llm.script(
+        reply_with_tool("search_memory", {"query": "tea"}),
+        reply_with_tool("search_memory", {"query": "tea"}),
+    )
+    frames = Frames()
+    result = await run_turn(request_for(owner), "loop", frames)
+    assert result.status == "max_iterations"
+    last = frames.of("event")[-1]["event"]
+    assert last["event_type"] == "system"
+    assert "after 2 rounds" in last["data"]["content"]
+
+
+async def test_it_stores_the_message_and_reports_a_dead_endpoint(owner, configure):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    configure("llm", base_url=f"http://127.0.0.1:{port}/v1")
+    frames = Frames()
+    result = await run_turn(request_for(owner), "are you there?", frames)
+    assert result.status == "error"
+    assert [e.event_type for e in await sync_to_async(stored)(owner)] == ["user_message", "error"]
+    [error] = frames.of("error")
+    assert "Cannot reach the LLM" in error["message"]
+
+
+async def test_it_keeps_and_marks_the_partial_answer_of_a_cut_stream(owner, llm):
+    llm.script(Reply(deltas=["The ", "answer ", "is"], cut_after=2))
+    frames = Frames()
+    result = await run_turn(request_for(owner), "question", frames)
+    assert result.status == "error"
+    events = await sync_to_async(stored)(owner)
+    assert [e.event_type for e in events] == ["user_message", "assistant_response", "error"]
+    assert events[1].data == {
+        "content": "The answer ",
+        "interrupted": True,
+        "reason": "interrupted",
+    }
+    assert "cut off" in frames.of("error")[0]["message"]
+
+
+async def test_it_stops_on_request_and_keeps_what_was_said(owner, llm):
+    llm.script(Reply(deltas=["slow ", "words ", "keep ", "coming"], delay=0.4))
+    frames = Frames()
+    task = asyncio.ensure_future(run_turn(request_for(owner), "talk", frames))
+    while not frames.of("delta"):
+        await asyncio.sleep(0.05)
+    task.cancel()
+    result = await task
+    assert result.status == "stopped"
+    events = await sync_to_async(stored)(owner)
+    assert [e.event_type for e in events] == ["user_message", "assistant_response", "system"]
+    assert events[1].data["interrupted"] is True
+    assert events[1].data["content"].startswith("slow ")
+
+
+async def test_it_expires_a_pending_approval_when_stopped(owner, llm, terminal_on):
+    llm.script(reply_with_tool("terminal", {"command": "sleep 1"}))
+    frames = Frames()
+    task = asyncio.ensure_future(run_turn(request_for(owner), "go", frames))
+    while not frames.of("approval_request"):
+        await asyncio.sleep(0.05)
+    task.cancel()
+    assert (await task).status == "stopped"
+    assert (await ApprovalRequest.objects.aget(owner=owner)).status == "expired"
+    # The next call still gets a valid history: the unanswered call is closed.
+    from agent.context import build_messages
+
+    messages = await sync_to_async(build_messages)(owner, "s1", "")
+    assert messages[-1] == {
+        "role": "tool",
+        "tool_call_id": messages[-2]["tool_calls"][0]["id"],
+        "content": "(not run: interrupted)",
+    }

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from agent.llm import LLMClient, LLMError, Usage, configured_endpoint
+from tests.scripted_llm import Reply, reply_with_tool
+
+MESSAGES = [{"role": "user", "content": "Hi"}]
+
+
+def client() -> LLMClient:
+    return LLMClient(configured_endpoint())
+
+
+async def test_it_streams_deltas_in_order(llm):
+    llm.script(Reply(deltas=["Hel", "lo", ", wor", "ld"]))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    completion = await client().stream(MESSAGES, on_delta=on_delta)
+    assert seen == ["Hel", "lo", ", wor", "ld"]
+    assert completion.content == "Hello, world"
+    assert completion.finish_reason == "stop"
+    request = llm.requests[0]
+    assert request["stream"] is True
+    assert request["model"] == "scripted"
+    assert request["messages"] == MESSAGES
+
+
+async def test_it_assembles_tool_calls_from_pieces(llm):
+    llm.script(reply_with_tool("remember_fact", {"category": "pref", "key": "k", "value": "v"}))
+    tools = [{"type": "function", "function": {"name": "remember_fact", "parameters": {}}}]
+    completion = await client().stream(MESSAGES, tools=tools)
+    [call] = completion.tool_calls
+    assert call.name == "remember_fact"
+    assert call.arguments == '{"category": "pref", "key": "k", "value": "v"}'
+    assert call.id
+    assert completion.finish_reason == "tool_calls"
+    assert llm.requests[0]["tools"] == tools
+
+
+async def test_it_reports_usage_with_cache_fields(llm):
+    llm.script(
+        Reply(
+            text="ok",
+            usage={
+                "prompt_tokens": 120,
+                "completion_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 100},
+                "cache_creation_input_tokens": 12,
+            },
+        ),
+        Reply(text="ok", usage=None),
+    )
+    assert (await client().stream(MESSAGES)).usage == Usage(120, 7, 100, 12)
+    assert (await client().stream(MESSAGES)).usage == Usage(0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "words"),
+    [
+        (Reply(status=429, headers={"Retry-After": "7"}), "rate_limited", "Try again in 7 s"),
+        (Reply(status=500, error="boom"), "server_error", "failed (500): boom"),
+        (Reply(status=404, error="model nope"), "bad_request", "Check [llm] model"),
+    ],
+)
+async def test_it_explains_http_errors(llm, reply, kind, words):
+    llm.script(reply)
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == kind
+    assert words in str(info.value)
+
+
+async def test_it_explains_a_refused_api_key(llm, configure):
+    configure("llm", api_key="wrong")
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == "auth"
+    assert "NEOTASK_LLM_API_KEY" in str(info.value)
+
+
+async def test_it_explains_an_endpoint_that_is_down(configure):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    configure("llm", base_url=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == "unavailable"
+    assert f"127.0.0.1:{port}" in str(info.value)
+
+
+async def test_it_times_out_a_stalled_stream(llm, configure):
+    configure("llm", request_timeout=1.0)
+    llm.script(Reply(deltas=["first", "late"], delay=1.6))
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == "timeout"
+    assert "within 1 s" in str(info.value)
+
+
+async def test_it_keeps_the_partial_answer_of_a_cut_stream(llm):
+    llm.script(Reply(deltas=["Once ", "upon ", "a ", "time"], cut_after=2))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES, on_delta=on_delta)
+    assert info.value.kind == "interrupted"
+    assert info.value.partial.content == "Once upon "
+    assert seen == ["Once ", "upon "]
+
+
+async def test_it_rejects_a_malformed_chunk(llm):
+    llm.script(Reply(raw=["data: {not json", "data: [DONE]"]))
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == "bad_response"
+
+
+async def test_it_ignores_comments_and_accepts_a_stream_without_done(llm):
+    final = '{"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}'
+    llm.script(Reply(raw=[": keep-alive", "event: message", f"data: {final}"]))
+    assert (await client().stream(MESSAGES)).content == "hi"
+
+
+async def test_it_says_what_to_configure_without_any_endpoint(configure, monkeypatch):
+    monkeypatch.delenv("NEOTASK_LOCAL_LLM_URL", raising=False)
+    configure("llm", base_url="")
+    endpoint = configured_endpoint()
+    assert endpoint.is_local
+    with pytest.raises(LLMError) as info:
+        await LLMClient(endpoint).stream(MESSAGES)
+    assert info.value.kind == "not_configured"
+    assert "make run" in str(info.value) and "base_url" in str(info.value)
+
+
+def test_it_uses_the_fast_model_when_asked(configure):
+    configure("llm", base_url="http://x/v1", model="big", fast_model="small")
+    assert configured_endpoint().model == "big"
+    assert configured_endpoint(fast=True).model == "small"
+    configure("llm", fast_model="")
+    assert configured_endpoint(fast=True).model == "big"

@@ -1,0 +1,62 @@
+"""The embedded model, for real: llama.cpp serving SmolLM2-135M on loopback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from agent.llm import LOCAL_MODEL_LABEL, Endpoint, LLMClient, LLMError
+from agent.local_model import LocalModelError, bundled_model_path, model_path, start_server
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def local_server():
+    port = free_port()
+    server = start_server(bundled_model_path(), port, "local-test-key-123456", 2048)
+    yield f"http://127.0.0.1:{port}/v1"
+    del server
+
+
+def endpoint(url: str, key: str) -> Endpoint:
+    return Endpoint(url, key, "local", 2048, 60.0, LOCAL_MODEL_LABEL)
+
+
+async def test_it_streams_an_answer_from_the_embedded_model(local_server):
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    client = LLMClient(endpoint(local_server, "local-test-key-123456"))
+    completion = await client.stream(
+        [{"role": "user", "content": "Say hello."}], on_delta=on_delta, max_tokens=24
+    )
+    assert completion.content.strip()
+    assert "".join(deltas) == completion.content
+    assert completion.usage.output > 0
+
+
+async def test_it_refuses_a_wrong_key(local_server):
+    with pytest.raises(LLMError) as info:
+        await LLMClient(endpoint(local_server, "wrong")).stream(
+            [{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert info.value.kind == "auth"
+
+
+def test_it_explains_a_bad_model_path(tmp_path: Path):
+    with pytest.raises(LocalModelError, match="no model file at"):
+        model_path(str(tmp_path / "missing.gguf"))
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip, not a model")
+    with pytest.raises(LocalModelError, match="is not a GGUF model file"):
+        model_path(str(not_gguf))
+    assert model_path("") == bundled_model_path()
