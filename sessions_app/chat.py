@@ -1,0 +1,175 @@
+"""The chat: finding a user's chats, slash commands, and one turn with its accounting."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db.models import F
+from django.utils import timezone
+
+from agent.context import build_messages, message_tokens
+from agent.llm import Usage, configured_endpoint
+from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
+from sessions_app.keys import SessionKey, SessionKeyError
+from sessions_app.models import Agent, Session
+
+WEB = "web"
+TITLE_LENGTH = 60
+MAX_MESSAGE_BYTES = 64 * 1024
+
+HELP = """Commands:
+/new or /reset [message] — start a fresh session (history is kept); the rest of the line is sent
+/compact — summarise older messages to free context
+/status — model, tokens used and context use
+/stop — stop the answer being written
+/help — this list"""
+COMMANDS = ("new", "reset", "compact", "status", "stop", "help")
+
+
+class ChatError(Exception):
+    """A chat that cannot be opened; `code` is the websocket close code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def find_chat(user: Any, key: str) -> Session:
+    """The user's active session for `key`: 4404 if none exists, 4403 if the
+    key belongs to someone else."""
+    try:
+        SessionKey.parse(key)
+    except SessionKeyError as exc:
+        raise ChatError(4404, str(exc)) from None
+    session = (
+        Session.objects.owned_by(user)
+        .filter(key=key, status=Session.Status.ACTIVE)
+        .select_related("agent", "owner")
+        .first()
+    )
+    if session is not None:
+        return session
+    if Session.objects.filter(key=key).exists():
+        raise ChatError(4403, "This chat belongs to someone else.")
+    raise ChatError(4404, "There is no such chat.")
+
+
+def start_chat(user: Any, agent: Agent | None = None) -> Session:
+    agent = agent or Agent.objects.default_for(user)
+    # A random chat id keeps keys unguessable and unique across users.
+    return Session.start(user, agent, WEB, secrets.token_hex(6))
+
+
+def latest_chat(user: Any) -> Session | None:
+    return (
+        Session.objects.owned_by(user)
+        .filter(channel=WEB, status=Session.Status.ACTIVE)
+        .order_by("-last_activity_at")
+        .first()
+    )
+
+
+def sidebar_chats(user: Any, limit: int = 50) -> list[Session]:
+    return list(
+        Session.objects.owned_by(user)
+        .filter(status=Session.Status.ACTIVE)
+        .select_related("agent")
+        .order_by("-last_activity_at")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argument: str
+
+
+def parse_command(text: str) -> Command | None:
+    """`/reset hello` → Command("reset", "hello"); None for ordinary text,
+    including text that merely starts with a slash, like a path."""
+    if not text.startswith("/"):
+        return None
+    word, _, rest = text[1:].partition(" ")
+    name = word.strip().lower()
+    return Command(name, rest.strip()) if name in COMMANDS else None
+
+
+def check_message(text: Any) -> str:
+    if not isinstance(text, str):
+        raise ValueError("The message text must be a string.")
+    if len(text.encode()) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"The message is longer than {MAX_MESSAGE_BYTES // 1024} KB.")
+    if not text.strip():
+        raise ValueError("The message is empty.")
+    return text.strip()
+
+
+def note_message(session: Session, text: str) -> None:
+    fields: dict[str, Any] = {"last_activity_at": timezone.now(), "updated_at": timezone.now()}
+    if not session.title:
+        title = " ".join(text.split())
+        session.title = title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
+        fields["title"] = session.title
+    Session.objects.filter(pk=session.pk).update(**fields)
+
+
+def add_usage(session: Session, usage: Usage) -> None:
+    Session.objects.filter(pk=session.pk).update(
+        input_tokens=F("input_tokens") + usage.input,
+        output_tokens=F("output_tokens") + usage.output,
+        cache_read_tokens=F("cache_read_tokens") + usage.cache_read,
+        cache_write_tokens=F("cache_write_tokens") + usage.cache_write,
+    )
+
+
+def meter(session: Session) -> dict[str, Any]:
+    """Token totals and the estimated size of the next prompt."""
+    session.refresh_from_db()
+    messages = build_messages(session.owner, str(session.pk), session.agent.system_prompt)
+    endpoint = configured_endpoint()
+    return {
+        "input": session.input_tokens,
+        "output": session.output_tokens,
+        "cache_read": session.cache_read_tokens,
+        "cache_write": session.cache_write_tokens,
+        "context_tokens": sum(message_tokens(m) for m in messages),
+        "context_window": endpoint.context_window,
+        "model": endpoint.model if not endpoint.is_local else endpoint.label,
+    }
+
+
+def status_text(session: Session) -> str:
+    m = meter(session)
+    share = m["context_tokens"] / m["context_window"]
+    return (
+        f"Model: {m['model']}\n"
+        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M})\n"
+        f"Tokens: {m['input']:,} in, {m['output']:,} out, {m['cache_read']:,} cache read, "
+        f"{m['cache_write']:,} cache write\n"
+        f"Context: about {m['context_tokens']:,} of {m['context_window']:,} tokens ({share:.0%})"
+    )
+
+
+async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:
+    """One turn in `session`: the agent answers, usage is added, the meter sent."""
+    await database_sync_to_async(note_message)(session, text)
+    request = TurnRequest(
+        owner=session.owner,
+        session_id=str(session.pk),
+        agent_name=session.agent.name,
+        agent_prompt=session.agent.system_prompt,
+    )
+    result = await run_turn(request, text, emit)
+    await database_sync_to_async(add_usage)(session, result.usage)
+    await emit(
+        {
+            "type": "done",
+            "usage": result.usage.as_dict(),
+            "status": result.status,
+            "meter": await database_sync_to_async(meter)(session),
+        }
+    )
+    return result

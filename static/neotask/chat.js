@@ -1,0 +1,216 @@
+// The chat page: one websocket per page, frames as in DESIGN.md §6.
+// Server-rendered HTML arrives inside "event" frames; this file only places it.
+(() => {
+  "use strict";
+  const chat = document.getElementById("chat");
+  if (!chat) return;
+  const events = document.getElementById("events");
+  const live = document.getElementById("live");
+  const input = document.getElementById("input");
+  const form = document.getElementById("composer");
+  const stopButton = document.getElementById("stop");
+  const connection = document.getElementById("connection");
+  const approvalTemplate = document.getElementById("approval-template");
+  const numberFormat = new Intl.NumberFormat();
+  let socket = null;
+  let retries = 0;
+  let streaming = null;
+
+  const lastEventId = () => {
+    const items = events.querySelectorAll("[data-event-id]");
+    return items.length ? Number(items[items.length - 1].dataset.eventId) : 0;
+  };
+  const scrollDown = () => { events.scrollTop = events.scrollHeight; };
+  const fromHTML = (html) => {
+    const template = document.createElement("template");
+    template.innerHTML = html.trim();
+    return template.content;
+  };
+
+  function addEvent(element) {
+    if (!element || document.getElementById(element.id)) return;  // never twice
+    events.querySelector(".empty-chat")?.remove();
+    events.appendChild(element);
+    scrollDown();
+  }
+
+  function ensureStreaming() {
+    if (!streaming) {
+      streaming = document.createElement("li");
+      streaming.className = "event assistant_response streaming";
+      streaming.innerHTML = '<div class="bubble assistant"></div>';
+      events.appendChild(streaming);
+    }
+    return streaming.firstElementChild;
+  }
+
+  function dropStreaming() {
+    streaming?.remove();
+    streaming = null;
+  }
+
+  function setBusy(busy) {
+    stopButton.hidden = !busy;
+    chat.classList.toggle("busy", busy);
+  }
+
+  function note(text, kind) {
+    const item = document.createElement("li");
+    item.className = `note transient ${kind}`;
+    item.textContent = text;
+    events.appendChild(item);
+    scrollDown();
+  }
+
+  function renderMeter(meter) {
+    if (!meter) return;
+    const share = meter.context_window ? meter.context_tokens / meter.context_window : 0;
+    const percent = Math.min(100, Math.round(share * 100));
+    document.getElementById("meter-tokens").textContent =
+      `${numberFormat.format(meter.input)} in · ${numberFormat.format(meter.output)} out · ` +
+      `${numberFormat.format(meter.cache_read)} cached`;
+    const fill = document.getElementById("meter-fill");
+    fill.style.width = `${percent}%`;
+    fill.classList.toggle("high", share >= 0.8);
+    document.getElementById("meter-context").textContent =
+      `context ${percent}% of ${numberFormat.format(meter.context_window)}`;
+    document.getElementById("meter").title =
+      `Model: ${meter.model}. Cache write: ${numberFormat.format(meter.cache_write)} tokens. ` +
+      `Next prompt: about ${numberFormat.format(meter.context_tokens)} tokens.`;
+  }
+
+  function bindApproval(card) {
+    card.querySelectorAll("button[data-decision]").forEach((button) => {
+      button.addEventListener("click", () => {
+        if (send({ type: "approval", request_id: card.dataset.requestId,
+                   decision: button.dataset.decision })) {
+          card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+        }
+      });
+    });
+  }
+
+  function showApproval(frame) {
+    if (document.getElementById(`approval-${frame.request_id}`)) return;
+    const card = approvalTemplate.content.firstElementChild.cloneNode(true);
+    card.id = `approval-${frame.request_id}`;
+    card.dataset.requestId = frame.request_id;
+    card.querySelector(".command").textContent = frame.command;
+    card.querySelector(".prefix").textContent = frame.prefix || frame.command;
+    bindApproval(card);
+    live.appendChild(card);
+    scrollDown();
+  }
+
+  async function catchUp() {
+    // After a reconnect (or a new session): fetch what this page has not shown.
+    try {
+      const response = await fetch(`${chat.dataset.eventsUrl}?after=${lastEventId()}`);
+      if (!response.ok) return;
+      const fragment = fromHTML(await response.text());
+      fragment.querySelectorAll("li[data-event-id]").forEach((item) => addEvent(item));
+    } catch (error) {
+      /* offline: the next reconnect tries again */
+    }
+  }
+
+  function handle(frame) {
+    switch (frame.type) {
+      case "delta":
+        ensureStreaming().textContent += frame.text;
+        setBusy(true);
+        scrollDown();
+        break;
+      case "event":
+        if (frame.event.event_type === "assistant_response") dropStreaming();
+        if (frame.event.event_type === "user_message") setBusy(true);
+        addEvent(fromHTML(frame.event.html).firstElementChild);
+        if (frame.event.event_type === "user_message") {
+          document.body.dispatchEvent(new Event("neotask:sessions"));
+        }
+        break;
+      case "approval_request":
+        showApproval(frame);
+        break;
+      case "approval_decided":
+        document.getElementById(`approval-${frame.request_id}`)?.remove();
+        break;
+      case "done":
+        dropStreaming();
+        setBusy(false);
+        renderMeter(frame.meter);
+        document.body.dispatchEvent(new Event("neotask:sessions"));
+        break;
+      case "error":
+        note(frame.message, "error");
+        break;
+      case "notice":
+        note(frame.text, "notice");
+        break;
+      case "session":
+        events.replaceChildren();
+        dropStreaming();
+        live.replaceChildren();
+        catchUp();
+        break;
+      default:
+        break;  // newer servers may send frame types this page does not know
+    }
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}${chat.dataset.wsPath}`);
+    socket.addEventListener("open", () => {
+      retries = 0;
+      connection.hidden = true;
+      dropStreaming();
+      catchUp();
+    });
+    socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
+    socket.addEventListener("close", (closed) => {
+      if (closed.code === 4403 || closed.code === 4404) {
+        note(closed.code === 4403 ? "This chat belongs to someone else." : "This chat does not exist.", "error");
+        return;
+      }
+      connection.hidden = false;
+      setTimeout(connect, Math.min(10000, 300 * 2 ** retries++));
+    });
+  }
+
+  function send(frame) {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify(frame));
+      return true;
+    }
+    note("Not connected — your message was kept; send it again when reconnected.", "error");
+    return false;
+  }
+
+  function autosize() {
+    input.style.height = "auto";
+    input.style.height = `${Math.min(input.scrollHeight, 240)}px`;
+  }
+
+  form.addEventListener("submit", (submitted) => {
+    submitted.preventDefault();
+    const text = input.value;
+    if (!text.trim()) return;
+    if (send({ type: "message", text })) {
+      input.value = "";
+      autosize();
+    }
+  });
+  input.addEventListener("keydown", (key) => {
+    if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+      key.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  input.addEventListener("input", autosize);
+  stopButton.addEventListener("click", () => send({ type: "stop" }));
+  live.querySelectorAll(".approval").forEach(bindApproval);
+  renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
+  scrollDown();
+  connect();
+})();

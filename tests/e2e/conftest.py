@@ -1,0 +1,131 @@
+"""End-to-end fixtures: the real app (daphne, its own database) and Debian's Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.scripted_llm import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+PASSWORD = "e2e-password-123"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def e2e_llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def live_app(e2e_llm, tmp_path_factory) -> Iterator[str]:
+    """daphne serving Neotask on a free port, with a user `tester`."""
+    data = tmp_path_factory.mktemp("e2e-data")
+    env = {
+        **os.environ,
+        "NEOTASK_DATA_DIR": str(data),
+        "NEOTASK_CONFIG": "",
+        "NEOTASK_LLM_BASE_URL": e2e_llm.url,
+        "NEOTASK_LLM_API_KEY": e2e_llm.api_key,
+        "NEOTASK_LLM_MODEL": "scripted",
+        "NEOTASK_TERMINAL_ENABLED": "true",
+        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [*manage, "createsuperuser", "--noinput", "--username", "tester", "--email", "t@x.org"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    log = open(data / "daphne.log", "w")  # noqa: SIM115  (closed below)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "neotask_site.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/healthz", timeout=2).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((data / "daphne.log").read_text()) from None
+            time.sleep(0.2)
+    yield url
+    server.terminate()
+    server.wait(timeout=15)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make test` installs it (apt-get install chromium)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_app):
+    context = browser.new_context(base_url=live_app, viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+def log_in(page) -> None:
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", "tester")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/chat/**")

@@ -1,0 +1,89 @@
+"""The chat in a real browser: Chromium, the real server, the scripted LLM."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import ARTIFACTS, log_in
+from tests.scripted_llm import Reply, reply_with_tool
+
+
+def send(page, text: str) -> None:
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+
+
+def test_it_chats_streams_approves_and_keeps_history(page, e2e_llm):
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    log_in(page)
+
+    # A streamed answer: the partial text shows before the answer is complete.
+    e2e_llm.script(Reply(deltas=["Hello ", "from ", "a ", "**streamed** ", "answer."], delay=0.25))
+    send(page, "Hi there")
+    page.wait_for_selector(".streaming .bubble:has-text('Hello from')")
+    answer = page.locator(".assistant_response .bubble.markdown").last
+    answer.wait_for()
+    assert answer.inner_text() == "Hello from a streamed answer."
+    assert answer.locator("strong").inner_text() == "streamed"
+    assert page.locator("#input").input_value() == ""
+    assert "in ·" in page.locator("#meter-tokens").inner_text()
+
+    # Shift+Enter makes a new line instead of sending.
+    page.fill("#input", "line one")
+    page.press("#input", "Shift+Enter")
+    page.type("#input", "line two")
+    assert page.locator("#input").input_value() == "line one\nline two"
+    page.fill("#input", "")
+
+    # A terminal command waits for approval; "Allow always" lets it run.
+    e2e_llm.script(
+        reply_with_tool("terminal", {"command": "echo approved-in-browser"}),
+        Reply(text="The command ran."),
+    )
+    send(page, "Run the echo command")
+    card = page.locator(".approval")
+    card.wait_for()
+    assert card.locator(".command").inner_text() == "echo approved-in-browser"
+    card.locator("button[data-decision=always]").click()
+    page.locator(".bubble.assistant:has-text('The command ran.')").wait_for()
+    assert page.locator(".approval").count() == 0
+    page.locator("details.tool summary:has-text('Result of')").last.click()
+    assert "approved-in-browser" in page.locator("details.tool pre").last.inner_text()
+
+    # HTML in a message is shown as text and never runs.
+    e2e_llm.script(Reply(text="Noted."))
+    send(page, "<img src=x onerror=alert(1)>")
+    page.locator(".bubble.assistant:has-text('Noted.')").wait_for()
+    assert page.locator(".bubble.user").last.inner_text() == "<img src=x onerror=alert(1)>"
+    assert page.locator(".events img").count() == 0
+
+    # The sidebar shows the chat under its first message.
+    page.locator("#chat-list:has-text('Hi there')").wait_for()
+
+    # After a reload the whole conversation is still there, in order.
+    page.reload()
+    bubbles = page.locator(".bubble").all_inner_texts()
+    assert bubbles == [
+        "Hi there",
+        "Hello from a streamed answer.",
+        "Run the echo command",
+        "The command ran.",
+        "<img src=x onerror=alert(1)>",
+        "Noted.",
+    ]
+    page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=True)
+    assert dialogs == []
+
+
+def test_it_shows_slash_command_answers_and_errors(page, e2e_llm):
+    log_in(page)
+    page.click("#new-chat")
+    page.locator(".empty-chat").wait_for()
+    send(page, "/help")
+    page.locator(".note.notice:has-text('/compact')").wait_for()
+    # The scripted server has no reply queued: it answers 500, shown in the pane.
+    send(page, "this will fail")
+    page.locator(".note.error:has-text('failed (500)')").wait_for()
+    assert page.locator("#input").is_enabled()
+    e2e_llm.script(Reply(text="Working again."))
+    send(page, "and now?")
+    page.locator(".bubble.assistant:has-text('Working again.')").wait_for()

@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agent.models import TerminalAllowedPrefix
+from memory.models import Event
+from neotask_site.asgi import application
+from sessions_app import chat
+from sessions_app.models import Session
+from sessions_app.routing import websocket_urlpatterns
+from tests.scripted_llm import Reply, reply_with_tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+router = URLRouter(websocket_urlpatterns)
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return User.objects.create_superuser("owner", password="owner-password")
+
+
+@pytest.fixture
+def session(owner) -> Session:
+    return chat.start_chat(owner)
+
+
+async def connect(user: User, key: str) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(router, f"/ws/chat/{key}/")
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def receive(communicator: WebsocketCommunicator, timeout: float = 10) -> dict[str, Any]:
+    return json.loads(await communicator.receive_from(timeout=timeout))
+
+
+async def until(communicator: WebsocketCommunicator, kind: str = "done") -> list[dict]:
+    frames = []
+    while True:
+        frame = await receive(communicator)
+        frames.append(frame)
+        if frame["type"] == kind:
+            return frames
+
+
+async def send(communicator: WebsocketCommunicator, **frame: Any) -> None:
+    await communicator.send_to(text_data=json.dumps(frame))
+
+
+def kinds(frames: list[dict]) -> list[str]:
+    return [f["event"]["event_type"] if f["type"] == "event" else f["type"] for f in frames]
+
+
+async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
+    llm.script(
+        Reply(deltas=["Hello", " there", "!"], usage={"prompt_tokens": 30, "completion_tokens": 3})
+    )
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="Hi **agent**")
+    frames = await until(ws)
+    assert kinds(frames) == [
+        "user_message",
+        "delta",
+        "delta",
+        "delta",
+        "assistant_response",
+        "done",
+    ]
+    assert [f["text"] for f in frames if f["type"] == "delta"] == ["Hello", " there", "!"]
+    user_event = frames[0]["event"]
+    assert user_event["data"]["content"] == "Hi **agent**"
+    assert 'class="bubble user"' in user_event["html"]
+    assert "<strong>there" not in frames[4]["event"]["html"]
+    done = frames[-1]
+    assert done["usage"] == {"input": 30, "output": 3, "cache_read": 0, "cache_write": 0}
+    assert done["meter"]["input"] == 30
+    assert done["meter"]["context_window"] == settings.NEOTASK["llm"]["context_window"]
+    assert done["meter"]["context_tokens"] > 0
+    await session.arefresh_from_db()
+    assert (session.input_tokens, session.output_tokens) == (30, 3)
+    assert session.title == "Hi **agent**"
+    await ws.disconnect()
+
+
+async def test_it_fans_out_to_every_tab_of_the_chat(owner, session, llm):
+    llm.script(Reply(deltas=["one", "two", "three"]))
+    first = await connect(owner, session.key)
+    second = await connect(owner, session.key)
+    await send(first, type="message", text="hello")
+    seen_first, seen_second = await asyncio.gather(until(first), until(second))
+    assert kinds(seen_first) == kinds(seen_second)
+    assert [f.get("text") for f in seen_first] == [f.get("text") for f in seen_second]
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_it_authenticates_with_the_browser_session_cookie(owner, session):
+    client = Client()
+    await sync_to_async(client.force_login)(owner)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())]
+    ws = WebsocketCommunicator(application, f"/ws/chat/{session.key}/", headers=headers)
+    connected, _ = await ws.connect()
+    assert connected
+    await send(ws, type="message", text="/help")
+    assert (await receive(ws))["type"] == "notice"
+    await ws.disconnect()
+
+
+async def test_it_closes_for_anonymous_users(session):
+    ws = WebsocketCommunicator(
+        application, f"/ws/chat/{session.key}/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+    )
+    await ws.connect()
+    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4403}
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [("agent:main:web:nosuchchat", 4404), ("garbage", 4404), (None, 4403)],
+)
+async def test_it_closes_for_foreign_or_unknown_chats(owner, session, key, code):
+    bob = await User.objects.acreate(username="bob")
+    ws = WebsocketCommunicator(router, f"/ws/chat/{key or session.key}/")
+    ws.scope["user"] = bob
+    await ws.connect()
+    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": code}
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"type": "dance"}', "Unknown frame type 'dance'"),
+        ('{"text": "no type"}', "Unknown frame type None"),
+        ('{"type": "message"}', "must be a string"),
+        ('{"type": "message", "text": 42}', "must be a string"),
+        ('{"type": "message", "text": "   "}', "The message is empty"),
+        (json.dumps({"type": "message", "text": "x" * (65 * 1024)}), "larger than"),
+        (json.dumps({"type": "message", "text": "é" * 32800}, ensure_ascii=False), "longer than 64 KB"),
+        ('{"type": "approval", "request_id": 5, "decision": "once"}', "needs a request_id"),
+        ('{"type": "approval", "request_id": "x", "decision": "maybe"}', "needs a request_id"),
+        ('{"type": "approval", "request_id": "nope", "decision": "once"}', "no such approval"),
+    ],
+)
+async def test_it_answers_bad_frames_with_an_error_and_stays_open(owner, session, frame, message):
+    ws = await connect(owner, session.key)
+    await ws.send_to(text_data=frame)
+    reply = await receive(ws)
+    assert reply["type"] == "error"
+    assert message in reply["message"]
+    await send(ws, type="message", text="/help")
+    assert (await receive(ws))["type"] == "notice"
+    assert not await Event.objects.filter(owner=owner).aexists()
+    await ws.disconnect()
+
+
+async def test_it_rejects_binary_frames(owner, session):
+    ws = await connect(owner, session.key)
+    await ws.send_to(bytes_data=b"\x00\x01")
+    assert "JSON text frames" in (await receive(ws))["message"]
+    await ws.disconnect()
+
+
+async def test_it_answers_help_status_and_compact(owner, session, llm):
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="/help")
+    assert "/reset" in (await receive(ws))["text"]
+    await send(ws, type="message", text="/status")
+    status = (await receive(ws))["text"]
+    assert "Model: scripted" in status and "Tokens: 0 in" in status and "Context:" in status
+    await send(ws, type="message", text="/compact")
+    assert "not available yet" in (await receive(ws))["text"]
+    await send(ws, type="message", text="/stop")
+    assert (await receive(ws))["text"] == "Nothing is running."
+    await ws.disconnect()
+
+
+async def test_it_starts_a_fresh_session_on_reset_and_sends_the_rest(owner, session, llm):
+    llm.script(Reply(text="Fresh start."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="/reset what now?")
+    frames = await until(ws)
+    assert frames[0]["type"] == "session"
+    assert kinds(frames)[1:] == ["user_message", "delta", "delta", "assistant_response", "done"]
+    fresh = await Session.objects.aget(owner=owner, key=session.key, status="active")
+    assert fresh.pk != session.pk and fresh.continues_from_id == session.pk
+    assert frames[0]["session_id"] == str(fresh.pk)
+    await session.arefresh_from_db()
+    assert session.status == "archived"
+    start = await Event.objects.aget(session_id=str(fresh.pk), event_type="session_start")
+    assert start.text == "New session started: /reset."
+    # Only the new session's history goes to the model.
+    assert llm.requests[0]["messages"][1:] == [{"role": "user", "content": "what now?"}]
+    await ws.disconnect()
+
+
+async def test_it_stops_a_running_turn(owner, session, llm):
+    llm.script(Reply(deltas=["a ", "b ", "c ", "d ", "e "], delay=0.3))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="talk slowly")
+    frames = await until(ws, "delta")
+    await send(ws, type="stop")
+    frames += await until(ws)
+    assert frames[-1]["status"] == "stopped"
+    assert kinds(frames)[-3:] == ["assistant_response", "system", "done"]
+    await ws.disconnect()
+
+
+async def test_it_refuses_a_second_message_while_answering(owner, session, llm):
+    llm.script(Reply(deltas=["x", "y", "z"], delay=0.3))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="first")
+    await until(ws, "delta")
+    await send(ws, type="message", text="second")
+    frames = await until(ws, "error")
+    assert "still answering" in frames[-1]["message"]
+    await until(ws)
+    await ws.disconnect()
+
+
+async def test_it_pauses_for_approval_in_the_chat(owner, session, llm, configure):
+    configure("terminal", enabled=True)
+    llm.script(reply_with_tool("terminal", {"command": "echo approved"}), Reply(text="Ran it."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="run it")
+    frames = await until(ws, "approval_request")
+    request = frames[-1]
+    assert request["command"] == "echo approved"
+    await send(ws, type="approval", request_id=request["request_id"], decision="always")
+    frames = await until(ws)
+    assert frames[0] == {
+        "type": "approval_decided",
+        "request_id": request["request_id"],
+        "decision": "always",
+    }
+    result = next(
+        f for f in frames if f["type"] == "event" and f["event"]["event_type"] == "tool_result"
+    )
+    assert "approved" in result["event"]["data"]["content"]
+    assert await TerminalAllowedPrefix.objects.filter(owner=owner, prefix="echo").aexists()
+    await ws.disconnect()
+
+
+async def test_it_reports_a_dead_llm_and_stays_usable(owner, session, configure):
+    configure("llm", base_url="http://127.0.0.1:9/v1")
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="hello?")
+    frames = await until(ws)
+    assert kinds(frames) == ["user_message", "error", "error", "done"]
+    assert "Cannot reach the LLM" in frames[2]["message"]
+    assert frames[-1]["status"] == "error"
+    await send(ws, type="message", text="/help")
+    assert (await receive(ws))["type"] == "notice"
+    await ws.disconnect()
+
+
+async def test_it_renders_html_in_messages_as_text(owner, session, llm):
+    llm.script(Reply(text="<script>alert(1)</script> fine"))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="<img src=x onerror=alert(1)>")
+    frames = await until(ws)
+    user_html = frames[0]["event"]["html"]
+    assert "<img" not in user_html and "&lt;img src=x onerror=alert(1)&gt;" in user_html
+    answer_html = next(
+        f["event"]["html"]
+        for f in frames
+        if f["type"] == "event" and f["event"]["event_type"] == "assistant_response"
+    )
+    assert "<script" not in answer_html and "&lt;script&gt;" in answer_html
+    await ws.disconnect()
+
+
+async def test_it_finishes_the_turn_when_the_socket_drops(owner, session, llm):
+    llm.script(Reply(deltas=["kept ", "after ", "disconnect"], delay=0.2))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="go")
+    await until(ws, "delta")
+    await ws.disconnect()
+    for _ in range(50):
+        if await Event.objects.filter(event_type="assistant_response").aexists():
+            break
+        await asyncio.sleep(0.1)
+    answer = await Event.objects.aget(event_type="assistant_response")
+    assert answer.data["content"] == "kept after disconnect"

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from agent.approvals import create_request
+from memory.models import Event
+from sessions_app import chat
+from sessions_app.models import Session
+
+
+def test_it_opens_the_latest_chat_or_starts_one(alice, alice_client):
+    response = alice_client.get("/")
+    session = Session.objects.get(owner=alice)
+    assert response["Location"] == f"/chat/{session.key}/"
+    assert session.key.startswith("agent:main:web:")
+    assert alice_client.get("/")["Location"] == f"/chat/{session.key}/"
+    assert Session.objects.count() == 1
+
+
+def test_it_starts_a_new_chat(alice, alice_client):
+    first = chat.start_chat(alice)
+    response = alice_client.post("/chat/new/")
+    second = Session.objects.exclude(pk=first.pk).get()
+    assert response["Location"] == f"/chat/{second.key}/"
+    assert alice_client.get("/chat/new/").status_code == 405
+
+
+def test_it_shows_the_conversation_sidebar_meter_and_pending_approvals(alice, alice_client):
+    session = chat.start_chat(alice)
+    session.title = "Planning the trip"
+    session.save()
+    other = chat.start_chat(alice)
+    Event.record(alice, str(session.pk), "user_message", {"content": "Where to go?"})
+    Event.record(alice, str(session.pk), "assistant_response", {"content": "**Lisbon**"})
+    create_request(alice, str(session.pk), "ls -la")
+    content = alice_client.get(f"/chat/{session.key}/").content.decode()
+    assert "Where to go?" in content
+    assert "<strong>Lisbon</strong>" in content
+    assert "Planning the trip" in content
+    assert f"/chat/{other.key}/" in content  # in the sidebar
+    assert 'id="meter-data"' in content and '"context_window": 8192' in content
+    assert "ls -la" in content and 'data-decision="always"' in content
+
+
+def test_it_sends_the_events_a_reconnecting_page_missed(alice, alice_client):
+    session = chat.start_chat(alice)
+    first = Event.record(alice, str(session.pk), "user_message", {"content": "one"})
+    Event.record(alice, str(session.pk), "user_message", {"content": "two"})
+    content = alice_client.get(f"/chat/{session.key}/events/?after={first.pk}").content.decode()
+    assert "two" in content and "one" not in content
+    assert alice_client.get(f"/chat/{session.key}/events/?after=junk").status_code == 200
+
+
+def test_it_hides_other_users_chats(alice, bob, bob_client):
+    session = chat.start_chat(alice)
+    session.title = "Alice's secret plans"
+    session.save()
+    Event.record(alice, str(session.pk), "user_message", {"content": "secret"})
+    assert bob_client.get(f"/chat/{session.key}/").status_code == 404
+    response = bob_client.get(f"/chat/{session.key}/events/")
+    assert response.status_code == 404 and b"secret" not in response.content
+    assert b"secret plans" not in bob_client.get("/chat/sidebar/").content
+    assert bob_client.get(f"/sessions/{session.pk}/").status_code == 404
+    assert b"secret" not in bob_client.get("/sessions/").content
+
+
+def test_it_lists_archived_sessions_and_opens_their_transcripts(alice, alice_client):
+    from sessions_app.lifecycle import rollover
+
+    old = chat.start_chat(alice)
+    Event.record(alice, str(old.pk), "user_message", {"content": "from the old session"})
+    rollover(old, "/new")
+    assert "Archived" in alice_client.get("/sessions/").content.decode()
+    assert "from the old session" in alice_client.get(f"/sessions/{old.pk}/").content.decode()
