@@ -31,6 +31,7 @@ class Reply:
     cut_after: int | None = None  # close the connection after this many deltas
     hold: threading.Event | None = None  # wait for this before sending anything
     raw: list[str] | None = None  # SSE lines sent as they are, instead of the above
+    stamp: bool = False  # each delta becomes "[<number>@<send time in ns>]" (benchmarks)
 
     def chunks(self) -> list[str]:
         if self.deltas is not None:
@@ -144,6 +145,8 @@ class ScriptedLLM:
                         return  # no final chunk: the client sees a broken stream
                     if reply.delay:
                         time.sleep(reply.delay)
+                    if reply.stamp:
+                        text = f"[{number}@{time.time_ns()}]"
                     self.event(self.chunk({"content": text}))
                 for index, call in enumerate(reply.tool_calls):
                     raw = call["arguments"]

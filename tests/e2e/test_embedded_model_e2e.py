@@ -1,0 +1,64 @@
+"""`make run` with no LLM configured: the embedded model answers in the browser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.e2e.conftest import PASSWORD, ROOT, free_port, log_in
+
+
+def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
+    env = {
+        **os.environ,
+        "NEOTASK_DATA_DIR": str(tmp_path),
+        "NEOTASK_CONFIG": "",
+        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+    }
+    for variable in ("DJANGO_SETTINGS_MODULE", "NEOTASK_LLM_BASE_URL"):
+        env.pop(variable, None)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [*manage, "createsuperuser", "--noinput", "--username", "tester", "--email", "t@x.org"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    serve = subprocess.Popen(
+        [*manage, "serve", "--port", str(port), "--no-jobs"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+                break
+            except OSError:
+                assert serve.poll() is None and time.monotonic() < deadline
+                time.sleep(0.3)
+        context = browser.new_context(base_url=f"http://127.0.0.1:{port}")
+        page = context.new_page()
+        page.set_default_timeout(120_000)
+        log_in(page)
+        page.fill("#input", "Hello! Who are you?")
+        page.press("#input", "Enter")
+        answer = page.locator(".assistant_response .bubble.markdown").first
+        answer.wait_for()
+        assert answer.inner_text().strip()  # the wording is the model's business
+        assert page.locator(".note.error").count() == 0
+        context.close()
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=30)
