@@ -12,7 +12,6 @@ from memory.models import Event, Fact, Macro
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
 
-
 OWNED_MODELS = [
     Agent,
     Session,
