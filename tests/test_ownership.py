@@ -61,7 +61,7 @@ def test_it_shows_user_b_a_404_for_user_as_session(alice, alice_client, bob_clie
 def test_it_lists_only_the_users_own_sessions(alice, bob, bob_client):
     make_rows(alice, "-secret-of-alice")
     make_rows(bob, "-bobs")
-    content = bob_client.get("/").content.decode()
+    content = bob_client.get("/sessions/").content.decode()
     assert "Chat -bobs" in content
     assert "secret-of-alice" not in content
 
