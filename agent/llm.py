@@ -7,8 +7,10 @@ loopback service and announces through NEOTASK_LOCAL_LLM_URL / _KEY.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +133,22 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
     )
 
 
+# One HTTP client per event loop: building one costs milliseconds (it loads the
+# CA certificates) and a shared one keeps connections to the endpoint alive.
+_http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def http_client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _http_clients.get(loop)
+    if client is None or client.is_closed:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        client = _http_clients[loop] = httpx.AsyncClient(limits=limits)
+    return client
+
+
 class LLMClient:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -160,12 +178,13 @@ class LLMClient:
         completion = Completion()
         calls: dict[int, dict[str, str]] = {}
         try:
-            async with (
-                httpx.AsyncClient(timeout=httpx.Timeout(endpoint.timeout, connect=10)) as client,
-                client.stream(
-                    "POST", f"{endpoint.base_url}/chat/completions", json=body, headers=headers
-                ) as response,
-            ):
+            async with http_client().stream(
+                "POST",
+                f"{endpoint.base_url}/chat/completions",
+                json=body,
+                headers=headers,
+                timeout=httpx.Timeout(endpoint.timeout, connect=10),
+            ) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise http_error(endpoint, response)
@@ -247,6 +266,13 @@ def collect_calls(calls: dict[int, dict[str, str]]) -> list[ToolCall]:
 
 def not_running_message(endpoint: Endpoint) -> str:
     if endpoint.is_local:
+        from agent.local_model import last_failure
+
+        if reason := last_failure():
+            return (
+                f"The embedded local model could not start: {reason} Alternatively, point "
+                "[llm] base_url / NEOTASK_LLM_BASE_URL at an OpenAI-compatible endpoint."
+            )
         return (
             "The embedded local model is not running. Start Neotask with `make run` (it starts "
             "the model), or point [llm] base_url / NEOTASK_LLM_BASE_URL at an OpenAI-compatible "

@@ -17,6 +17,20 @@ class LocalModelError(RuntimeError):
     """The embedded model cannot start; the message says what to configure."""
 
 
+def failure_file() -> Path:
+    """Where `local_llm` leaves the reason it could not start, for the chat to show."""
+    from django.conf import settings
+
+    return Path(settings.DATA_DIR) / "local_llm.error"
+
+
+def last_failure() -> str:
+    try:
+        return failure_file().read_text().strip()
+    except OSError:
+        return ""
+
+
 def bundled_model_path() -> Path:
     # find_spec only: importing the package would import an unrelated CLI.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
@@ -31,10 +45,10 @@ def bundled_model_path() -> Path:
 def model_path(configured: str) -> Path:
     path = Path(configured).expanduser() if configured else bundled_model_path()
     if not path.is_file():
-        raise LocalModelError(f"[llm] local_model_path: no model file at {path}")
+        raise LocalModelError(f"[llm] local_model_path: no model file at {path}.")
     with path.open("rb") as handle:
         if handle.read(4) != b"GGUF":
-            raise LocalModelError(f"[llm] local_model_path: {path} is not a GGUF model file")
+            raise LocalModelError(f"[llm] local_model_path: {path} is not a GGUF model file.")
     return path
 
 
@@ -54,10 +68,11 @@ def start_server(path: Path, port: int, api_key: str, context_window: int) -> An
     params.n_parallel = SLOTS
     params.n_ctx = context_window * SLOTS
     params.use_jinja = True  # the model's own chat template, tool calls included
+    params.verbosity = 0  # llama.cpp logs every request; failures surface as errors anyway
     threads = max(1, min(4, os.cpu_count() or 1))
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     try:
         return xllamacpp.Server(params)
     except Exception as exc:  # the runtime raises plain RuntimeErrors
-        raise LocalModelError(f"The embedded model failed to start: {exc}") from exc
+        raise LocalModelError(f"The embedded model failed to start: {exc}.") from exc

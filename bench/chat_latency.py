@@ -83,6 +83,8 @@ async def one_chat(url: str, cookie: str, key: str, deltas: int) -> tuple[list[f
                     problems += 1  # lost or reordered
                 expected = number + 1
                 latencies.append((now - sent) / 1e6)
+            elif frame["type"] == "error":
+                print("error frame:", frame["message"], file=sys.stderr)
             elif frame["type"] == "done":
                 break
     return latencies, deltas - expected, problems
@@ -112,15 +114,30 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
 
-    from tests.scripted_llm import Reply, ScriptedLLM
-
-    with tempfile.TemporaryDirectory() as data_dir, ScriptedLLM() as llm:
+    # The scripted LLM runs in a process of its own, answering every request
+    # with the same stamped stream.
+    llm = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.scripted_llm",
+            "--deltas",
+            str(options.deltas),
+            "--interval",
+            str(options.interval),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    llm_url, llm_key = llm.stdout.readline().split()
+    with tempfile.TemporaryDirectory() as data_dir:
         env = {
             **os.environ,
             "NEOTASK_DATA_DIR": data_dir,
             "NEOTASK_CONFIG": "",
-            "NEOTASK_LLM_BASE_URL": llm.url,
-            "NEOTASK_LLM_API_KEY": llm.api_key,
+            "NEOTASK_LLM_BASE_URL": llm_url,
+            "NEOTASK_LLM_API_KEY": llm_key,
         }
         os.environ.update(env)
         cookie, keys = prepare(data_dir, max(options.chats))
@@ -150,14 +167,14 @@ def main() -> None:
                     time.sleep(0.2)
             rows = []
             for chats in options.chats:
-                reply = Reply(deltas=[""] * options.deltas, delay=options.interval, stamp=True)
-                llm.script(*[reply] * chats)
                 rows.append(
                     asyncio.run(run(f"ws://127.0.0.1:{port}", cookie, keys[:chats], options.deltas))
                 )
         finally:
             server.terminate()
             server.wait(timeout=15)
+            llm.terminate()
+            llm.wait(timeout=15)
     if options.json:
         print(json.dumps(rows, indent=2))
         return

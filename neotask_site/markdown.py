@@ -15,8 +15,31 @@ _renderer = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(
 )
 
 ALLOWED_TAGS = {
-    "p", "br", "hr", "strong", "em", "del", "code", "pre", "blockquote", "ul", "ol", "li",
-    "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "p",
+    "br",
+    "hr",
+    "strong",
+    "em",
+    "del",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
 }  # no <img>: a model's answer must not make the browser fetch remote URLs
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},

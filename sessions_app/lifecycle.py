@@ -35,7 +35,10 @@ def rollover(session: Session, reason: str) -> Session:
             session.owner,
             str(fresh.pk),
             EventType.SESSION_START,
-            {"content": f"New session started: {reason}.", "reason": reason,
-             "continues_from": str(session.pk)},
+            {
+                "content": f"New session started: {reason}.",
+                "reason": reason,
+                "continues_from": str(session.pk),
+            },
         )
     return fresh

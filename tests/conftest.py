@@ -51,3 +51,8 @@ def llm(configure):
     with ScriptedLLM() as server:
         configure("llm", base_url=server.url, api_key=server.api_key, model="scripted")
         yield server
+
+
+def pytest_collection_modifyitems(items):
+    """Browser tests last: they are the slowest, and a failure elsewhere shows first."""
+    items.sort(key=lambda item: "/e2e/" in str(item.path))

@@ -16,6 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many chats connect at once in the benchmarks
+    daemon_threads = True
+
+
 @dataclass
 class Reply:
     text: str = ""
@@ -51,8 +56,7 @@ class ScriptedLLM:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
-        self.server.daemon_threads = True
+        self.server = Server(("127.0.0.1", 0), self.handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -169,3 +173,25 @@ class ScriptedLLM:
                 self.send_chunk(b"")
 
         return Handler
+
+
+def main() -> None:
+    """Serve the same stamped reply to every request, in a process of its own
+    (for benchmarks, so that the server's threads do not compete with the
+    clients that measure)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--deltas", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=0.02)
+    options = parser.parse_args()
+    llm = ScriptedLLM()
+    reply = Reply(deltas=[""] * options.deltas, delay=options.interval, stamp=True)
+    llm.next_reply = lambda body: reply  # type: ignore[method-assign]
+    host, port = llm.server.server_address[:2]
+    print(f"http://{host}:{port}/v1 {llm.api_key}", flush=True)
+    llm.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

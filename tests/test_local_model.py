@@ -60,3 +60,23 @@ def test_it_explains_a_bad_model_path(tmp_path: Path):
     with pytest.raises(LocalModelError, match="is not a GGUF model file"):
         model_path(str(not_gguf))
     assert model_path("") == bundled_model_path()
+
+
+async def test_it_tells_the_chat_why_the_embedded_model_did_not_start(
+    configure, monkeypatch, tmp_path
+):
+    from asgiref.sync import sync_to_async
+    from django.core.management import CommandError, call_command
+
+    from agent.llm import configured_endpoint
+
+    monkeypatch.setenv("NEOTASK_LOCAL_LLM_KEY", "k" * 32)
+    monkeypatch.delenv("NEOTASK_LOCAL_LLM_URL", raising=False)
+    configure("llm", base_url="", local_model_path=str(tmp_path / "nope.gguf"))
+    with pytest.raises(CommandError, match="no model file"):
+        await sync_to_async(call_command)("local_llm", "--port", str(free_port()))
+    with pytest.raises(LLMError) as info:
+        await LLMClient(configured_endpoint()).stream([{"role": "user", "content": "hi"}])
+    message = str(info.value)
+    assert "could not start: [llm] local_model_path: no model file at" in message
+    assert "NEOTASK_LLM_BASE_URL" in message

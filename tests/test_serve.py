@@ -31,6 +31,19 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def wait_for_health(port: int, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                assert json.loads(r.read()) == {"db": "ok"}
+                return
+        except OSError:
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "the server did not answer within 60 s"
+            time.sleep(0.3)
+
+
 @pytest.fixture
 def app_env(tmp_path):
     env = {**os.environ, "NEOTASK_DATA_DIR": str(tmp_path), "NEOTASK_CONFIG": ""}
@@ -53,16 +66,7 @@ def test_it_serves_the_app_and_stops_everything_on_ctrl_c(app_env):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    assert json.loads(r.read()) == {"db": "ok"}
-                    break
-            except OSError:
-                assert server.poll() is None, server.stdout.read()
-                assert time.monotonic() < deadline, "the server did not answer within 60 s"
-                time.sleep(0.3)
+        wait_for_health(port, server)
         # First run: the page that creates the admin account.
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
             assert r.url.endswith("/setup/")
@@ -71,7 +75,7 @@ def test_it_serves_the_app_and_stops_everything_on_ctrl_c(app_env):
         children = subprocess.run(
             ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
         ).stdout
-        assert "daphne" in children and "qcluster" in children
+        assert "daphne" in children and "qcluster" in children and "local_llm" in children
 
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=30) == 0
@@ -101,3 +105,31 @@ def test_it_explains_a_port_in_use(app_env):
     assert result.returncode != 0
     assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_it_keeps_serving_when_the_embedded_model_cannot_start(app_env, tmp_path):
+    port = free_port()
+    env = {**app_env, "NEOTASK_LLM_LOCAL_MODEL_PATH": str(tmp_path / "missing.gguf")}
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "local_llm.error").exists():
+            assert time.monotonic() < deadline and server.poll() is None
+            time.sleep(0.2)
+        wait_for_health(port, server)
+        assert server.poll() is None
+        assert "no model file" in (tmp_path / "local_llm.error").read_text()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+        assert "The embedded model stopped" in server.stdout.read()
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)

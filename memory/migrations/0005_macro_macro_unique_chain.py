@@ -6,15 +6,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memory', '0004_drop_messages'),
+        ("memory", "0004_drop_messages"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddConstraint(
-            model_name='macro',
-            constraint=models.UniqueConstraint(models.F('owner'), models.F('trigger_tool'), django.db.models.functions.comparison.Coalesce('trigger_args_pattern', models.Value('')), models.F('next_tool'), name='macro_unique_chain'),
+            model_name="macro",
+            constraint=models.UniqueConstraint(
+                models.F("owner"),
+                models.F("trigger_tool"),
+                django.db.models.functions.comparison.Coalesce(
+                    "trigger_args_pattern", models.Value("")
+                ),
+                models.F("next_tool"),
+                name="macro_unique_chain",
+            ),
         ),
     ]

@@ -101,8 +101,10 @@ def live_app(e2e_llm, tmp_path_factory) -> Iterator[str]:
     log.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module scope: Playwright's sync API keeps an event loop running while it
+    # is open, which would stop the async tests of other modules.
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 from tests.e2e.conftest import ARTIFACTS, log_in
 from tests.scripted_llm import Reply, reply_with_tool
 
@@ -87,3 +89,30 @@ def test_it_shows_slash_command_answers_and_errors(page, e2e_llm):
     e2e_llm.script(Reply(text="Working again."))
     send(page, "and now?")
     page.locator(".bubble.assistant:has-text('Working again.')").wait_for()
+
+
+def drop_connections(port: int) -> None:
+    """Destroy the browser's TCP connections to the server, as a network drop would."""
+    subprocess.run(
+        ["ss", "-K", "state", "established", f"( dport = :{port} )"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_it_reconnects_after_a_dropped_socket_without_losing_or_repeating(page, e2e_llm, live_app):
+    log_in(page)
+    page.click("#new-chat")
+    page.locator(".empty-chat").wait_for()
+    e2e_llm.script(Reply(deltas=[f"part{n} " for n in range(12)], delay=0.25))
+    send(page, "tell me a long story")
+    page.wait_for_selector(".streaming .bubble:has-text('part1')")
+    # Drop the connection mid-answer; the server finishes the turn meanwhile.
+    drop_connections(int(live_app.rsplit(":", 1)[1]))
+    page.locator("#connection").wait_for(state="visible")
+    page.locator("#connection").wait_for(state="hidden")
+    answer = page.locator(".assistant_response .bubble.markdown:has-text('part11')")
+    answer.wait_for()
+    assert page.locator(".bubble.user").all_inner_texts() == ["tell me a long story"]
+    assert page.locator(".assistant_response .bubble.markdown").count() == 1
+    assert page.locator(".streaming").count() == 0

@@ -31,11 +31,12 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
         capture_output=True,
     )
     port = free_port()
+    log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
         [*manage, "serve", "--port", str(port), "--no-jobs"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -62,3 +63,4 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(timeout=30)
+        log.close()

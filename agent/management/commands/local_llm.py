@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE
-from agent.local_model import LocalModelError, model_path, start_server
+from agent.local_model import LocalModelError, failure_file, model_path, start_server
 
 
 class Command(BaseCommand):
@@ -30,15 +30,17 @@ class Command(BaseCommand):
         if len(api_key) < 16:
             raise CommandError(f"{LOCAL_KEY_VARIABLE} must hold the API key (16+ characters)")
         llm = settings.NEOTASK["llm"]
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         try:
             path = model_path(llm["local_model_path"])
             started = time.monotonic()
             server = start_server(path, port, api_key, llm["context_window"])
         except LocalModelError as exc:
+            failure_file().write_text(str(exc))
             raise CommandError(str(exc)) from None
+        failure_file().unlink(missing_ok=True)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         self.stdout.write(
             f"Embedded model {path.name} loaded in {time.monotonic() - started:.1f} s, "
             f"serving on 127.0.0.1:{port}"

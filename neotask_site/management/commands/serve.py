@@ -22,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
 
 STOP_GRACE_SECONDS = 10.0
+MODEL_START_SECONDS = 60
 
 
 def free_port() -> int:
@@ -62,6 +63,7 @@ class Command(BaseCommand):
         # Parts that may fail without taking the rest down: without the
         # embedded model the chat says what to configure; everything else works.
         optional = set()
+        llm_port = 0
         if not settings.NEOTASK["llm"]["base_url"]:
             llm_port = free_port()
             env[LOCAL_URL_VARIABLE] = f"http://127.0.0.1:{llm_port}/v1"
@@ -97,6 +99,10 @@ class Command(BaseCommand):
         try:
             for name, command in commands.items():
                 children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env)
+                if name == "embedded model":
+                    # Ready before the web server starts, so the first message
+                    # does not race the model's loading.
+                    self.wait_for_port(llm_port, children[name])
             self.stdout.write(
                 self.style.SUCCESS(f"Neotask is running at http://{host}:{port}/")
                 + "  (Ctrl-C to stop)"
@@ -121,6 +127,16 @@ class Command(BaseCommand):
         if exit_code:
             raise CommandError("Neotask stopped because a part of it failed.", returncode=exit_code)
         self.stdout.write("Neotask stopped.")
+
+    def wait_for_port(self, port: int, child: subprocess.Popen) -> None:
+        deadline = time.monotonic() + MODEL_START_SECONDS
+        while time.monotonic() < deadline and child.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.1)
+        if child.poll() is None:
+            self.stderr.write(f"The embedded model is still loading after {MODEL_START_SECONDS} s.")
 
     def stop(self, children: dict[str, subprocess.Popen]) -> None:
         for child in children.values():
