@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
 from memory.models import Event, EventType, Fact
+from memory.retrieval import Context, get_context
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
@@ -23,6 +25,8 @@ CONVERSATION_TYPES = [
     EventType.ASSISTANT_RESPONSE,
     EventType.TOOL_RESULT,
 ]
+SPEAKER = {EventType.USER_MESSAGE: "user", EventType.ASSISTANT_RESPONSE: "assistant"}
+RECALLED_CHARS = 400
 # The share of the window left for the answer.
 ANSWER_RESERVE = 0.25
 
@@ -105,20 +109,34 @@ def fit_to_window(
     return [system, *history[start:]]
 
 
-def build_messages(owner: Any, session_id: str, agent_prompt: str) -> list[dict[str, Any]]:
+def recalled_block(context: Context) -> str:
+    lines = [
+        f"- [{item.event.created_at:%Y-%m-%d}] {SPEAKER.get(item.event.event_type, 'note')}: "
+        f"{' '.join(item.event.text.split())[:RECALLED_CHARS]}"
+        for item in context.recalled
+    ]
+    return "Memories from earlier conversations (use them if relevant):\n" + "\n".join(lines)
+
+
+def build_messages(
+    owner: Any,
+    session_id: str,
+    agent_prompt: str,
+    query: str = "",
+    agent: str = "main",
+    query_vector: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """The prompt for the next call: system prompt with facts and recalled
+    memories, then the recent conversation (memory.retrieval.get_context)."""
     options = settings.NEOTASK
-    facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
-    recent = (
-        Event.objects.owned_by(owner)
-        .filter(session_id=session_id, event_type__in=CONVERSATION_TYPES)
-        .order_by("-created_at", "-id")[: options["memory"]["working_memory_cap"]]
-    )
-    events = list(reversed(recent))
+    context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
+    events = [e for e in context.recent if e.event_type in CONVERSATION_TYPES]
     # Start at a user message: a cut inside an exchange would orphan results.
     while events and events[0].event_type != EventType.USER_MESSAGE:
         events.pop(0)
-    system = {
-        "role": "system",
-        "content": system_prompt(agent_prompt, facts, timezone.localtime()),
-    }
+    facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
+    prompt = system_prompt(agent_prompt, facts, timezone.localtime())
+    if context.recalled:
+        prompt += "\n\n" + recalled_block(context)
+    system = {"role": "system", "content": prompt}
     return fit_to_window(system, history_messages(events), options["llm"]["context_window"])

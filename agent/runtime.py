@@ -57,10 +57,15 @@ class Turn:
         self.partial = ""  # text streamed since the last stored answer
         self.previous_tool: macros.ToolUse | None = None
         self.pending_approval: Any = None
+        self.query = ""
+        self.query_vector: Any = None
 
     async def run(self, text: str) -> TurnResult:
         await self.store(EventType.USER_MESSAGE, {"content": text})
         try:
+            # Once per turn: every round of tool calls recalls by the same question.
+            self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
+            self.query = text if self.query_vector is not None else ""
             return await self.loop()
         except asyncio.CancelledError:
             # /stop: keep what was said, mark it, and end the turn normally.
@@ -73,7 +78,12 @@ class Turn:
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
         for _ in range(max_iterations):
             messages = await database_sync_to_async(build_messages)(
-                self.request.owner, self.request.session_id, self.request.agent_prompt
+                self.request.owner,
+                self.request.session_id,
+                self.request.agent_prompt,
+                query=self.query,
+                agent=self.request.agent_name,
+                query_vector=self.query_vector,
             )
             self.partial = ""
             try:
@@ -203,10 +213,27 @@ class Turn:
 
     async def store(self, event_type: str, data: dict[str, Any], **fields: Any) -> Event:
         event = await database_sync_to_async(Event.record)(
-            self.request.owner, self.request.session_id, event_type, data, **fields
+            self.request.owner,
+            self.request.session_id,
+            event_type,
+            data,
+            agent=self.request.agent_name,
+            **fields,
         )
         await self.emit({"type": "event", "event": event.as_dict()})
         return event
+
+
+def embed_query(text: str) -> Any:
+    """The message's embedding for recall; None (recall by recency and
+    importance only) if the embedding model is unavailable."""
+    from memory.embeddings import embed_text
+
+    try:
+        return embed_text(text)
+    except Exception:
+        log.warning("no embedding for recall; similarity search skipped", exc_info=True)
+        return None
 
 
 async def run_turn(

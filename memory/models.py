@@ -47,6 +47,8 @@ class Event(OwnedModel):
     """
 
     session_id = models.CharField(max_length=255)
+    # Whose memory: retrieval never mixes agents of the same owner.
+    agent = models.CharField(max_length=64, default="main")
     event_type = models.CharField(max_length=32, choices=EventType.choices)
     data = models.JSONField(default=dict, blank=True)
     # The event's searchable words (message content, tool output), kept beside
@@ -59,6 +61,10 @@ class Event(OwnedModel):
     importance = models.FloatField(default=0.5)
     embedding = models.BinaryField(null=True, blank=True)
     embedding_error = models.TextField(null=True, blank=True)
+    embedding_attempts = models.PositiveSmallIntegerField(default=0)
+    embedding_retry_at = models.DateTimeField(null=True, blank=True)
+    # When the vector was stored: the in-process indexes sync from this.
+    embedded_at = models.DateTimeField(null=True, blank=True)
     legacy_message_id = models.CharField(max_length=64, null=True, blank=True)
 
     objects = OwnedQuerySet.as_manager()
@@ -69,7 +75,8 @@ class Event(OwnedModel):
         indexes = [
             models.Index(fields=["session_id", "created_at"], name="event_session_time"),
             models.Index(fields=["owner", "created_at"], name="event_owner_time"),
-            models.Index(fields=["owner", "importance"], name="event_owner_importance"),
+            models.Index(fields=["owner", "agent", "importance"], name="event_owner_importance"),
+            models.Index(fields=["owner", "embedded_at"], name="event_owner_embedded"),
             models.Index(
                 fields=["owner", "created_at"],
                 condition=Q(consolidated_at__isnull=True),
@@ -99,12 +106,18 @@ class Event(OwnedModel):
         cls, owner: Any, session_id: str, event_type: str, data: dict | None = None, **fields: Any
     ) -> Event:
         """Store an event with its default importance and searchable text."""
+        from memory.tasks import queue_embedding
+        from memory.working import working_memory
+
         data = data or {}
         fields.setdefault("importance", default_importance(event_type))
         fields.setdefault("text", data.get("content") or "")
-        return cls.objects.create(
+        event = cls.objects.create(
             owner=owner, session_id=session_id, event_type=event_type, data=data, **fields
         )
+        working_memory.remember(event)
+        queue_embedding(event)
+        return event
 
     @property
     def has_embedding(self) -> bool:

@@ -73,7 +73,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "relevance_min_importance": Option(0.8, between(0.0, 1.0)),
         "similarity_limit": Option(5, at_least(0)),
         "similarity_threshold": Option(0.65, between(-1.0, 1.0)),
-        "vector_backend": Option("numpy", one_of("numpy", "lancedb")),
+        "vector_backend": Option("numpy", one_of("numpy")),
     },
     "sessions": {
         "daily_reset_hour": Option(4, between(0, 23)),

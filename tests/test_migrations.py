@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from memory.fulltext import ensure_index
 from memory.vectors import EMBEDDING_DIM, unpack
 
 BEFORE = [("memory", "0002_events_facts_macros")]
@@ -27,6 +28,7 @@ def migrating_db(transactional_db):
     yield
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+    ensure_index()  # `migrate` does this after rebuilding tables; the executor does not
 
 
 def migrate(targets):

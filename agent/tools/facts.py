@@ -3,7 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.tools import Tool, ToolContext, ToolError, register
-from memory.models import Fact
+from memory.models import Event, EventType, Fact
+
+REMEMBERED_IMPORTANCE = 0.8
 
 
 def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
@@ -16,6 +18,15 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
         key=key,
         defaults={"value": value, "source": Fact.Source.AGENT},
     )
+    # What made the agent remember this matters too: keep that message handy.
+    latest = (
+        Event.objects.owned_by(context.owner)
+        .filter(session_id=context.session_id, event_type=EventType.USER_MESSAGE)
+        .order_by("-id")
+        .first()
+    )
+    if latest is not None and latest.importance < REMEMBERED_IMPORTANCE:
+        Event.objects.filter(pk=latest.pk).update(importance=REMEMBERED_IMPORTANCE)
     return f"{'Remembered' if created else 'Updated'} {fact.category}/{fact.key}: {fact.value}"
 
 

@@ -1,34 +1,20 @@
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from django.db.models import Q
-
 from agent.tools import Tool, ToolContext, register
-from memory.models import Event, EventType
+from memory.search import search_memory
 
 RESULTS = 8
-WORD = re.compile(r"\w{3,}")
+RESULT_CHARS = 300
 
 
-def search_memory(context: ToolContext, arguments: dict[str, Any]) -> str:
-    # Until hybrid memory search lands: the newest messages sharing a word
-    # with the query.
-    words = WORD.findall(arguments["query"].lower())[:10]
-    if not words:
-        return "The query has no words to search for."
-    match = Q()
-    for word in words:
-        match |= Q(text__icontains=word)
-    events = (
-        Event.objects.owned_by(context.owner)
-        .filter(match, event_type__in=[EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE])
-        .order_by("-created_at", "-id")[:RESULTS]
-    )
+def search(context: ToolContext, arguments: dict[str, Any]) -> str:
+    hits = search_memory(context.owner, arguments["query"], k=RESULTS, agent=context.agent_name)
     lines = [
-        f"[{e.created_at:%Y-%m-%d %H:%M}] {e.get_event_type_display()}: {e.text[:300]}"
-        for e in events
+        f"[{hit.event.created_at:%Y-%m-%d %H:%M}] {hit.event.get_event_type_display()}: "
+        f"{' '.join(hit.event.text.split())[:RESULT_CHARS]} (source: {hit.source})"
+        for hit in hits
     ]
     return "\n".join(lines) if lines else "Nothing in memory matches that."
 
@@ -36,12 +22,15 @@ def search_memory(context: ToolContext, arguments: dict[str, Any]) -> str:
 register(
     Tool(
         name="search_memory",
-        description="Search past conversations for something the user said or was told.",
+        description=(
+            "Search everything said in past conversations (by meaning and by words) for "
+            "something the user mentioned or was told."
+        ),
         parameters={
             "type": "object",
             "properties": {"query": {"type": "string", "maxLength": 2000}},
             "required": ["query"],
         },
-        run=search_memory,
+        run=search,
     )
 )

@@ -1,0 +1,117 @@
+"""`get_context`: what the agent remembers for one turn (tri-hybrid retrieval).
+
+Three branches, de-duplicated by event id, each item tagged with the branch
+that brought it (so /status can show why a memory was included):
+recency (the session's last messages, from working memory), relevance
+(important events: importance at or above a bar) and similarity (events
+whose embedding is close to the query's). All scoped to the owner and agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from memory.models import Event, EventType
+from memory.vector_index import index_for
+from memory.working import working_memory
+
+# What relevance and similarity may bring back: things said, and summaries.
+MEMORY_TYPES = [
+    EventType.USER_MESSAGE,
+    EventType.ASSISTANT_RESPONSE,
+    EventType.SUMMARY,
+    EventType.COMPACTION,
+]
+MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    event: Event
+    branch: str  # recency | relevance | similarity
+    score: float | None = None
+
+
+@dataclass
+class Context:
+    items: list[ContextItem] = field(default_factory=list)
+
+    def branch(self, name: str) -> list[ContextItem]:
+        return [item for item in self.items if item.branch == name]
+
+    @property
+    def recent(self) -> list[Event]:
+        return [item.event for item in self.branch("recency")]
+
+    @property
+    def recalled(self) -> list[ContextItem]:
+        """Older memories brought back by relevance or similarity, oldest first."""
+        older = [item for item in self.items if item.branch != "recency"]
+        return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
+
+
+def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:
+    """The last `limit` events, extended back to the newest user message so
+    that a turn with many tool calls is never cut in the middle."""
+    window = working_memory.recent(owner, session_id, working_memory.cap())
+    start = max(0, len(window) - limit)
+    for index in range(len(window) - 1, -1, -1):
+        if window[index].event_type == EventType.USER_MESSAGE:
+            start = min(start, index)
+            break
+    return window[start:] if limit else []
+
+
+def get_context(
+    owner: Any,
+    session_id: str,
+    query: str,
+    agent: str = "main",
+    query_vector: np.ndarray | None = None,
+) -> Context:
+    limits = settings.NEOTASK["memory"]
+    context = Context()
+    seen: set[int] = set()
+
+    for event in recent_exchange(owner, session_id, limits["recency_limit"]):
+        context.items.append(ContextItem(event, "recency"))
+        seen.add(event.pk)
+
+    if limits["relevance_limit"]:
+        important = (
+            Event.objects.owned_by(owner)
+            .filter(
+                agent=agent,
+                event_type__in=MEMORY_TYPES,
+                importance__gte=limits["relevance_min_importance"],
+            )
+            .exclude(pk__in=seen)
+            .order_by("-importance", "-created_at")[: limits["relevance_limit"]]
+        )
+        for event in important:
+            context.items.append(ContextItem(event, "relevance", event.importance))
+            seen.add(event.pk)
+
+    text = (query or "").strip()[:MAX_QUERY_CHARS]
+    if limits["similarity_limit"] and (text or query_vector is not None):
+        if query_vector is None:
+            from memory.embeddings import embed_text
+
+            query_vector = embed_text(text)
+        # Ask for more than needed: some hits are already in the context.
+        wanted = limits["similarity_limit"] + len(seen)
+        hits = index_for(owner.pk, agent).search(
+            query_vector, wanted, min_score=limits["similarity_threshold"]
+        )
+        scores = {event_id: score for event_id, score in hits if event_id not in seen}
+        found = Event.objects.owned_by(owner).filter(
+            pk__in=scores, agent=agent, event_type__in=MEMORY_TYPES
+        )
+        ranked = sorted(found, key=lambda event: -scores[event.pk])
+        for event in ranked[: limits["similarity_limit"]]:
+            context.items.append(ContextItem(event, "similarity", scores[event.pk]))
+    return context

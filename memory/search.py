@@ -1,0 +1,75 @@
+"""Memory search: vector and full-text results fused by reciprocal rank.
+
+Each branch ranks the owner's events on its own; the fused ranking scores an
+event by Σ weight / (RRF_K + rank) over the branches that found it, the
+method of mem0 and of hybrid search engines, with the vector branch weighted
+0.7 and the lexical one 0.3 as in OpenClaw. `branch` also runs one branch
+alone, and "recency" is the baseline the evaluation compares against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory import fulltext
+from memory.models import Event
+from memory.retrieval import MAX_QUERY_CHARS, MEMORY_TYPES
+from memory.vector_index import index_for
+
+RRF_K = 60
+WEIGHTS = {"vector": 0.7, "lexical": 0.3}
+CANDIDATES = 50  # per branch, before fusing
+BRANCHES = ("fused", "vector", "lexical", "recency")
+
+
+@dataclass
+class SearchHit:
+    event: Event
+    score: float
+    branches: dict[str, float] = field(default_factory=dict)  # branch → its own score
+
+    @property
+    def source(self) -> str:
+        return f"session {self.event.session_id}, event {self.event.pk}"
+
+
+def search_memory(
+    owner: Any,
+    query: str,
+    k: int = 10,
+    agent: str = "main",
+    branch: str = "fused",
+    query_vector: np.ndarray | None = None,
+) -> list[SearchHit]:
+    if branch not in BRANCHES:
+        raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
+    text = (query or "").strip()[:MAX_QUERY_CHARS]
+    if k <= 0 or (not text and branch != "recency"):
+        return []
+    owned = Event.objects.owned_by(owner).filter(agent=agent, event_type__in=MEMORY_TYPES)
+    if branch == "recency":
+        return [SearchHit(e, 0.0) for e in owned.order_by("-created_at", "-id")[:k]]
+
+    ranked: dict[str, list[tuple[int, float]]] = {}
+    if branch in ("fused", "vector"):
+        if query_vector is None:
+            from memory.embeddings import embed_text
+
+            query_vector = embed_text(text)
+        ranked["vector"] = index_for(owner.pk, agent).search(query_vector, CANDIDATES)
+    if branch in ("fused", "lexical"):
+        ranked["lexical"] = fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES)
+
+    scores: dict[int, float] = {}
+    own_scores: dict[int, dict[str, float]] = {}
+    for name, results in ranked.items():
+        for rank, (event_id, score) in enumerate(results, start=1):
+            scores[event_id] = scores.get(event_id, 0.0) + WEIGHTS[name] / (RRF_K + rank)
+            own_scores.setdefault(event_id, {})[name] = score
+    events = owned.in_bulk(list(scores))  # drops ids of other owners, agents or types
+    hits = [SearchHit(events[i], scores[i], own_scores[i]) for i in scores if i in events]
+    hits.sort(key=lambda hit: -hit.score)
+    return hits[:k]

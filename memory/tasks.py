@@ -1,0 +1,132 @@
+"""Background jobs of the memory: embedding every stored message.
+
+Each stored message queues its own embedding (django-q2); a sweep every
+minute embeds whatever is still missing, so nothing is lost when a worker
+dies or the broker is down. Failures are recorded on the event and retried
+with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from memory.models import Event, EventType
+from memory.vectors import pack
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_TYPES = [
+    EventType.USER_MESSAGE,
+    EventType.ASSISTANT_RESPONSE,
+    EventType.TOOL_RESULT,
+    EventType.SUMMARY,
+    EventType.COMPACTION,
+]
+BATCH_SIZE = 32
+MAX_ATTEMPTS = 8
+SWEEP_SCHEDULE = "memory: embed missing events"
+
+
+def backoff(attempts: int) -> timedelta:
+    return timedelta(minutes=min(2**attempts, 24 * 60))
+
+
+def needs_embedding() -> QuerySet[Event]:
+    now = timezone.now()
+    return (
+        Event.objects.filter(embedding__isnull=True, event_type__in=EMBEDDED_TYPES)
+        .exclude(text="")
+        .filter(embedding_attempts__lt=MAX_ATTEMPTS)
+        .filter(Q(embedding_retry_at__isnull=True) | Q(embedding_retry_at__lte=now))
+    )
+
+
+def embed_events(ids: list[int]) -> int:
+    """Embed these events (those still without a vector); returns how many."""
+    from memory.embeddings import embed_texts
+
+    events = list(Event.objects.filter(pk__in=ids, embedding__isnull=True).only("id", "text"))
+    if not events:
+        return 0
+    try:
+        vectors = embed_texts([event.text for event in events])
+    except Exception as exc:
+        log.exception("embedding %d events failed", len(events))
+        for event in Event.objects.filter(pk__in=[e.pk for e in events]):
+            attempts = event.embedding_attempts + 1
+            Event.objects.filter(pk=event.pk).update(
+                embedding_attempts=attempts,
+                embedding_error=f"{type(exc).__name__}: {exc}"[:2000],
+                embedding_retry_at=timezone.now() + backoff(attempts),
+            )
+        return 0
+    now = timezone.now()
+    done = 0
+    for event, vector in zip(events, vectors, strict=True):
+        # Conditional: two workers on the same event write it once.
+        done += Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
+            embedding=pack(vector),
+            embedded_at=now,
+            embedding_error=None,
+            embedding_retry_at=None,
+        )
+    return done
+
+
+def embed_event(event_id: int) -> int:
+    return embed_events([event_id])
+
+
+def embed_missing(limit: int | None = None, progress: Callable[[int], None] | None = None) -> int:
+    """The sweep: embed every event still missing a vector, in batches."""
+    total = 0
+    while limit is None or total < limit:
+        size = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - total)
+        ids = list(needs_embedding().order_by("id").values_list("id", flat=True)[:size])
+        if not ids:
+            break
+        done = embed_events(ids)
+        total += len(ids)
+        if progress:
+            progress(len(ids))
+        if done == 0 and needs_embedding().filter(pk__in=ids).exists():
+            break  # this batch failed and waits for its retry time
+    return total
+
+
+def queue_embedding(event: Event) -> None:
+    """After the transaction commits, ask a worker to embed `event`."""
+    if event.event_type not in EMBEDDED_TYPES or not event.text:
+        return
+
+    def enqueue() -> None:
+        from django_q.tasks import async_task
+
+        try:
+            async_task("memory.tasks.embed_event", event.pk, group="embeddings")
+        except Exception:
+            # The broker is down: the sweep embeds it later.
+            log.warning("could not queue the embedding of event %s", event.pk, exc_info=True)
+
+    transaction.on_commit(enqueue)
+
+
+def install_schedules(sender: object, **kwargs: object) -> None:
+    """The sweep runs every minute in the job cluster (created once, kept in sync)."""
+    from django_q.models import Schedule
+
+    Schedule.objects.update_or_create(
+        name=SWEEP_SCHEDULE,
+        defaults={
+            "func": "memory.tasks.embed_missing",
+            "schedule_type": Schedule.MINUTES,
+            "minutes": 1,
+            "repeats": -1,
+        },
+    )

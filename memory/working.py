@@ -1,0 +1,94 @@
+"""Working memory: each session's recent events, kept in process.
+
+Recent history then needs no query beyond a cheap version check: the
+(count, newest id) of the session's events. If another process wrote to the
+session meanwhile, the check differs and the deque is rebuilt from the
+database, which is always the truth.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Max
+
+from memory.models import Event, EventType
+
+# What counts as conversation for recency.
+CONVERSATION_TYPES = [
+    EventType.USER_MESSAGE,
+    EventType.ASSISTANT_RESPONSE,
+    EventType.TOOL_RESULT,
+    EventType.SUMMARY,
+    EventType.COMPACTION,
+]
+MAX_SESSIONS = 2000  # sessions kept per process; the least recently used go first
+
+
+@dataclass
+class Entry:
+    marker: tuple[int, int]
+    events: deque[Event]
+
+
+class WorkingMemory:
+    def __init__(self) -> None:
+        self.sessions: OrderedDict[str, Entry] = OrderedDict()
+        self.lock = threading.Lock()
+        self.rebuilds = 0  # for tests and the benchmark
+
+    @staticmethod
+    def cap() -> int:
+        return settings.NEOTASK["memory"]["working_memory_cap"]
+
+    @staticmethod
+    def rows(owner: Any, session_id: str):  # -> QuerySet[Event]
+        return Event.objects.filter(
+            owner=owner, session_id=session_id, event_type__in=CONVERSATION_TYPES
+        )
+
+    def marker(self, owner: Any, session_id: str) -> tuple[int, int]:
+        found = self.rows(owner, session_id).aggregate(count=Count("id"), newest=Max("id"))
+        return found["count"], found["newest"] or 0
+
+    def recent(self, owner: Any, session_id: str, limit: int) -> list[Event]:
+        """The session's last `limit` conversation events, oldest first."""
+        marker = self.marker(owner, session_id)
+        with self.lock:
+            entry = self.sessions.get(session_id)
+            if entry is not None and entry.marker == marker:
+                self.sessions.move_to_end(session_id)
+                return list(entry.events)[-limit:] if limit else []
+        events = list(reversed(self.rows(owner, session_id).order_by("-id")[: self.cap()]))
+        with self.lock:
+            self.rebuilds += 1
+            self.sessions[session_id] = Entry(marker, deque(events, maxlen=self.cap()))
+            while len(self.sessions) > MAX_SESSIONS:
+                self.sessions.popitem(last=False)
+        return events[-limit:] if limit else []
+
+    def remember(self, event: Event) -> None:
+        """Add a just-stored event, if the cached session is otherwise current."""
+        if event.event_type not in CONVERSATION_TYPES:
+            return
+        with self.lock:
+            entry = self.sessions.get(event.session_id)
+            if entry is None:
+                return
+            count, newest = entry.marker
+            if event.pk > newest:
+                entry.events.append(event)
+                entry.marker = (count + 1, event.pk)
+            else:
+                del self.sessions[event.session_id]  # out of order: rebuild on next read
+
+    def clear(self) -> None:
+        with self.lock:
+            self.sessions.clear()
+
+
+working_memory = WorkingMemory()
