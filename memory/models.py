@@ -73,7 +73,9 @@ class Event(OwnedModel):
         db_table = "events"
         ordering = ["created_at", "id"]
         indexes = [
-            models.Index(fields=["session_id", "created_at"], name="event_session_time"),
+            # A session's events, newest first, and the working-memory version
+            # check (count and newest id) read from this index alone.
+            models.Index(fields=["owner", "session_id", "id"], name="event_session"),
             models.Index(fields=["owner", "created_at"], name="event_owner_time"),
             models.Index(fields=["owner", "agent", "importance"], name="event_owner_importance"),
             models.Index(fields=["owner", "embedded_at"], name="event_owner_embedded"),

@@ -1,10 +1,14 @@
-"""Memory search: vector and full-text results fused by reciprocal rank.
+"""Memory search: vector similarity, full-text (BM25) and their fusion.
 
 Each branch ranks the owner's events on its own; the fused ranking scores an
-event by Σ weight / (RRF_K + rank) over the branches that found it, the
-method of mem0 and of hybrid search engines, with the vector branch weighted
-0.7 and the lexical one 0.3 as in OpenClaw. `branch` also runs one branch
-alone, and "recency" is the baseline the evaluation compares against.
+event by Σ 1 / (RRF_K + rank) over the branches that found it (reciprocal
+rank fusion). What the lexical branch may contribute was decided by
+`memory_eval` on tests/data/memory_eval.json (README, "Memory"): fused with
+OpenClaw's 0.7/0.3 weights it lost 11 points of recall@10 against vector
+alone, and no weighting beat vector alone at recall@10. So the fused ranking
+takes from the lexical branch only the events the vector branch cannot see:
+those without an embedding yet (just written, or whose embedding failed).
+`branch` also runs one branch alone; "recency" is the evaluation's baseline.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from memory.retrieval import MAX_QUERY_CHARS, MEMORY_TYPES
 from memory.vector_index import index_for
 
 RRF_K = 60
-WEIGHTS = {"vector": 0.7, "lexical": 0.3}
 CANDIDATES = 50  # per branch, before fusing
 BRANCHES = ("fused", "vector", "lexical", "recency")
 
@@ -61,13 +64,21 @@ def search_memory(
             query_vector = embed_text(text)
         ranked["vector"] = index_for(owner.pk, agent).search(query_vector, CANDIDATES)
     if branch in ("fused", "lexical"):
-        ranked["lexical"] = fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES)
+        lexical = fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES)
+        if branch == "fused":
+            unembedded = set(
+                owned.filter(pk__in=[i for i, _ in lexical], embedding__isnull=True).values_list(
+                    "pk", flat=True
+                )
+            )
+            lexical = [(i, score) for i, score in lexical if i in unembedded]
+        ranked["lexical"] = lexical
 
     scores: dict[int, float] = {}
     own_scores: dict[int, dict[str, float]] = {}
     for name, results in ranked.items():
         for rank, (event_id, score) in enumerate(results, start=1):
-            scores[event_id] = scores.get(event_id, 0.0) + WEIGHTS[name] / (RRF_K + rank)
+            scores[event_id] = scores.get(event_id, 0.0) + 1 / (RRF_K + rank)
             own_scores.setdefault(event_id, {})[name] = score
     events = owned.in_bulk(list(scores))  # drops ids of other owners, agents or types
     hits = [SearchHit(events[i], scores[i], own_scores[i]) for i in scores if i in events]

@@ -9,7 +9,9 @@ with exponential backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.db import transaction
@@ -84,25 +86,43 @@ def embed_event(event_id: int) -> int:
 
 
 def embed_missing(limit: int | None = None, progress: Callable[[int], None] | None = None) -> int:
-    """The sweep: embed every event still missing a vector, in batches."""
-    total = 0
-    while limit is None or total < limit:
-        size = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - total)
+    """The sweep: embed every event still missing a vector, in batches;
+    returns how many were embedded."""
+    tried = embedded = 0
+    while limit is None or tried < limit:
+        size = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - tried)
         ids = list(needs_embedding().order_by("id").values_list("id", flat=True)[:size])
         if not ids:
             break
         done = embed_events(ids)
-        total += len(ids)
+        tried += len(ids)
+        embedded += done
         if progress:
             progress(len(ids))
         if done == 0 and needs_embedding().filter(pk__in=ids).exists():
             break  # this batch failed and waits for its retry time
-    return total
+    return embedded
+
+
+_local = threading.local()
+
+
+@contextmanager
+def embedding_queue_paused() -> Iterator[None]:
+    """For bulk writers (evaluation, benchmark, imports) that embed in batches
+    themselves: one queued job per event would only flood the broker."""
+    _local.paused = True
+    try:
+        yield
+    finally:
+        _local.paused = False
 
 
 def queue_embedding(event: Event) -> None:
     """After the transaction commits, ask a worker to embed `event`."""
     if event.event_type not in EMBEDDED_TYPES or not event.text:
+        return
+    if getattr(_local, "paused", False):
         return
 
     def enqueue() -> None:

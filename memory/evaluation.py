@@ -1,0 +1,127 @@
+"""Retrieval quality: recall@k of each search branch on a conversation dataset.
+
+The dataset (DESIGN.md §6) holds conversations between two named people and
+questions with the ids of the turns that answer them. Each conversation is
+written through the real write path (events, then embeddings) into a
+throw-away user, each question is asked of every branch of the memory
+search, and recall@k is the share of evidence turns found in the top k.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from memory.models import Event, EventType
+from memory.search import BRANCHES, search_memory
+from memory.tasks import embed_missing, embedding_queue_paused
+from memory.vector_index import forget_indexes
+
+
+class DatasetError(ValueError):
+    """The dataset file is not of the documented form; the message says where."""
+
+
+def load_dataset(path: Path) -> list[dict[str, Any]]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    conversations = document.get("conversations") if isinstance(document, dict) else None
+    if not isinstance(conversations, list) or not conversations:
+        raise DatasetError(f'{path}: expected {{"conversations": [...]}} with at least one')
+    for number, conversation in enumerate(conversations, start=1):
+        where = f"{path}: conversation #{number}"
+        for key in ("id", "turns", "questions"):
+            if key not in conversation:
+                raise DatasetError(f"{where} has no {key!r}")
+        turn_ids = set()
+        for turn in conversation["turns"]:
+            if not all(isinstance(turn.get(k), str) for k in ("id", "speaker", "text")):
+                raise DatasetError(f"{where}: every turn needs string id, speaker and text")
+            turn_ids.add(turn["id"])
+        for question in conversation["questions"]:
+            evidence = question.get("evidence")
+            if not isinstance(question.get("question"), str) or not isinstance(evidence, list):
+                raise DatasetError(f"{where}: every question needs question and evidence")
+            if missing := set(evidence) - turn_ids:
+                raise DatasetError(f"{where}: evidence {sorted(missing)} names no turn")
+    return conversations
+
+
+def timestamp(raw: str | None) -> datetime:
+    if not raw:
+        return datetime.now(UTC)
+    value = datetime.fromisoformat(raw)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@contextmanager
+def throwaway_user() -> Iterator[Any]:
+    user = get_user_model().objects.create(
+        username=f"memory-eval-{uuid.uuid4().hex[:12]}", is_active=False
+    )
+    try:
+        yield user
+    finally:
+        user.delete()
+        forget_indexes()
+
+
+def ingest(user: Any, conversation: dict[str, Any]) -> None:
+    with embedding_queue_paused():
+        for turn in conversation["turns"]:
+            session = turn["id"].split(":", 1)[0]
+            Event.record(
+                user,
+                f"{conversation['id']}:{session}",
+                EventType.USER_MESSAGE,
+                {
+                    "content": f"{turn['speaker']}: {turn['text']}",
+                    "speaker": turn["speaker"],
+                    "turn_id": turn["id"],
+                },
+                created_at=timestamp(turn.get("timestamp")),
+            )
+    embed_missing()
+
+
+def evaluate(
+    conversations: list[dict[str, Any]],
+    ks: list[int],
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    depth = max(ks)
+    found: dict[str, dict[int, float]] = {b: dict.fromkeys(ks, 0.0) for b in BRANCHES}
+    questions = 0
+    for conversation in conversations:
+        with throwaway_user() as user:
+            ingest(user, conversation)
+            for question in conversation["questions"]:
+                evidence = set(question["evidence"])
+                questions += 1
+                for branch in BRANCHES:
+                    hits = search_memory(user, question["question"], k=depth, branch=branch)
+                    ranked = [hit.event.data.get("turn_id") for hit in hits]
+                    for k in ks:
+                        found[branch][k] += len(evidence & set(ranked[:k])) / len(evidence)
+                if progress:
+                    progress(1)
+    return {
+        "conversations": len(conversations),
+        "questions": questions,
+        "k": ks,
+        "recall": {
+            branch: {str(k): round(found[branch][k] / max(questions, 1), 4) for k in ks}
+            for branch in BRANCHES
+        },
+    }

@@ -1,0 +1,206 @@
+"""`python manage.py memory_bench --events N [--json]`: memory latency at scale.
+
+Builds N events for one throw-away user, then times get_context (the query
+already embedded, as in a turn), memory search (with and without embedding
+the query), embedding throughput at batch 1 and 32, and the process RSS.
+
+Embedding N texts for real would take minutes at 100k, so the events reuse
+the real embeddings of a pool of distinct generated sentences, each with a
+little noise so that no two vectors are equal. Run it on a scratch data dir:
+
+    NEOTASK_DATA_DIR=$(mktemp -d) sh -c 'python manage.py migrate -v0 &&
+        python manage.py memory_bench --events 100000'
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
+from tqdm import tqdm
+
+from memory.embeddings import embed_text, embed_texts, get_model
+from memory.evaluation import throwaway_user
+from memory.models import Event, EventType
+from memory.retrieval import get_context
+from memory.search import search_memory
+from memory.vector_index import index_for
+from memory.vectors import pack
+
+POOL = 2000
+SAMPLES = 200
+INSERT_BATCH = 5000
+PEOPLE = "Maya Ben Alice Omar Priya Lena Marco Yuki Sam Ines".split()
+PLACES = "Lisbon Kyoto Berlin Nairobi Toronto Oslo Lima Hanoi Austin Porto".split()
+THINGS = (
+    "the quarterly report|a birthday dinner|the dentist appointment|the garden shed|"
+    "a new laptop|the marathon training|piano lessons|the tax return|a hiking trip|"
+    "the kitchen renovation|a job interview|the book club|a vegan recipe|the car service"
+).split("|")
+TEMPLATES = [
+    "{p} said we should talk about {t} before we leave for {c}.",
+    "Remind me that {t} is due next {d}.",
+    "I had lunch with {p} in {c} and we discussed {t}.",
+    "Can you summarise what I decided about {t}?",
+    "My favourite memory of {c} is the evening with {p}.",
+    "{p} prefers to handle {t} on {d} mornings.",
+    "We booked flights to {c} for {t}.",
+    "Note to self: ask {p} about {t}.",
+]
+DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
+QUERIES = [
+    "When is the dentist appointment?",
+    "What did Maya say about the trip?",
+    "Which city are we flying to?",
+    "What did I decide about the kitchen renovation?",
+    "Who handles the tax return?",
+    "book club plans with Priya",
+    "marathon training schedule",
+    "dinner in Kyoto",
+]
+
+
+def sentence(rng: random.Random) -> str:
+    return rng.choice(TEMPLATES).format(
+        p=rng.choice(PEOPLE), c=rng.choice(PLACES), t=rng.choice(THINGS), d=rng.choice(DAYS)
+    )
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2),
+    }
+
+
+def timed(call: Any, count: int) -> list[float]:
+    samples = []
+    for number in range(count):
+        started = time.perf_counter()
+        call(number)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+class Command(BaseCommand):
+    help = "Benchmark get_context, memory search and embedding on N generated events."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--events", type=int, default=10_000)
+        parser.add_argument("--json", action="store_true", dest="as_json")
+        parser.add_argument("--seed", type=int, default=7)
+
+    def handle(self, *args: Any, events: int, as_json: bool, seed: int, **options: Any) -> None:
+        rng = random.Random(seed)
+        noise = np.random.default_rng(seed)
+        quiet = as_json
+        get_model()
+        started = time.perf_counter()
+        pool_texts = list(dict.fromkeys(sentence(rng) for _ in range(POOL * 3)))[:POOL]
+        pool_vectors = embed_texts(pool_texts)
+        report: dict[str, Any] = {"events": events}
+        with throwaway_user() as user:
+            self.build(user, events, pool_texts, pool_vectors, rng, noise, quiet)
+            report["build_seconds"] = round(time.perf_counter() - started, 1)
+            index = index_for(user.pk)
+            started = time.perf_counter()
+            index.search(pool_vectors[0], 1)  # first load of the vector index
+            report["index_load_seconds"] = round(time.perf_counter() - started, 2)
+            vectors = embed_texts(QUERIES)
+            session = f"bench:{events - 1}"
+
+            def context(n: int) -> None:
+                get_context(user, session, QUERIES[n % 8], query_vector=vectors[n % 8])
+
+            report["get_context"] = percentiles(timed(context, SAMPLES))
+            report["search_with_embedding"] = percentiles(
+                timed(lambda n: search_memory(user, QUERIES[n % 8] + f" {n}"), SAMPLES)
+            )
+            report["search_without_embedding"] = percentiles(
+                timed(
+                    lambda n: search_memory(user, QUERIES[n % 8], query_vector=vectors[n % 8]),
+                    SAMPLES,
+                )
+            )
+        texts = [sentence(rng) for _ in range(1024)]
+        started = time.perf_counter()
+        for text in texts[:256]:
+            embed_text(text)
+        report["embed_batch_1_per_s"] = round(256 / (time.perf_counter() - started), 1)
+        started = time.perf_counter()
+        embed_texts(texts, batch_size=32)
+        report["embed_batch_32_per_s"] = round(1024 / (time.perf_counter() - started), 1)
+        report["rss_mb"] = rss_mb()
+        if quiet:
+            self.stdout.write(json.dumps(report, indent=2))
+        else:
+            self.print_table(report)
+
+    def build(
+        self,
+        user: Any,
+        count: int,
+        texts: list[str],
+        vectors: np.ndarray,
+        rng: random.Random,
+        noise: Any,
+        quiet: bool,
+    ) -> None:
+        start = timezone.now() - timedelta(minutes=count)
+        with tqdm(total=count, unit="event", disable=quiet, file=self.stderr._out) as bar:
+            for offset in range(0, count, INSERT_BATCH):
+                batch = []
+                for number in range(offset, min(count, offset + INSERT_BATCH)):
+                    pick = rng.randrange(len(texts))
+                    vector = vectors[pick] + noise.normal(0, 0.02, vectors.shape[1])
+                    vector /= np.linalg.norm(vector)
+                    when = start + timedelta(minutes=number)
+                    batch.append(
+                        Event(
+                            owner=user,
+                            session_id=f"bench:{number // 50 * 50 + 49}",
+                            event_type=EventType.USER_MESSAGE
+                            if number % 2 == 0
+                            else EventType.ASSISTANT_RESPONSE,
+                            data={"content": texts[pick]},
+                            text=texts[pick],
+                            created_at=when,
+                            importance=0.9 if number % 997 == 0 else 0.5,
+                            embedding=pack(vector),
+                            embedded_at=when,
+                        )
+                    )
+                Event.objects.bulk_create(batch)
+                bar.update(len(batch))
+
+    def print_table(self, report: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"{report['events']:,} events (built in {report['build_seconds']} s; "
+            f"vector index loaded in {report['index_load_seconds']} s)"
+        )
+        for name in ("get_context", "search_with_embedding", "search_without_embedding"):
+            numbers = report[name]
+            self.stdout.write(
+                f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
+            )
+        self.stdout.write(
+            f"  embedding: {report['embed_batch_1_per_s']}/s at batch 1, "
+            f"{report['embed_batch_32_per_s']}/s at batch 32"
+        )
+        self.stdout.write(f"  RSS: {report['rss_mb']} MB")

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+
+from memory.models import Event
+
+DATASET = Path(__file__).parent / "data" / "memory_eval.json"
+
+
+def test_it_reports_that_fused_search_beats_recency(db, tmp_path):
+    document = json.loads(DATASET.read_text())
+    small = tmp_path / "slice.json"
+    small.write_text(json.dumps({"conversations": document["conversations"][:1]}))
+    out = StringIO()
+    call_command("memory_eval", str(small), "--k", "5", "--k", "10", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["conversations"] == 1 and report["questions"] >= 15
+    assert report["k"] == [5, 10]
+    recall = report["recall"]
+    assert set(recall) == {"fused", "vector", "lexical", "recency"}
+    assert recall["fused"]["10"] > recall["recency"]["10"] + 0.3
+    assert recall["fused"]["10"] >= recall["vector"]["10"]
+    # The throw-away users and their events are gone.
+    assert not User.objects.exists() and not Event.objects.exists()
+
+
+def test_it_prints_a_table_by_default(db, tmp_path):
+    dataset = tmp_path / "tiny.json"
+    dataset.write_text(
+        json.dumps(
+            {
+                "conversations": [
+                    {
+                        "id": "c1",
+                        "speaker_a": "Ann",
+                        "speaker_b": "Bo",
+                        "turns": [
+                            {
+                                "id": "D1:1",
+                                "speaker": "Ann",
+                                "text": "My cat Pixel loves tuna",
+                                "timestamp": "2024-01-01T10:00:00",
+                            },
+                            {
+                                "id": "D1:2",
+                                "speaker": "Bo",
+                                "text": "I am learning the cello",
+                                "timestamp": "2024-01-01T10:01:00",
+                            },
+                        ],
+                        "questions": [
+                            {"question": "What is the name of Ann's cat?", "evidence": ["D1:1"]}
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    out = StringIO()
+    call_command("memory_eval", str(dataset), "--k", "1", stdout=out, stderr=StringIO())
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "1 conversations, 1 questions"
+    assert lines[1].split() == ["branch", "recall@1"]
+    assert lines[3].split() == ["vector", "1.000"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"conversations": []}', "at least one"),
+        ('{"conversations": [{"id": "c1", "turns": []}]}', "has no 'questions'"),
+        (
+            '{"conversations": [{"id": "c1", "turns": [{"id": "D1:1"}], "questions": []}]}',
+            "string id, speaker and text",
+        ),
+        (
+            '{"conversations": [{"id": "c1", "turns": [], "questions": '
+            '[{"question": "q", "evidence": ["D9:9"]}]}]}',
+            "names no turn",
+        ),
+    ],
+)
+def test_it_rejects_a_malformed_dataset(db, tmp_path, content, message):
+    dataset = tmp_path / "bad.json"
+    dataset.write_text(content)
+    with pytest.raises(CommandError, match=message):
+        call_command("memory_eval", str(dataset))
+
+
+def test_it_rejects_a_missing_file(db, tmp_path):
+    with pytest.raises(CommandError, match="cannot be read"):
+        call_command("memory_eval", str(tmp_path / "nope.json"))

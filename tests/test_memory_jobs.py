@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from django_q.models import OrmQ, Schedule
+
+from memory import tasks
+from memory.models import Event
+from memory.vectors import unpack
+
+
+def record(owner, text, event_type="user_message", session="s1"):
+    return Event.record(owner, session, event_type, {"content": text})
+
+
+def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        record(alice, "I adopted a cat called Miso")
+        record(alice, "", event_type="assistant_response")  # nothing to embed
+        Event.record(alice, "s1", "session_start", {"content": "New session"})
+    queued = [task for task in OrmQ.objects.all()]
+    assert len(queued) == 1
+    assert queued[0].task["func"] == "memory.tasks.embed_event"
+
+
+def test_it_embeds_an_event(alice):
+    event = record(alice, "My sister Maya lives in Lisbon")
+    assert tasks.embed_event(event.pk) == 1
+    event.refresh_from_db()
+    vector = unpack(event.embedding)
+    assert vector.shape == (384,)
+    assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+    assert event.embedded_at is not None and event.embedding_error is None
+    assert tasks.embed_event(event.pk) == 0  # already done: nothing written twice
+
+
+def test_it_sweeps_up_everything_missing_in_batches(alice, bob):
+    for number in range(40):
+        record(alice if number % 2 else bob, f"message number {number} about gardening")
+    record(alice, "a tool said this", event_type="tool_result")
+    seen: list[int] = []
+    assert tasks.embed_missing(progress=seen.append) == 41
+    assert seen == [32, 9]
+    assert not tasks.needs_embedding().exists()
+    assert tasks.embed_missing() == 0
+
+
+def test_it_records_failures_and_retries_with_backoff(alice, monkeypatch):
+    event = record(alice, "this will fail once")
+
+    def broken(texts):
+        raise RuntimeError("model exploded")
+
+    monkeypatch.setattr("memory.embeddings.embed_texts", broken)
+    assert tasks.embed_missing() == 0
+    event.refresh_from_db()
+    assert event.embedding is None
+    assert event.embedding_error == "RuntimeError: model exploded"
+    assert event.embedding_attempts == 1
+    assert event.embedding_retry_at > timezone.now() + timedelta(seconds=90)
+    assert not tasks.needs_embedding().exists()  # waits for its retry time
+    monkeypatch.undo()
+    Event.objects.filter(pk=event.pk).update(embedding_retry_at=timezone.now())
+    assert tasks.embed_missing() == 1
+    event.refresh_from_db()
+    assert event.embedding is not None and event.embedding_error is None
+
+
+def test_it_gives_up_after_the_last_attempt(alice):
+    event = record(alice, "hopeless")
+    Event.objects.filter(pk=event.pk).update(embedding_attempts=tasks.MAX_ATTEMPTS)
+    assert tasks.embed_missing() == 0
+
+
+def test_it_backfills_from_the_command_line_with_progress(alice):
+    for number in range(5):
+        record(alice, f"backfill {number}")
+    out, err = StringIO(), StringIO()
+    call_command("embed_backfill", stdout=out, stderr=err)
+    assert "Embedded 5 events" in out.getvalue()
+    assert "5/5" in err.getvalue()  # the progress bar
+    assert not tasks.needs_embedding().exists()
+
+
+def test_it_installs_the_sweep_schedule(db):
+    schedule = Schedule.objects.get(name=tasks.SWEEP_SCHEDULE)
+    assert schedule.func == "memory.tasks.embed_missing"
+    assert schedule.schedule_type == Schedule.MINUTES and schedule.minutes == 1
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x00" * 10, b"not a vector at all"])
+def test_it_skips_a_corrupt_vector_in_search(alice, blob):
+    from memory.vector_index import NumpyIndex
+
+    good = record(alice, "good vector")
+    tasks.embed_missing()
+    bad = record(alice, "bad vector")
+    Event.objects.filter(pk=bad.pk).update(embedding=blob, embedded_at=timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    hits = index.search(unpack(Event.objects.get(pk=good.pk).embedding), 5)
+    assert [event_id for event_id, _ in hits] == [good.pk]

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from memory import tasks
+from memory.models import Event
+from memory.retrieval import get_context
+from memory.search import search_memory
+from memory.working import working_memory
+
+
+def say(owner, text, session="s1", event_type="user_message", agent="main", **fields):
+    return Event.record(owner, session, event_type, {"content": text}, agent=agent, **fields)
+
+
+@pytest.fixture
+def history(alice):
+    """An old session about pets and travel, a new one about work."""
+    old = [
+        say(alice, "My dog Biscuit is a golden retriever", session="old"),
+        say(alice, "We are flying to Lisbon on June 3rd", session="old"),
+        say(alice, "I can't stand cilantro in anything", session="old", importance=0.9),
+        say(alice, "The quarterly report is due Friday", session="old"),
+    ]
+    recent = [say(alice, f"work note number {n}", session="s1") for n in range(12)]
+    tasks.embed_missing()
+    return old, recent
+
+
+def test_it_combines_recency_relevance_and_similarity(alice, history):
+    old, recent = history
+    context = get_context(alice, "s1", "What kind of dog is Biscuit?")
+    assert [item.event for item in context.branch("recency")] == recent[-10:]
+    assert [item.event for item in context.branch("relevance")] == [old[2]]
+    similar = [item.event for item in context.branch("similarity")]
+    assert similar[0] == old[0]
+    assert all(item.score > 0.65 for item in context.branch("similarity"))
+    ids = [item.event.pk for item in context.items]
+    assert len(ids) == len(set(ids))  # de-duplicated
+
+
+def test_it_honours_the_configured_limits(alice, history, configure):
+    configure(
+        "memory", recency_limit=3, relevance_limit=0, similarity_limit=1, similarity_threshold=0.0
+    )
+    context = get_context(alice, "s1", "travel plans")
+    assert len(context.branch("recency")) == 3
+    assert context.branch("relevance") == []
+    assert len(context.branch("similarity")) == 1
+
+
+def test_it_keeps_a_long_turn_whole_in_recency(alice, configure):
+    configure("memory", recency_limit=4)
+    user = say(alice, "do many things")
+    steps = [say(alice, f"step {n}", event_type="tool_result") for n in range(8)]
+    recent = get_context(alice, "s1", "").branch("recency")
+    assert [item.event for item in recent] == [user, *steps]
+
+
+def test_it_still_recalls_events_without_embeddings(alice):
+    say(alice, "Pinned: my passport number ends in 42", session="old", importance=1.0)
+    say(alice, "unembedded but recent")
+    context = get_context(alice, "s1", "passport")
+    assert [i.event.text for i in context.branch("recency")] == ["unembedded but recent"]
+    assert "passport" in context.branch("relevance")[0].event.text
+    hits = search_memory(alice, "passport number")
+    assert hits and "passport" in hits[0].event.text  # found by the lexical branch
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["", "   ", "x" * 100_000, "'; DROP TABLE events; --", '" OR 1=1 NEAR(a b) * ^', "🙂🙂🙂"],
+)
+def test_it_survives_odd_queries(alice, history, query):
+    get_context(alice, "s1", query)
+    search_memory(alice, query)
+    assert Event.objects.count() == 16
+
+
+def test_it_never_returns_another_users_or_agents_memories(alice, bob, history):
+    say(bob, "Bob's dog is a golden retriever named Biscuit too", session="b", importance=1.0)
+    say(alice, "The research agent knows about dogs", session="r", agent="research", importance=1.0)
+    tasks.embed_missing()
+    context = get_context(bob, "b", "What breed is my dog?")
+    owners = {item.event.owner_id for item in context.items}
+    assert owners == {bob.pk}
+    for branch in ("fused", "vector", "lexical", "recency"):
+        hits = search_memory(bob, "golden retriever dog Biscuit", branch=branch)
+        assert hits and {hit.event.owner_id for hit in hits} == {bob.pk}, branch
+    alice_context = get_context(alice, "s1", "dogs research")
+    assert all(item.event.agent == "main" for item in alice_context.items)
+    assert all(hit.event.agent == "main" for hit in search_memory(alice, "research dogs"))
+
+
+def test_it_fuses_vector_ranking_with_words_of_unembedded_events(alice, history):
+    old, _ = history
+    fresh = say(alice, "The plumber Zoltan comes on Tuesday", session="new")  # no vector yet
+    hits = search_memory(alice, "golden retriever")
+    assert hits[0].event == old[0]
+    assert set(hits[0].branches) == {"vector"}
+    hits = search_memory(alice, "when does Zoltan come?")
+    assert fresh in [hit.event for hit in hits[:3]]
+    assert next(h for h in hits if h.event == fresh).branches.keys() == {"lexical"}
+    paraphrase = search_memory(alice, "which food do I dislike?", branch="vector")
+    assert paraphrase[0].event == old[2]
+    assert search_memory(alice, "Lisbon", branch="lexical")[0].event == old[1]
+
+
+def test_it_rebuilds_working_memory_when_another_process_wrote(alice):
+    say(alice, "first")
+    assert [e.text for e in working_memory.recent(alice, "s1", 10)] == ["first"]
+    rebuilds = working_memory.rebuilds
+    say(alice, "second")  # through this process: the cache is updated, not rebuilt
+    assert [e.text for e in working_memory.recent(alice, "s1", 10)] == ["first", "second"]
+    assert working_memory.rebuilds == rebuilds
+    # Another process writes straight to the database.
+    Event.objects.create(owner=alice, session_id="s1", event_type="user_message", text="third")
+    assert [e.text for e in working_memory.recent(alice, "s1", 10)] == ["first", "second", "third"]
+    assert working_memory.rebuilds == rebuilds + 1
+
+
+@override_settings()
+def test_it_caps_working_memory(alice, configure):
+    configure("memory", working_memory_cap=5)
+    working_memory.clear()
+    for n in range(8):
+        say(alice, f"m{n}")
+    assert [e.text for e in working_memory.recent(alice, "s1", 50)] == [
+        f"m{n}" for n in range(3, 8)
+    ]
