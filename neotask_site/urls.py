@@ -12,5 +12,6 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("memory/", include("memory.urls")),
     path("", include("sessions_app.urls")),
 ]

@@ -9,5 +9,7 @@ urlpatterns = [
     path("chat/<str:key>/", views.chat_page, name="chat"),
     path("chat/<str:key>/events/", views.chat_events, name="chat-events"),
     path("sessions/", views.session_list, name="session-list"),
-    path("sessions/<uuid:pk>/", views.session_detail, name="session-detail"),
+    # str, not uuid: memory search links to any session id an event names.
+    path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
+    path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),
 ]

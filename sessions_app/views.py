@@ -1,17 +1,20 @@
 from __future__ import annotations
 
+import uuid
+
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from agent.models import ApprovalRequest
-from memory.models import Event
+from memory.models import Event, default_importance
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat
 from sessions_app.models import Session
 
 EVENTS_PER_PAGE = 100
+PINNED = 1.0
 CHAT_EVENTS = 200
 
 
@@ -77,7 +80,21 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 def session_detail(request: HttpRequest, pk: str) -> HttpResponse:
+    try:
+        uuid.UUID(pk)
+    except ValueError:
+        raise Http404("No such session") from None
     session = get_owned_or_404(Session, request.user, pk=pk)
     events = Event.objects.owned_by(request.user).filter(session_id=str(session.pk))
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
+
+
+@require_POST
+def event_pin(request: HttpRequest, pk: int) -> HttpResponse:
+    """Pin a message (importance 1.0: always recalled) or unpin it (its default)."""
+    event = get_owned_or_404(Event, request.user, pk=pk)
+    pinned = event.importance >= PINNED
+    event.importance = default_importance(event.event_type) if pinned else PINNED
+    event.save(update_fields=["importance"])
+    return render(request, "sessions_app/_event.html", {"event": event})

@@ -70,3 +70,43 @@ def test_it_lists_archived_sessions_and_opens_their_transcripts(alice, alice_cli
     rollover(old, "/new")
     assert "Archived" in alice_client.get("/sessions/").content.decode()
     assert "from the old session" in alice_client.get(f"/sessions/{old.pk}/").content.decode()
+
+
+def test_it_pins_and_unpins_a_message(alice, alice_client, bob_client):
+    session = chat.start_chat(alice)
+    event = Event.record(alice, str(session.pk), "user_message", {"content": "remember this"})
+    response = alice_client.post(f"/events/{event.pk}/pin/", HTTP_HX_REQUEST="true")
+    event.refresh_from_db()
+    assert event.importance == 1.0
+    assert b"pin pinned" in response.content and b"remember this" in response.content
+    alice_client.post(f"/events/{event.pk}/pin/")
+    event.refresh_from_db()
+    assert event.importance == 0.5
+    assert bob_client.post(f"/events/{event.pk}/pin/").status_code == 404
+    assert alice_client.get(f"/events/{event.pk}/pin/").status_code == 405
+    event.refresh_from_db()
+    assert event.importance == 0.5
+
+
+def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client, bob_client):
+    from memory.tasks import embed_missing
+
+    session = chat.start_chat(alice)
+    Event.record(
+        alice, str(session.pk), "user_message", {"content": "My dog Biscuit loves <b>beef</b>"}
+    )
+    Event.record(
+        alice, "legacy-session-id", "user_message", {"content": "Biscuit from the old days"}
+    )
+    embed_missing()
+    page = alice_client.get("/memory/", {"q": "dog Biscuit"})
+    assert page.status_code == 200
+    content = page.content.decode()
+    assert "<html" in content and "&lt;b&gt;beef&lt;/b&gt;" in content
+    assert f"/sessions/{session.pk}/#event-" in content
+    partial = alice_client.get("/memory/", {"q": "dog Biscuit"}, HTTP_HX_REQUEST="true")
+    assert b"<html" not in partial.content and b"Biscuit" in partial.content
+    foreign = bob_client.get("/memory/", {"q": "dog Biscuit"}).content
+    assert b"Nothing in your memory matches" in foreign and b"loves" not in foreign
+    assert alice_client.get("/sessions/legacy-session-id/").status_code == 404
+    assert alice_client.get("/memory/", {"q": "x" * 10_000}).status_code == 200

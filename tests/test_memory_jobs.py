@@ -23,7 +23,7 @@ def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_o
         record(alice, "I adopted a cat called Miso")
         record(alice, "", event_type="assistant_response")  # nothing to embed
         Event.record(alice, "s1", "session_start", {"content": "New session"})
-    queued = [task for task in OrmQ.objects.all()]
+    queued = list(OrmQ.objects.all())
     assert len(queued) == 1
     assert queued[0].task["func"] == "memory.tasks.embed_event"
 

@@ -5,19 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memory', '0006_event_agent_embedding_state'),
+        ("memory", "0006_event_agent_embedding_state"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='event',
-            name='event_session_time',
+            model_name="event",
+            name="event_session_time",
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['owner', 'session_id', 'id'], name='event_session'),
+            model_name="event",
+            index=models.Index(fields=["owner", "session_id", "id"], name="event_session"),
         ),
     ]

@@ -31,6 +31,7 @@
     if (!element || document.getElementById(element.id)) return;  // never twice
     events.querySelector(".empty-chat")?.remove();
     events.appendChild(element);
+    if (window.htmx) window.htmx.process(element);  // its pin button
     scrollDown();
   }
 
