@@ -72,14 +72,24 @@ def terms(query: str) -> list[str]:
 
 
 def search(
-    owner_id: int, agent: str, query: str, event_types: list[str], limit: int
+    owner_id: int,
+    agent: str,
+    query: str,
+    event_types: list[str],
+    limit: int,
+    only_ids: list[int] | None = None,
 ) -> list[tuple[int, float]]:
-    """(event id, score) best first; the score grows with relevance."""
+    """(event id, score) best first; the score grows with relevance.
+    `only_ids` restricts the search to those events."""
     words = terms(query)
-    if not words or limit <= 0:
+    if not words or limit <= 0 or only_ids == []:
         return []
     connection = connections["default"]
     types = ", ".join(["%s"] * len(event_types))
+    restrict, restrict_params = "", []
+    if only_ids is not None:
+        restrict = f" AND e.id IN ({', '.join(['%s'] * len(only_ids))})"
+        restrict_params = list(only_ids)
     params: list[Any]
     if connection.vendor == "sqlite":
         # Each word quoted: the user's text is never FTS5 query syntax.
@@ -87,18 +97,18 @@ def search(
         sql = (
             "SELECT e.id, -bm25(events_fts) FROM events_fts JOIN events e "
             "ON e.id = events_fts.rowid WHERE events_fts MATCH %s AND e.owner_id = %s "
-            f"AND e.agent = %s AND e.event_type IN ({types}) "
+            f"AND e.agent = %s AND e.event_type IN ({types}){restrict} "
             "ORDER BY bm25(events_fts) LIMIT %s"
         )
-        params = [match, owner_id, agent, *event_types, limit]
+        params = [match, owner_id, agent, *event_types, *restrict_params, limit]
     elif connection.vendor == "postgresql":
         sql = (
-            "SELECT id, ts_rank_cd(to_tsvector('english', text), q) AS rank "
-            "FROM events, to_tsquery('english', %s) q "
-            "WHERE to_tsvector('english', text) @@ q AND owner_id = %s AND agent = %s "
-            f"AND event_type IN ({types}) ORDER BY rank DESC LIMIT %s"
+            "SELECT e.id, ts_rank_cd(to_tsvector('english', e.text), q) AS rank "
+            "FROM events e, to_tsquery('english', %s) q "
+            "WHERE to_tsvector('english', e.text) @@ q AND e.owner_id = %s AND e.agent = %s "
+            f"AND e.event_type IN ({types}){restrict} ORDER BY rank DESC LIMIT %s"
         )
-        params = [" | ".join(words), owner_id, agent, *event_types, limit]
+        params = [" | ".join(words), owner_id, agent, *event_types, *restrict_params, limit]
     else:
         return []
     with connection.cursor() as cursor:

@@ -78,7 +78,7 @@ class Event(OwnedModel):
             models.Index(fields=["owner", "session_id", "id"], name="event_session"),
             models.Index(fields=["owner", "created_at"], name="event_owner_time"),
             models.Index(fields=["owner", "agent", "importance"], name="event_owner_importance"),
-            models.Index(fields=["owner", "embedded_at"], name="event_owner_embedded"),
+            models.Index(fields=["owner", "agent", "embedded_at"], name="event_owner_embedded"),
             models.Index(
                 fields=["owner", "created_at"],
                 condition=Q(consolidated_at__isnull=True),

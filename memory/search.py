@@ -25,6 +25,7 @@ from memory.vector_index import index_for
 
 RRF_K = 60
 CANDIDATES = 50  # per branch, before fusing
+UNEMBEDDED = 500  # at most this many not-yet-embedded events are searched by words
 BRANCHES = ("fused", "vector", "lexical", "recency")
 
 
@@ -63,16 +64,18 @@ def search_memory(
 
             query_vector = embed_text(text)
         ranked["vector"] = index_for(owner.pk, agent).search(query_vector, CANDIDATES)
-    if branch in ("fused", "lexical"):
-        lexical = fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES)
-        if branch == "fused":
-            unembedded = set(
-                owned.filter(pk__in=[i for i, _ in lexical], embedding__isnull=True).values_list(
-                    "pk", flat=True
-                )
+    if branch == "lexical":
+        ranked["lexical"] = fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES)
+    elif branch == "fused":
+        # Usually none or a few (the embedding jobs keep up): then no full-text
+        # query is needed at all.
+        unembedded = list(
+            owned.filter(embedding__isnull=True).values_list("pk", flat=True)[:UNEMBEDDED]
+        )
+        if unembedded:
+            ranked["lexical"] = fulltext.search(
+                owner.pk, agent, text, MEMORY_TYPES, CANDIDATES, only_ids=unembedded
             )
-            lexical = [(i, score) for i, score in lexical if i in unembedded]
-        ranked["lexical"] = lexical
 
     scores: dict[int, float] = {}
     own_scores: dict[int, dict[str, float]] = {}

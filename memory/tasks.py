@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -33,6 +33,7 @@ EMBEDDED_TYPES = [
 BATCH_SIZE = 32
 MAX_ATTEMPTS = 8
 SWEEP_SCHEDULE = "memory: embed missing events"
+ANALYZE_SCHEDULE = "database: refresh planner statistics"
 
 
 def backoff(attempts: int) -> timedelta:
@@ -137,16 +138,33 @@ def queue_embedding(event: Event) -> None:
     transaction.on_commit(enqueue)
 
 
+def analyze_database() -> None:
+    """Refresh the query planner's statistics. Without them SQLite cannot tell
+    that, for one user, "owner = me" matches every row, and fetches 50 events
+    by id through the owner index instead of the primary key: 15 ms instead of
+    2 at 100k events (memory_bench)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA analysis_limit = 1000")  # approximate, fast
+            cursor.execute("ANALYZE")
+        elif connection.vendor == "postgresql":
+            cursor.execute("ANALYZE events")
+
+
 def install_schedules(sender: object, **kwargs: object) -> None:
-    """The sweep runs every minute in the job cluster (created once, kept in sync)."""
+    """The jobs the cluster runs on its own (created once, kept in sync)."""
     from django_q.models import Schedule
 
-    Schedule.objects.update_or_create(
-        name=SWEEP_SCHEDULE,
-        defaults={
-            "func": "memory.tasks.embed_missing",
-            "schedule_type": Schedule.MINUTES,
-            "minutes": 1,
-            "repeats": -1,
-        },
-    )
+    for name, func, minutes in [
+        (SWEEP_SCHEDULE, "memory.tasks.embed_missing", 1),
+        (ANALYZE_SCHEDULE, "memory.tasks.analyze_database", 60),
+    ]:
+        Schedule.objects.update_or_create(
+            name=name,
+            defaults={
+                "func": func,
+                "schedule_type": Schedule.MINUTES,
+                "minutes": minutes,
+                "repeats": -1,
+            },
+        )

@@ -104,3 +104,14 @@ def test_it_skips_a_corrupt_vector_in_search(alice, blob):
     index = NumpyIndex(alice.pk, "main")
     hits = index.search(unpack(Event.objects.get(pk=good.pk).embedding), 5)
     assert [event_id for event_id, _ in hits] == [good.pk]
+
+
+def test_it_refreshes_the_planner_statistics(db):
+    from django.db import connection
+
+    assert Schedule.objects.filter(name=tasks.ANALYZE_SCHEDULE).exists()
+    tasks.analyze_database()
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'")
+            assert cursor.fetchone()[0] > 0

@@ -31,6 +31,7 @@ from memory.evaluation import throwaway_user
 from memory.models import Event, EventType
 from memory.retrieval import get_context
 from memory.search import search_memory
+from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import pack
 
@@ -117,6 +118,7 @@ class Command(BaseCommand):
         report: dict[str, Any] = {"events": events}
         with throwaway_user() as user:
             self.build(user, events, pool_texts, pool_vectors, rng, noise, quiet)
+            analyze_database()  # what the hourly job does for a grown database
             report["build_seconds"] = round(time.perf_counter() - started, 1)
             index = index_for(user.pk)
             started = time.perf_counter()
