@@ -13,6 +13,8 @@ from django.utils import timezone
 from agent.context import build_messages, message_tokens
 from agent.llm import Usage, configured_endpoint
 from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
+from memory.models import Event, EventType
+from memory.retrieval import get_context
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
 
@@ -144,13 +146,39 @@ def meter(session: Session) -> dict[str, Any]:
 def status_text(session: Session) -> str:
     m = meter(session)
     share = m["context_tokens"] / m["context_window"]
-    return (
-        f"Model: {m['model']}\n"
-        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M})\n"
+    lines = [
+        f"Model: {m['model']}",
+        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M})",
         f"Tokens: {m['input']:,} in, {m['output']:,} out, {m['cache_read']:,} cache read, "
-        f"{m['cache_write']:,} cache write\n"
-        f"Context: about {m['context_tokens']:,} of {m['context_window']:,} tokens ({share:.0%})"
+        f"{m['cache_write']:,} cache write",
+        f"Context: about {m['context_tokens']:,} of {m['context_window']:,} tokens ({share:.0%})",
+    ]
+    return "\n".join(lines + recalled_lines(session))
+
+
+def recalled_lines(session: Session) -> list[str]:
+    """Why each older memory is in the context of the latest message."""
+    latest = (
+        Event.objects.owned_by(session.owner)
+        .filter(session_id=str(session.pk), event_type=EventType.USER_MESSAGE)
+        .order_by("-id")
+        .first()
     )
+    if latest is None:
+        return []
+    try:
+        context = get_context(session.owner, str(session.pk), latest.text, session.agent.name)
+    except Exception:  # the embedding model is missing: recall by importance only
+        context = get_context(session.owner, str(session.pk), "", session.agent.name)
+    recalled = context.recalled
+    if not recalled:
+        return ["Recalled memories: none for the latest message."]
+    return ["Recalled memories (why each is in the context):"] + [
+        f"- {item.branch}"
+        + (f" {item.score:.2f}" if item.score is not None else "")
+        + f": [{item.event.created_at:%Y-%m-%d}] {' '.join(item.event.text.split())[:80]}"
+        for item in recalled
+    ]
 
 
 async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:

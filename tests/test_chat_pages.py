@@ -110,3 +110,28 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     assert b"Nothing in your memory matches" in foreign and b"loves" not in foreign
     assert alice_client.get("/sessions/legacy-session-id/").status_code == 404
     assert alice_client.get("/memory/", {"q": "x" * 10_000}).status_code == 200
+
+
+def test_it_shows_in_status_why_each_memory_was_recalled(alice):
+    from memory.tasks import embed_missing
+
+    old = chat.start_chat(alice)
+    Event.record(
+        alice, str(old.pk), "user_message", {"content": "My dog Biscuit is a golden retriever"}
+    )
+    Event.record(
+        alice,
+        str(old.pk),
+        "user_message",
+        {"content": "Pinned: allergic to peanuts"},
+        importance=1.0,
+    )
+    session = chat.start_chat(alice)
+    Event.record(
+        alice, str(session.pk), "user_message", {"content": "What kind of dog is Biscuit?"}
+    )
+    embed_missing()
+    status = chat.status_text(session)
+    assert "Recalled memories (why each is in the context):" in status
+    assert "- relevance 1.00: [" in status and "allergic to peanuts" in status
+    assert "- similarity 0." in status and "golden retriever" in status
