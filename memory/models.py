@@ -85,7 +85,9 @@ class Event(OwnedModel):
                 name="event_unconsolidated",
             ),
             models.Index(
-                fields=["id"], condition=Q(embedding__isnull=True), name="event_missing_embedding"
+                fields=["owner", "id"],
+                condition=Q(embedding__isnull=True),
+                name="event_missing_embedding",
             ),
         ]
         constraints = [

@@ -70,7 +70,9 @@ def search_memory(
         # Usually none or a few (the embedding jobs keep up): then no full-text
         # query is needed at all.
         unembedded = list(
-            owned.filter(embedding__isnull=True).values_list("pk", flat=True)[:UNEMBEDDED]
+            owned.filter(embedding__isnull=True)
+            .order_by("id")  # lets the planner use the partial index of these rows
+            .values_list("pk", flat=True)[:UNEMBEDDED]
         )
         if unembedded:
             ranked["lexical"] = fulltext.search(
