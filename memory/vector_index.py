@@ -62,7 +62,11 @@ class NumpyIndex:
             try:
                 vector = unpack(blob)
             except VectorError:
-                log.warning("event %s has a corrupt embedding; skipped", event_id)
+                log.warning("event %s has a corrupt embedding; queued for re-embedding", event_id)
+                # Cleared, the embedding sweep computes it again.
+                Event.objects.filter(pk=event_id).update(
+                    embedding=None, embedded_at=None, embedding_error="corrupt vector replaced"
+                )
                 continue
             self.put(event_id, vector)
 

@@ -104,6 +104,11 @@ def test_it_skips_a_corrupt_vector_in_search(alice, blob):
     index = NumpyIndex(alice.pk, "main")
     hits = index.search(unpack(Event.objects.get(pk=good.pk).embedding), 5)
     assert [event_id for event_id, _ in hits] == [good.pk]
+    # Re-queued: the sweep computes a proper vector, and the index picks it up.
+    bad.refresh_from_db()
+    assert bad.embedding is None and bad.embedding_error == "corrupt vector replaced"
+    assert tasks.embed_missing() == 1
+    assert len(index.search(unpack(Event.objects.get(pk=good.pk).embedding), 5)) == 2
 
 
 def test_it_refreshes_the_planner_statistics(alice):
