@@ -16,6 +16,7 @@ from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
 from memory.models import Event, EventType
 from memory.retrieval import get_context
 from sessions_app.keys import SessionKey, SessionKeyError
+from sessions_app.lifecycle import ensure_fresh
 from sessions_app.models import Agent, Session
 
 WEB = "web"
@@ -182,7 +183,11 @@ def recalled_lines(session: Session) -> list[str]:
 
 
 async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:
-    """One turn in `session`: the agent answers, usage is added, the meter sent."""
+    """One turn in `session` (or its successor, if it went stale): the agent
+    answers, usage is added, the meter is sent."""
+    session, reason = await database_sync_to_async(ensure_fresh)(session)
+    if reason is not None:
+        await emit({"type": "session", "session_id": str(session.pk), "reason": reason})
     await database_sync_to_async(note_message)(session, text)
     request = TurnRequest(
         owner=session.owner,
