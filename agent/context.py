@@ -136,6 +136,8 @@ def build_messages(
         events.pop(0)
     facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
     prompt = system_prompt(agent_prompt, facts, timezone.localtime())
+    if context.summary is not None:
+        prompt += "\n\nSummary of this conversation so far:\n" + context.summary.text
     if context.recalled:
         prompt += "\n\n" + recalled_block(context)
     system = {"role": "system", "content": prompt}

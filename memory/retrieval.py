@@ -1,6 +1,7 @@
 """`get_context`: what the agent remembers for one turn (tri-hybrid retrieval).
 
-Three branches, de-duplicated by event id, each item tagged with the branch
+Three branches (plus, in a compacted session, its summary), de-duplicated by
+event id, each item tagged with the branch
 that brought it (so /status can show why a memory was included):
 recency (the session's last messages, from working memory), relevance
 (important events: importance at or above a bar) and similarity (events
@@ -32,7 +33,7 @@ MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 @dataclass(frozen=True)
 class ContextItem:
     event: Event
-    branch: str  # recency | relevance | similarity
+    branch: str  # summary | recency | relevance | similarity
     score: float | None = None
 
 
@@ -48,9 +49,15 @@ class Context:
         return [item.event for item in self.branch("recency")]
 
     @property
+    def summary(self) -> Event | None:
+        """The compaction summary this session opened with, if any."""
+        found = self.branch("summary")
+        return found[0].event if found else None
+
+    @property
     def recalled(self) -> list[ContextItem]:
         """Older memories brought back by relevance or similarity, oldest first."""
-        older = [item for item in self.items if item.branch != "recency"]
+        older = [item for item in self.items if item.branch in ("relevance", "similarity")]
         return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
 
 
@@ -58,6 +65,12 @@ def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:
     """The last `limit` events, extended back to the newest user message so
     that a turn with many tool calls is never cut in the middle."""
     window = working_memory.recent(owner, session_id, working_memory.cap())
+    if window and window[0].event_type == EventType.COMPACTION:
+        # A compacted session continues with the tail of the one it replaced.
+        carried = Event.objects.owned_by(owner).filter(
+            pk__in=window[0].data.get("carried_over", [])
+        )
+        window = [*carried.order_by("created_at", "id"), *window[1:]]
     start = max(0, len(window) - limit)
     for index in range(len(window) - 1, -1, -1):
         if window[index].event_type == EventType.USER_MESSAGE:
@@ -76,6 +89,16 @@ def get_context(
     limits = settings.NEOTASK["memory"]
     context = Context()
     seen: set[int] = set()
+
+    summary = (
+        Event.objects.owned_by(owner)
+        .filter(session_id=session_id, event_type=EventType.COMPACTION)
+        .order_by("-id")
+        .first()
+    )
+    if summary is not None:
+        context.items.append(ContextItem(summary, "summary"))
+        seen.add(summary.pk)
 
     for event in recent_exchange(owner, session_id, limits["recency_limit"]):
         context.items.append(ContextItem(event, "recency"))

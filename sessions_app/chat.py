@@ -15,6 +15,7 @@ from agent.llm import Usage, configured_endpoint
 from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
 from memory.models import Event, EventType
 from memory.retrieval import get_context
+from sessions_app.compaction import CompactionError, compact, should_compact
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.lifecycle import ensure_fresh
 from sessions_app.models import Agent, Session
@@ -25,7 +26,7 @@ MAX_MESSAGE_BYTES = 64 * 1024
 
 HELP = """Commands:
 /new or /reset [message] — start a fresh session (history is kept); the rest of the line is sent
-/compact — summarise older messages to free context
+/compact — summarise older messages into a fresh session to free context
 /status — model, tokens used and context use
 /stop — stop the answer being written
 /help — this list"""
@@ -197,12 +198,24 @@ async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:
     )
     result = await run_turn(request, text, emit)
     await database_sync_to_async(add_usage)(session, result.usage)
+    readings = await database_sync_to_async(meter)(session)
+    if await database_sync_to_async(should_compact)(readings, session):
+        share = readings["context_tokens"] / readings["context_window"]
+        try:
+            done = await compact(session, f"context {share:.0%} full")
+        except CompactionError as exc:
+            await emit({"type": "error", "message": f"Automatic compaction failed: {exc}."})
+        else:
+            await emit(
+                {"type": "session", "session_id": str(done.session.pk), "reason": "compacted"}
+            )
+            readings = await database_sync_to_async(meter)(done.session)
     await emit(
         {
             "type": "done",
             "usage": result.usage.as_dict(),
             "status": result.status,
-            "meter": await database_sync_to_async(meter)(session),
+            "meter": readings,
         }
     )
     return result

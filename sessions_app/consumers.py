@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 from agent.approvals import ApprovalError, decide
 from memory.models import Event
 from sessions_app import chat
+from sessions_app.compaction import CompactionError, compact
 from sessions_app.lifecycle import rollover
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 return await self.notice(chat.HELP)
             if command.name == "status":
                 return await self.notice(await database_sync_to_async(chat.status_text)(session))
-            if command.name == "compact":
-                return await self.notice("Compaction is not available yet; nothing was changed.")
             if self.group in RUNNING:
                 return await self.error("Wait for the answer, or /stop it, before a reset.")
+            if command.name == "compact":
+                return await self.compact(session)
             session = await database_sync_to_async(rollover)(session, f"/{command.name}")
             await self.broadcast({"type": "session", "session_id": str(session.pk)})
             if not command.argument:
@@ -123,6 +124,22 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
         finally:
             RUNNING.pop(self.group, None)
+
+    async def compact(self, session: Any) -> None:
+        await self.notice("Compacting: saving facts, then summarising older messages…")
+        try:
+            done = await compact(session, "/compact")
+        except CompactionError as exc:
+            return await self.error(f"Compaction failed: {exc}. Nothing was changed.")
+        await self.broadcast(
+            {"type": "session", "session_id": str(done.session.pk), "reason": "compacted"}
+        )
+        meter = await database_sync_to_async(chat.meter)(done.session)
+        await self.broadcast({"type": "meter", "meter": meter})
+        await self.notice(
+            f"Compacted: {done.summarised} messages summarised, {done.carried_over} kept. "
+            "The full transcript stays readable under Sessions."
+        )
 
     async def on_approval(self, frame: dict[str, Any]) -> None:
         request_id, decision = frame.get("request_id"), frame.get("decision")

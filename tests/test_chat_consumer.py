@@ -183,7 +183,8 @@ async def test_it_answers_help_status_and_compact(owner, session, llm):
     status = (await receive(ws))["text"]
     assert "Model: scripted" in status and "Tokens: 0 in" in status and "Context:" in status
     await send(ws, type="message", text="/compact")
-    assert "not available yet" in (await receive(ws))["text"]
+    assert (await receive(ws))["text"].startswith("Compacting")
+    assert "not enough conversation" in (await receive(ws))["message"]
     await send(ws, type="message", text="/stop")
     assert (await receive(ws))["text"] == "Nothing is running."
     await ws.disconnect()

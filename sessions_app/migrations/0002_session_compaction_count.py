@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0001_initial'),
+        ("sessions_app", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='session',
-            name='compaction_count',
+            model_name="session",
+            name="compaction_count",
             field=models.PositiveIntegerField(default=0),
         ),
     ]

@@ -145,6 +145,9 @@
       case "error":
         note(frame.message, "error");
         break;
+      case "meter":
+        renderMeter(frame.meter);
+        break;
       case "notice":
         note(frame.text, "notice");
         break;

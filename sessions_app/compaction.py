@@ -1,0 +1,207 @@
+"""Compaction: free the context window without losing anything.
+
+1. Memory flush: the agent is asked, silently, to save durable facts with
+   remember_fact (a failure here is logged, not fatal).
+2. The older messages are summarised by the fast model. If that fails,
+   nothing has changed.
+3. In one transaction: the session is archived (still readable, every event
+   kept and searchable) and a fresh one continues it, opening with a
+   compaction event that holds the summary and names the recent events it
+   carries over; get_context shows those after the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import transaction
+
+from agent.llm import LLMClient, LLMError, configured_endpoint
+from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from memory.models import Event, EventType
+from memory.working import CONVERSATION_TYPES
+from memory.workspace import workspace_dir
+from sessions_app.models import Session
+
+log = logging.getLogger(__name__)
+
+FLUSH_ROUNDS = 2
+TRANSCRIPT_CHARS = 60_000  # what the summary call reads at most, newest last
+SUMMARY_PROMPT = (
+    "You are compacting a conversation so that it can continue in a fresh context. "
+    "Write a concise summary for your future self: the user's goals, decisions, facts "
+    "about the user and the people, places and dates mentioned, open tasks and "
+    "questions. Use short bullet points. Do not invent anything."
+)
+FLUSH_PROMPT = (
+    "The conversation above is about to be compacted. Save every durable fact about the "
+    "user that is not saved yet by calling remember_fact; then answer DONE."
+)
+SPEAKERS = {
+    EventType.USER_MESSAGE: "User",
+    EventType.ASSISTANT_RESPONSE: "Assistant",
+    EventType.TOOL_RESULT: "Tool",
+    EventType.COMPACTION: "Earlier summary",
+    EventType.SUMMARY: "Earlier summary",
+}
+
+
+class CompactionError(Exception):
+    """Compaction did not happen; the session is unchanged."""
+
+
+@dataclass
+class Compacted:
+    archived: Session
+    session: Session
+    summarised: int
+    carried_over: int
+
+
+def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
+    """The events to summarise and the recent ones to carry over, split at a
+    user message so that no exchange is cut in two."""
+    events = list(
+        Event.objects.owned_by(session.owner)
+        .filter(session_id=str(session.pk), event_type__in=CONVERSATION_TYPES)
+        .order_by("created_at", "id")
+    )
+    start = max(0, len(events) - keep)
+    while start > 0 and events[start].event_type != EventType.USER_MESSAGE:
+        start -= 1
+    return events[:start], events[start:]
+
+
+def transcript(events: list[Event]) -> str:
+    lines = [
+        f"{SPEAKERS.get(e.event_type, 'Note')} ({e.created_at:%Y-%m-%d %H:%M}): {e.text}"
+        for e in events
+        if e.text
+    ]
+    text = "\n".join(lines)
+    return text[-TRANSCRIPT_CHARS:]
+
+
+async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) -> int:
+    """Let the agent save durable facts first; returns how many it saved."""
+    tool = get_tool("remember_fact")
+    context = ToolContext(
+        owner=session.owner,
+        session_id=str(session.pk),
+        agent_name=session.agent.name,
+        workspace=await sync_to_async(workspace_dir)(session.owner_id, session.agent.name),
+    )
+    client = LLMClient(configured_endpoint())
+    messages = [*recent_messages, {"role": "user", "content": FLUSH_PROMPT}]
+    saved = 0
+    for _ in range(FLUSH_ROUNDS):
+        completion = await client.stream(messages, [tool.schema()])
+        if not completion.tool_calls:
+            break
+        messages.append(
+            {
+                "role": "assistant",
+                "content": completion.content,
+                "tool_calls": [c.as_openai() for c in completion.tool_calls],
+            }
+        )
+        for call in completion.tool_calls:
+            try:
+                if call.name != tool.name:
+                    raise ToolError(f"Only {tool.name} is available now.")
+                output = await database_sync_to_async(tool.run)(
+                    context, parse_arguments(tool, call.arguments)
+                )
+                saved += 1
+            except ToolError as exc:
+                output = f"Error: {exc}"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+    return saved
+
+
+async def summarise(events: list[Event]) -> str:
+    client = LLMClient(configured_endpoint(fast=True))
+    completion = await client.stream(
+        [
+            {"role": "system", "content": SUMMARY_PROMPT},
+            {"role": "user", "content": transcript(events)},
+        ]
+    )
+    summary = completion.content.strip()
+    if not summary:
+        raise CompactionError("the model returned an empty summary")
+    return summary
+
+
+def replace_session(
+    session: Session, summary: str, older: list[Event], recent: list[Event], reason: str
+) -> Session:
+    with transaction.atomic():
+        changed = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
+            status=Session.Status.ARCHIVED
+        )
+        if not changed:
+            raise CompactionError("the session changed meanwhile (another tab reset it?)")
+        fresh = Session.objects.create(
+            owner=session.owner,
+            agent=session.agent,
+            key=session.key,
+            channel=session.channel,
+            chat=session.chat,
+            title=session.title,
+            continues_from=session,
+            compaction_count=session.compaction_count + 1,
+        )
+        Event.record(
+            session.owner,
+            str(fresh.pk),
+            EventType.COMPACTION,
+            {
+                "content": summary,
+                "reason": reason,
+                "summarised": len(older),
+                "first_event_id": older[0].pk,
+                "last_event_id": older[-1].pk,
+                "carried_over": [event.pk for event in recent],
+                "continues_from": str(session.pk),
+            },
+            agent=session.agent.name,
+        )
+    return fresh
+
+
+async def compact(session: Session, reason: str = "/compact") -> Compacted:
+    """Compact `session`; raises CompactionError (the session unchanged) if it cannot."""
+    keep = settings.NEOTASK["sessions"]["compaction_keep_recent"]
+    older, recent = await database_sync_to_async(split)(session, keep)
+    if len(older) < 2:
+        raise CompactionError("there is not enough conversation to compact yet")
+    try:
+        from agent.context import history_messages
+
+        await flush_memory(session, history_messages(older + recent)[-40:])
+    except (LLMError, ToolError):
+        log.warning("memory flush before compaction failed; compacting anyway", exc_info=True)
+    try:
+        summary = await summarise(older)
+    except LLMError as exc:
+        raise CompactionError(f"the summary could not be written ({exc})") from None
+    fresh = await database_sync_to_async(replace_session)(session, summary, older, recent, reason)
+    return Compacted(session, fresh, len(older), len(recent))
+
+
+def should_compact(meter: dict[str, Any], session: Session) -> bool:
+    options = settings.NEOTASK["sessions"]
+    if not options["compaction_enabled"]:
+        return False
+    if meter["context_tokens"] < options["compaction_threshold"] * meter["context_window"]:
+        return False
+    count = Event.objects.filter(
+        owner_id=session.owner_id, session_id=str(session.pk), event_type__in=CONVERSATION_TYPES
+    ).count()
+    return count >= options["compaction_min_messages"]

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+
+from agent.context import build_messages
+from memory.models import Event, Fact
+from memory.search import search_memory
+from sessions_app import chat
+from sessions_app.compaction import CompactionError, compact
+from sessions_app.models import Session
+from tests.scripted_llm import Reply, reply_with_tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUMMARY = "- The user plans a trip to Kyoto in April\n- Their sister Maya joins"
+
+
+def conversation(owner: User, turns: int = 15) -> Session:
+    session = chat.start_chat(owner)
+    for number in range(turns):
+        Event.record(
+            owner,
+            str(session.pk),
+            "user_message",
+            {"content": f"question {number} about the Kyoto trip " + "x" * 200},
+        )
+        Event.record(
+            owner,
+            str(session.pk),
+            "assistant_response",
+            {"content": f"answer {number} " + "y" * 200},
+        )
+    return session
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return User.objects.create_user("owner")
+
+
+async def test_it_compacts_without_losing_anything(owner, llm, configure):
+    configure("sessions", compaction_keep_recent=4)
+    session = await sync_to_async(conversation)(owner)
+    before = await sync_to_async(chat.meter)(session)
+    llm.script(
+        reply_with_tool("remember_fact", {"category": "plan", "key": "trip", "value": "Kyoto"}),
+        Reply(text="DONE"),
+        Reply(text=SUMMARY),
+    )
+    done = await compact(session)
+
+    assert (done.summarised, done.carried_over) == (26, 4)
+    old = await Session.objects.aget(pk=session.pk)
+    assert old.status == "archived"
+    fresh = done.session
+    assert fresh.status == "active" and fresh.key == session.key
+    assert fresh.continues_from_id == session.pk and fresh.compaction_count == 1
+    # Every old event is still there and searchable.
+    assert await Event.objects.filter(session_id=str(session.pk)).acount() == 30
+    hits = await sync_to_async(search_memory)(
+        owner, "question 3 about the Kyoto trip", branch="lexical"
+    )
+    assert any(hit.event.text.startswith("question 3 ") for hit in hits)
+    # The memory flush saved a fact before summarising.
+    assert (
+        await Fact.objects.filter(owner=owner, key="trip", value="kyoto").aexists()
+        or await Fact.objects.filter(owner=owner, key="trip").aexists()
+    )
+    # The summary call got the older messages, not the kept ones.
+    summary_request = llm.requests[2]["messages"][1]["content"]
+    assert "question 0 " in summary_request and "question 14 " not in summary_request
+    # The fresh session opens with the summary plus the recent messages.
+    messages = await sync_to_async(build_messages)(owner, str(fresh.pk), "")
+    assert SUMMARY in messages[0]["content"]
+    assert [m["content"][:12] for m in messages[1:]] == [
+        "question 13 ",
+        "answer 13 yy",
+        "question 14 ",
+        "answer 14 yy",
+    ]
+    after = await sync_to_async(chat.meter)(fresh)
+    assert after["context_tokens"] < before["context_tokens"]
+
+
+async def test_it_leaves_the_session_unchanged_when_the_summary_fails(owner, llm):
+    session = await sync_to_async(conversation)(owner)
+    llm.script(Reply(text="DONE"), Reply(status=500, error="summariser down"))
+    with pytest.raises(CompactionError, match="summary could not be written"):
+        await compact(session)
+    await session.arefresh_from_db()
+    assert session.status == "active"
+    assert await Session.objects.acount() == 1
+    assert not await Event.objects.filter(event_type="compaction").aexists()
+
+
+async def test_it_refuses_to_compact_a_short_conversation(owner, llm):
+    session = await sync_to_async(conversation)(owner, turns=2)
+    with pytest.raises(CompactionError, match="not enough conversation"):
+        await compact(session)
+    assert llm.requests == []
+
+
+async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, configure):
+    configure("llm", context_window=1024)
+    configure(
+        "sessions", compaction_threshold=0.5, compaction_min_messages=10, compaction_keep_recent=2
+    )
+    session = await sync_to_async(conversation)(owner)
+    llm.script(Reply(text="Sure."), Reply(text="DONE"), Reply(text=SUMMARY))
+    frames: list[dict] = []
+
+    async def emit(frame: dict) -> None:
+        frames.append(frame)
+
+    await chat.run_chat_turn(session, "one more question", emit)
+    kinds = [f["type"] for f in frames]
+    assert kinds[-2:] == ["session", "done"]
+    fresh = await Session.objects.aget(owner=owner, status="active")
+    assert frames[-2]["session_id"] == str(fresh.pk) and fresh.compaction_count == 1
+    assert frames[-1]["meter"]["context_tokens"] < 0.5 * 1024
