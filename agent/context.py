@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import httpx
 import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
+from agent.llm import Endpoint
 from memory.models import Event, EventType, Fact
 from memory.retrieval import Context, get_context
 
@@ -35,6 +37,27 @@ def estimate_tokens(text: str) -> int:
     """~4 characters per token for English text with the usual BPE tokenizers,
     plus the per-message overhead of the chat format."""
     return len(text) // 4 + 4
+
+
+def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> int:
+    """Tokens of a prompt: counted by the model's own tokenizer when it is the
+    embedded llama.cpp server, estimated (`estimate_tokens`) otherwise."""
+    if endpoint.is_local and endpoint.base_url:
+        text = "\n".join(
+            (m.get("content") or "") + json.dumps(m.get("tool_calls") or "") for m in messages
+        )
+        try:
+            response = httpx.post(
+                endpoint.base_url.removesuffix("/v1") + "/tokenize",
+                json={"content": text},
+                headers={"Authorization": f"Bearer {endpoint.api_key}"},
+                timeout=2,
+            )
+            response.raise_for_status()
+            return len(response.json()["tokens"]) + 4 * len(messages)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            pass  # the model is not up: fall back to the estimate
+    return sum(message_tokens(m) for m in messages)
 
 
 def message_tokens(message: dict[str, Any]) -> int:

@@ -46,6 +46,7 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     answer: str = ""
     error: str = ""
+    user_event_id: int | None = None
 
 
 class Turn:
@@ -61,7 +62,15 @@ class Turn:
         self.query_vector: Any = None
 
     async def run(self, text: str) -> TurnResult:
-        await self.store(EventType.USER_MESSAGE, {"content": text})
+        user_event = await self.store(EventType.USER_MESSAGE, {"content": text})
+        result = await self.answer(text)
+        result.user_event_id = user_event.pk
+        # The turn's usage (all its LLM calls) kept with the message that caused it.
+        user_event.data["turn_usage"] = result.usage.as_dict()
+        await database_sync_to_async(user_event.save)(update_fields=["data"])
+        return result
+
+    async def answer(self, text: str) -> TurnResult:
         try:
             # Once per turn: every round of tool calls recalls by the same question.
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from django.db.models import F
 from django.utils import timezone
 
-from agent.context import build_messages, message_tokens
+from agent.context import build_messages, prompt_tokens
 from agent.llm import Usage, configured_endpoint
 from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
 from memory.models import Event, EventType
@@ -139,7 +139,7 @@ def meter(session: Session) -> dict[str, Any]:
         "output": session.output_tokens,
         "cache_read": session.cache_read_tokens,
         "cache_write": session.cache_write_tokens,
-        "context_tokens": sum(message_tokens(m) for m in messages),
+        "context_tokens": prompt_tokens(messages, endpoint),
         "context_window": endpoint.context_window,
         "model": endpoint.model if not endpoint.is_local else endpoint.label,
     }

@@ -108,6 +108,9 @@ async def test_it_runs_a_full_turn_with_tools_approval_and_usage(owner, llm, ter
         "cache_read": 30,
         "cache_write": 0,
     }
+    # ... also kept with the message that started the turn.
+    user_event = await Event.objects.aget(pk=result.user_event_id)
+    assert user_event.data["turn_usage"] == result.usage.as_dict()
     # The model saw the tool results on the next call.
     last_messages = llm.requests[2]["messages"]
     assert last_messages[-1]["role"] == "tool"

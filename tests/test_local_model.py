@@ -80,3 +80,17 @@ async def test_it_tells_the_chat_why_the_embedded_model_did_not_start(
     message = str(info.value)
     assert "could not start: [llm] local_model_path: no model file at" in message
     assert "NEOTASK_LLM_BASE_URL" in message
+
+
+def test_it_counts_prompt_tokens_with_the_models_tokenizer(local_server):
+    from agent.context import estimate_tokens, prompt_tokens
+
+    endpoint = Endpoint(
+        local_server, "local-test-key-123456", "local", 2048, 60.0, LOCAL_MODEL_LABEL
+    )
+    messages = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 20}]
+    counted = prompt_tokens(messages, endpoint)
+    assert 180 <= counted <= 260  # ~10 tokens a sentence, counted by SmolLM2's tokenizer
+    assert counted != estimate_tokens(messages[0]["content"])
+    down = Endpoint("http://127.0.0.1:9/v1", "k", "local", 2048, 60.0, LOCAL_MODEL_LABEL)
+    assert prompt_tokens(messages, down) == estimate_tokens(messages[0]["content"])
