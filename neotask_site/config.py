@@ -81,7 +81,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "compaction_enabled": Option(True),
         "compaction_threshold": Option(0.8, between(0.1, 1.0)),
         "compaction_min_messages": Option(20, at_least(2)),
-        "compaction_keep_recent": Option(10, at_least(0)),
+        "compaction_keep_recent": Option(4, at_least(0)),
         "cleanup_after_days": Option(30, at_least(1)),
         "cleanup_delete": Option(False),
     },

@@ -136,9 +136,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         )
         meter = await database_sync_to_async(chat.meter)(done.session)
         await self.broadcast({"type": "meter", "meter": meter})
-        await self.notice(
-            f"Compacted: {done.summarised} messages summarised, {done.carried_over} kept. "
-            "The full transcript stays readable under Sessions."
+        # Through the group, like the frames before it, so that it arrives after them.
+        await self.broadcast(
+            {
+                "type": "notice",
+                "text": f"Compacted: {done.summarised} messages summarised, "
+                f"{done.carried_over} kept. The full transcript stays readable under Sessions.",
+            }
         )
 
     async def on_approval(self, frame: dict[str, Any]) -> None:

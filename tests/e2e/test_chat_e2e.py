@@ -116,3 +116,28 @@ def test_it_reconnects_after_a_dropped_socket_without_losing_or_repeating(page, 
     assert page.locator(".bubble.user").all_inner_texts() == ["tell me a long story"]
     assert page.locator(".assistant_response .bubble.markdown").count() == 1
     assert page.locator(".streaming").count() == 0
+
+
+def test_it_compacts_from_the_chat_and_the_meter_shows_it(page, e2e_llm):
+    log_in(page)
+    page.click("#new-chat")
+    page.locator(".empty-chat").wait_for()
+    for number in range(7):
+        e2e_llm.script(Reply(text=f"Answer {number}: " + "details " * 40))
+        send(page, f"Question {number}: " + "context " * 40)
+        page.locator(f".bubble.markdown:has-text('Answer {number}:')").wait_for()
+        page.locator("#chat:not(.busy)").wait_for()  # the turn is done
+    before = page.locator("#meter-context").inner_text()
+    e2e_llm.script(Reply(text="DONE"), Reply(text="- The user asked seven questions"))
+    send(page, "/compact")
+    page.locator(".note.notice:has-text('Compacted:')").wait_for()
+    page.locator("details.compaction").wait_for()
+    after = page.locator("#meter-context").inner_text()
+    percent = lambda text: int(text.split()[1].rstrip("%"))  # noqa: E731
+    assert percent(after) < percent(before)
+    page.locator("details.compaction summary").click()
+    assert "seven questions" in page.locator("details.compaction").inner_text()
+    # The archived transcript opens with every message.
+    with page.expect_navigation():
+        page.locator("details.compaction a:has-text('full transcript')").click()
+    assert page.locator(".bubble.user").count() == 7
