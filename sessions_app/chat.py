@@ -150,7 +150,8 @@ def status_text(session: Session) -> str:
     share = m["context_tokens"] / m["context_window"]
     lines = [
         f"Model: {m['model']}",
-        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M})",
+        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M}, "
+        f"compacted {session.compaction_count} time{'' if session.compaction_count == 1 else 's'})",
         f"Tokens: {m['input']:,} in, {m['output']:,} out, {m['cache_read']:,} cache read, "
         f"{m['cache_write']:,} cache write",
         f"Context: about {m['context_tokens']:,} of {m['context_window']:,} tokens ({share:.0%})",
