@@ -1,7 +1,8 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from neotask_site.ownership import OwnedAdmin
-from sessions_app.models import Agent, Session
+from sessions_app.models import Agent, ApiToken, Session
 
 
 @admin.register(Agent)
@@ -30,3 +31,17 @@ class SessionAdmin(OwnedAdmin):
     autocomplete_fields = ["owner", "agent", "continues_from"]
     readonly_fields = ["id", "created_at", "updated_at", "last_activity_at"]
     date_hierarchy = "last_activity_at"
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(OwnedAdmin):
+    # Tokens are issued in the UI, where the secret is shown once; the admin only
+    # lists and revokes them.
+    list_display = ["name", "prefix", "owner", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["owner"]
+    search_fields = ["name", "prefix"]
+    fields = ["owner", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["owner", "prefix", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class SessionsAppConfig(AppConfig):
@@ -6,4 +7,6 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Sessions"
 
     def ready(self) -> None:
-        from sessions_app import signals  # noqa: F401
+        from sessions_app import cleanup, signals  # noqa: F401
+
+        post_migrate.connect(cleanup.install_schedule, sender=self)

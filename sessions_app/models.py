@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -12,6 +16,9 @@ from neotask_site.ownership import OwnedModel, OwnedQuerySet
 from sessions_app.keys import PART, SessionKey
 
 DEFAULT_AGENT = "main"
+TOKEN_SCHEME = "nt"
+# last_used_at is a hint for the user, not an audit log: one write a minute at most.
+TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 
 class AgentQuerySet(OwnedQuerySet):
@@ -101,3 +108,79 @@ class Session(OwnedModel):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+def hash_secret(secret: str) -> str:
+    # Secrets are 256 random bits, so a fast hash is enough (no brute force to slow down).
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiToken(OwnedModel):
+    """A personal token for the JSON API, `nt_<prefix>_<secret>`. Only the
+    secret's hash is stored: the whole token is shown once, at creation."""
+
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. a script.")
+    # Public: shown in the UI and used to find the row; the secret decides.
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.masked})"
+
+    @property
+    def masked(self) -> str:
+        """How the UI shows the token: enough to recognise it, not to use it."""
+        return f"{TOKEN_SCHEME}_{self.prefix}_…"
+
+    @classmethod
+    def issue(cls, owner: Any, name: str) -> tuple[ApiToken, str]:
+        """A new token and its full text, which is never available again."""
+        prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            owner=owner, name=name, prefix=prefix, secret_hash=hash_secret(secret)
+        )
+        return token, f"{TOKEN_SCHEME}_{prefix}_{secret}"
+
+    @classmethod
+    def authenticate(cls, presented: str) -> ApiToken | None:
+        """The live token `presented` is, with its owner; None if it is malformed,
+        unknown, wrong or revoked, or its owner is inactive."""
+        scheme, _, rest = presented.partition("_")
+        prefix, _, secret = rest.partition("_")
+        if scheme != TOKEN_SCHEME or not prefix or not secret:
+            return None
+        # Not owner-scoped: nobody is known yet, finding out who is the point.
+        token = (
+            cls.objects.select_related("owner")
+            .filter(prefix=prefix, revoked_at__isnull=True)
+            .first()
+        )
+        if token is None or not hmac.compare_digest(token.secret_hash, hash_secret(secret)):
+            return None
+        if not token.owner.is_active:
+            return None
+        token.touch()
+        return token
+
+    def touch(self) -> None:
+        now = timezone.now()
+        if self.last_used_at is None or now - self.last_used_at >= TOKEN_TOUCH_INTERVAL:
+            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

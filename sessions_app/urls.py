@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sessions_app import views
+from sessions_app import api, views
 
 urlpatterns = [
     path("", views.chat_home, name="home"),
@@ -9,6 +9,21 @@ urlpatterns = [
     path("chat/<str:key>/", views.chat_page, name="chat"),
     path("chat/<str:key>/events/", views.chat_events, name="chat-events"),
     path("sessions/", views.session_list, name="session-list"),
+    path("sessions/cleanup/", views.cleanup_page, name="session-cleanup"),
+    path("sessions/cleanup/confirm/", views.cleanup_confirm, name="session-cleanup-confirm"),
+    path("sessions/cleanup/delete/", views.cleanup_delete, name="session-cleanup-delete"),
+    path(
+        "sessions/<uuid:pk>/transcript.jsonl",
+        views.session_transcript,
+        name="session-transcript",
+    ),
+    path("settings/tokens/", views.api_tokens, name="api-tokens"),
+    path("settings/tokens/<int:pk>/revoke/", views.revoke_api_token, name="api-token-revoke"),
+    path("api/v1/sessions/", api.sessions_view, name="api-sessions"),
+    # str, not uuid: a malformed id gets the API's JSON 404, not the HTML one.
+    path("api/v1/sessions/<str:pk>/", api.session_view, name="api-session"),
+    path("api/v1/sessions/<str:pk>/transcript.jsonl", api.transcript_view, name="api-transcript"),
+    path("api/v1/sessions/<str:pk>/messages", api.messages_view, name="api-messages"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
     path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),

@@ -2,16 +2,18 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from agent.models import ApprovalRequest
 from memory.models import Event, default_importance
 from neotask_site.ownership import get_owned_or_404
-from sessions_app import chat
-from sessions_app.models import Session
+from sessions_app import chat, cleanup, transcripts
+from sessions_app.forms import ApiTokenForm
+from sessions_app.models import ApiToken, Session
 
 EVENTS_PER_PAGE = 100
 PINNED = 1.0
@@ -90,6 +92,66 @@ def session_detail(request: HttpRequest, pk: str) -> HttpResponse:
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
 
 
+def session_transcript(request: HttpRequest, pk: uuid.UUID) -> StreamingHttpResponse:
+    """The session as a JSONL download, read from the database in batches."""
+    session = get_owned_or_404(Session.objects.select_related("owner"), request.user, pk=pk)
+    # Daphne streams only an async iterator; a sync one would be read whole first.
+    if isinstance(request, ASGIRequest):
+        chunks = transcripts.atranscript_chunks(session)
+    else:
+        chunks = transcripts.transcript_chunks(session)
+    response = StreamingHttpResponse(chunks, content_type="application/jsonl; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{session.pk}.jsonl"'
+    return response
+
+
+CLEANUP_LIST = "sessions_app/_cleanup_list.html"
+
+
+def cleanup_step(request: HttpRequest, step: str, context: dict) -> HttpResponse:
+    """htmx swaps in one step of the cleanup; a plain request gets the page around it."""
+    template = step if request.htmx else "sessions_app/cleanup.html"
+    return render(request, template, {**context, "step": step})
+
+
+def cleanup_candidates(request: HttpRequest) -> dict:
+    days = cleanup.configured_days()
+    owned = Session.objects.owned_by(request.user)
+    found = cleanup.measure(cleanup.candidate_sessions(owned, days, include_archived=True))
+    return {
+        "days": days,
+        "idle": [candidate for candidate in found if not candidate.archived],
+        "archived": [candidate for candidate in found if candidate.archived],
+    }
+
+
+def cleanup_page(request: HttpRequest) -> HttpResponse:
+    return cleanup_step(request, CLEANUP_LIST, cleanup_candidates(request))
+
+
+@require_POST
+def cleanup_confirm(request: HttpRequest) -> HttpResponse:
+    selection = cleanup.select(
+        Session.objects.owned_by(request.user),
+        request.POST.getlist("session"),
+        cleanup.configured_days(),
+    )
+    if not selection.candidates:
+        context = {**cleanup_candidates(request), "selection": selection}
+        return cleanup_step(request, CLEANUP_LIST, context)
+    return cleanup_step(request, "sessions_app/_cleanup_confirm.html", {"selection": selection})
+
+
+@require_POST
+def cleanup_delete(request: HttpRequest) -> HttpResponse:
+    selection = cleanup.remove_selected(
+        Session.objects.owned_by(request.user),
+        request.POST.getlist("session"),
+        cleanup.configured_days(),
+    )
+    return cleanup_step(request, "sessions_app/_cleanup_done.html", {"selection": selection})
+
+
 @require_POST
 def event_pin(request: HttpRequest, pk: int) -> HttpResponse:
     """Pin a message (importance 1.0: always recalled) or unpin it (its default)."""
@@ -98,3 +160,29 @@ def event_pin(request: HttpRequest, pk: int) -> HttpResponse:
     event.importance = default_importance(event.event_type) if pinned else PINNED
     event.save(update_fields=["importance"])
     return render(request, "sessions_app/_event.html", {"event": event})
+
+
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """The user's API tokens; a POST creates one and shows its secret, this once
+    (rendered, not redirected: the secret must not sit in a session or a URL)."""
+    form = ApiTokenForm(request.POST if request.method == "POST" else None)
+    secret = ""
+    if form.is_valid():
+        secret = ApiToken.issue(request.user, form.cleaned_data["name"])[1]
+        form = ApiTokenForm()
+    context = {
+        "tokens": ApiToken.objects.owned_by(request.user),
+        "form": form,
+        "secret": secret,
+    }
+    template = "sessions_app/_tokens.html" if request.htmx else "sessions_app/tokens.html"
+    return render(request, template, context)
+
+
+@require_POST
+def revoke_api_token(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_owned_or_404(ApiToken, request.user, pk=pk)
+    token.revoke()
+    if not request.htmx:
+        return redirect("api-tokens")
+    return render(request, "sessions_app/_token_row.html", {"token": token})

@@ -10,7 +10,7 @@ from django.utils import timezone
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact, Macro
 from scheduler.models import ScheduledTask
-from sessions_app.models import Agent, Session
+from sessions_app.models import Agent, ApiToken, Session
 
 OWNED_MODELS = [
     Agent,
@@ -21,6 +21,7 @@ OWNED_MODELS = [
     ScheduledTask,
     TerminalAllowedPrefix,
     ApprovalRequest,
+    ApiToken,
 ]
 
 
@@ -48,4 +49,5 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ApprovalRequest: ApprovalRequest.objects.create(
             owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
         ),
+        ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
     }

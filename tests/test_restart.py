@@ -93,14 +93,18 @@ def test_it_remembers_the_conversation_across_a_restart(llm, tmp_path):
     env.pop("DJANGO_SETTINGS_MODULE", None)
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    cookie, key = subprocess.run(
-        [*manage, "shell", "-c", SETUP],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()[-1].split()
+    cookie, key = (
+        subprocess.run(
+            [*manage, "shell", "-c", SETUP],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.splitlines()[-1]
+        .split()
+    )
     port = free_port()
     server = start(env, port)
     llm.script(Reply(text="Nice to meet you, Ada."))

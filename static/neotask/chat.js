@@ -151,12 +151,18 @@
       case "notice":
         note(frame.text, "notice");
         break;
-      case "session":
+      case "session": {
+        // The chat moved to a fresh session: its download link follows.
+        const download = document.querySelector(".chat-head a.download");
+        if (download && frame.session_id) {
+          download.href = download.href.replace(/sessions\/[^/]+\//, `sessions/${frame.session_id}/`);
+        }
         events.replaceChildren();
         dropStreaming();
         live.replaceChildren();
         catchUp();
         break;
+      }
       default:
         break;  // newer servers may send frame types this page does not know
     }

@@ -135,6 +135,10 @@ def test_it_compacts_from_the_chat_and_the_meter_shows_it(page, e2e_llm):
     after = page.locator("#meter-context").inner_text()
     percent = lambda text: int(text.split()[1].rstrip("%"))  # noqa: E731
     assert percent(after) < percent(before)
+    old_transcript = page.locator("details.compaction a").get_attribute("href")
+    download = page.locator(".chat-head a.download").get_attribute("href")
+    assert download.endswith("/transcript.jsonl")
+    assert download.split("/")[2] != old_transcript.split("/")[2]  # follows the new session
     page.locator("details.compaction summary").click()
     assert "seven questions" in page.locator("details.compaction").inner_text()
     # The archived transcript opens with every message.

@@ -1,0 +1,291 @@
+"""The JSON API under /api/v1/ for programs (other channels, scripts).
+
+Every view is built by `endpoint`, which gives them one behaviour: a personal
+API token (`Authorization: Bearer nt_…`, no CSRF: no cookie is involved) or
+the browser session (CSRF as usual), owner-scoped lookups, and JSON errors.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
+from django.core.paginator import InvalidPage, Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
+from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+
+from memory.models import Event
+from neotask_site.ownership import get_owned_or_404
+from sessions_app import chat, views
+from sessions_app.models import DEFAULT_AGENT, Agent, ApiToken, Session
+
+SESSIONS_PER_PAGE = 50
+EVENTS_PER_PAGE = 100
+MAX_EVENTS_PER_PAGE = 200
+AUTH_HINT = "Send 'Authorization: Bearer nt_…' (create a token at /settings/tokens/)."
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="neotask"'}
+
+Handler = Callable[..., HttpResponseBase]
+
+
+class ApiError(Exception):
+    """Ends a request with `{"error": message, **extra}` and `status`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+        self.extra = extra
+
+    def response(self) -> JsonResponse:
+        body = {"error": str(self), **self.extra}
+        return JsonResponse(body, status=self.status, headers=self.headers)
+
+
+def endpoint(**handlers: Handler) -> Handler:
+    """One API view dispatching on the method to `handlers` (GET=..., POST=...)."""
+    allowed = ", ".join(handlers)
+
+    @csrf_exempt  # checked in `authenticate`, and only for the browser session
+    @login_not_required  # programs get a JSON 401, not the login page
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+        try:
+            handler = handlers.get(request.method or "")
+            if handler is None:
+                raise ApiError(405, f"Use {allowed}.", headers={"Allow": allowed})
+            authenticate(request)
+            return handler(request, **kwargs)
+        except Http404:
+            # The same answer for someone else's row and a missing one.
+            return ApiError(404, "Not found.").response()
+        except ApiError as exc:
+            return exc.response()
+
+    return view
+
+
+def authenticate(request: HttpRequest) -> None:
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, presented = header.partition(" ")
+        token = ApiToken.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
+        if token is None:
+            raise ApiError(
+                401,
+                f"The API token is missing, malformed, wrong or revoked. {AUTH_HINT}",
+                headers=CHALLENGE,
+            )
+        request.user = token.owner
+        return
+    if not request.user.is_authenticated:
+        raise ApiError(401, AUTH_HINT, headers=CHALLENGE)
+    # A browser session is a cookie, which other sites' forms also send.
+    if CsrfViewMiddleware(lambda _: HttpResponse()).process_view(request, None, (), {}):
+        raise ApiError(403, "CSRF check failed: send the X-CSRFToken header, or use an API token.")
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(400, "The request body is too large.") from None
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+def int_param(
+    request: HttpRequest, name: str, default: int, minimum: int, maximum: int | None = None
+) -> int:
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"≥ {minimum}"
+        raise ApiError(400, f"'{name}' must be an integer {bounds}.")
+    return value
+
+
+def session_id(pk: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(pk)
+    except ValueError:
+        raise Http404 from None
+
+
+def owned_session(request: HttpRequest, pk: str) -> Session:
+    # run_chat_turn reads both in async code, where lazy loading is not allowed.
+    sessions = Session.objects.select_related("agent", "owner")
+    return get_owned_or_404(sessions, request.user, pk=session_id(pk))
+
+
+def session_dict(session: Session) -> dict[str, Any]:
+    return {
+        "id": str(session.pk),
+        "key": session.key,
+        "title": session.title,
+        "status": session.status,
+        "agent": session.agent.name,
+        "tokens": {
+            "input": session.input_tokens,
+            "output": session.output_tokens,
+            "cache_read": session.cache_read_tokens,
+            "cache_write": session.cache_write_tokens,
+        },
+        "compaction_count": session.compaction_count,
+        "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
+        "created_at": session.created_at.isoformat(),
+        "last_activity_at": session.last_activity_at.isoformat(),
+    }
+
+
+def list_sessions(request: HttpRequest) -> HttpResponse:
+    sessions = (
+        Session.objects.owned_by(request.user)
+        .select_related("agent")
+        .order_by("-created_at", "-pk")
+    )
+    paginator = Paginator(sessions, SESSIONS_PER_PAGE)
+    try:
+        page = paginator.page(request.GET.get("page", 1))
+    except InvalidPage as exc:
+        raise ApiError(400, f"Bad 'page': {exc}.") from None
+    return JsonResponse(
+        {
+            "sessions": [session_dict(session) for session in page],
+            "page": page.number,
+            "pages": paginator.num_pages,
+            "count": paginator.count,
+            "next_page": page.next_page_number() if page.has_next() else None,
+        }
+    )
+
+
+def start_session(request: HttpRequest) -> HttpResponse:
+    name = json_body(request).get("agent", DEFAULT_AGENT)
+    if not isinstance(name, str):
+        raise ApiError(400, "'agent' must be the name of one of your agents.")
+    if name == DEFAULT_AGENT:
+        agent = Agent.objects.default_for(request.user)
+    else:
+        found = Agent.objects.owned_by(request.user).filter(name=name).first()
+        if found is None:
+            raise ApiError(400, f"You have no agent named {name!r}.")
+        agent = found
+    session = chat.start_chat(request.user, agent)
+    location = reverse("api-session", args=[session.pk])
+    return JsonResponse(session_dict(session), status=201, headers={"Location": location})
+
+
+def read_session(request: HttpRequest, pk: str) -> HttpResponse:
+    """The session and its events after `?after=<event id>`, oldest first."""
+    session = owned_session(request, pk)
+    after = int_param(request, "after", default=0, minimum=0)
+    limit = int_param(request, "limit", EVENTS_PER_PAGE, minimum=1, maximum=MAX_EVENTS_PER_PAGE)
+    events = list(
+        Event.objects.owned_by(request.user)
+        .filter(session_id=str(session.pk), id__gt=after)
+        .order_by("id")[: limit + 1]
+    )
+    more = len(events) > limit
+    events = events[:limit]
+    return JsonResponse(
+        {
+            "session": session_dict(session),
+            "events": [event.as_dict() for event in events],
+            "next_after": events[-1].pk if more else None,
+        }
+    )
+
+
+def delete_session(request: HttpRequest, pk: str) -> HttpResponse:
+    owned_session(request, pk).delete()
+    return HttpResponse(status=204)
+
+
+def transcript(request: HttpRequest, pk: str) -> HttpResponseBase:
+    """The chat page's download (sessions_app.transcripts), owner-scoped there too."""
+    return views.session_transcript(request, session_id(pk))
+
+
+def run_turn(session: Session, text: str) -> dict[str, Any]:
+    """One chat turn run to its end, summed up from the frames it emitted."""
+    events: list[dict[str, Any]] = []
+    changes: list[dict[str, Any]] = []
+    warnings: list[str] = []
+
+    async def collect(frame: dict[str, Any]) -> None:
+        if frame["type"] == "event":
+            events.append(frame["event"])
+        elif frame["type"] == "session":  # a rollover before the turn, a compaction after it
+            changes.append({"session_id": frame["session_id"], "reason": frame["reason"]})
+        elif frame["type"] == "error":
+            warnings.append(frame["message"])
+
+    result = async_to_sync(chat.run_chat_turn)(session, text, collect)
+    return {
+        "answer": result.answer,
+        "status": result.status,
+        "error": result.error or None,
+        "usage": result.usage.as_dict(),
+        "events": events,
+        # Where the conversation continues: post the next message there.
+        "session_id": changes[-1]["session_id"] if changes else str(session.pk),
+        "session_changes": changes,
+        "warnings": warnings,
+    }
+
+
+def post_message(request: HttpRequest, pk: str) -> HttpResponse:
+    session = owned_session(request, pk)
+    body = json_body(request)
+    if "text" not in body:
+        raise ApiError(400, 'Send a JSON object like {"text": "Hello"}.')
+    try:
+        text = chat.check_message(body["text"])
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    if chat.parse_command(text) is not None:
+        raise ApiError(400, "Slash commands work in the chat page; the API sends messages only.")
+    if session.status != Session.Status.ACTIVE:
+        successor = (
+            Session.objects.owned_by(request.user)
+            .filter(key=session.key, status=Session.Status.ACTIVE)
+            .first()
+        )
+        raise ApiError(
+            409,
+            "This session is archived; post to the active session of its chat.",
+            active_session=str(successor.pk) if successor else None,
+        )
+    return JsonResponse(run_turn(session, text))
+
+
+sessions_view = endpoint(GET=list_sessions, POST=start_session)
+session_view = endpoint(GET=read_session, DELETE=delete_session)
+transcript_view = endpoint(GET=transcript)
+messages_view = endpoint(POST=post_message)

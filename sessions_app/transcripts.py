@@ -1,0 +1,231 @@
+"""Transcripts: a session's events as append-only JSONL, one JSON object per
+line, and a sessions.json index (key → its current session), for tools that
+read conversations without knowing Neotask's tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from asgiref.sync import sync_to_async
+
+from memory.models import Event, EventType
+from sessions_app.models import Session
+
+INDEX_NAME = "sessions.json"
+BATCH = 500
+TAIL_BLOCK = 64 * 1024
+
+ROLES: dict[str, str] = {
+    EventType.USER_MESSAGE: "user",
+    EventType.ASSISTANT_RESPONSE: "assistant",
+    EventType.TOOL_CALL: "assistant",
+    EventType.TOOL_RESULT: "tool",
+    EventType.SYSTEM: "system",
+}
+# Keys of `Event.data` that get a field of their own; the rest stay under "data".
+PROMOTED = ("content", "tool_calls", "tool_call_id", "is_error", "usage")
+
+
+def event_record(event: Event) -> dict[str, Any]:
+    """One transcript line: what happened, who said it, when, and its usage."""
+    data = dict(event.data) if isinstance(event.data, dict) else {"value": event.data}
+    record: dict[str, Any] = {
+        "id": event.pk,
+        "session_id": event.session_id,
+        "type": event.event_type,
+        "timestamp": event.created_at.isoformat(),
+        "importance": event.importance,
+    }
+    if role := ROLES.get(event.event_type):
+        record["role"] = role
+    record["content"] = data.pop("content") if "content" in data else event.text
+    if event.event_type == EventType.TOOL_CALL:
+        record["tool_call"] = {
+            key: data.pop(key) for key in ("id", "name", "arguments") if key in data
+        }
+    record.update({key: data.pop(key) for key in PROMOTED if key in data})
+    if event.tool_name:
+        record["tool_name"] = event.tool_name
+    if data:
+        record["data"] = data
+    return record
+
+
+def event_line(event: Event) -> str:
+    return json.dumps(event_record(event), ensure_ascii=False) + "\n"
+
+
+def event_batches(session: Session, after: int = 0) -> Iterator[list[Event]]:
+    """The session's events with an id above `after`, in the order they were
+    stored, a batch at a time (keyset pages: constant memory, no open cursor)."""
+    events = Event.objects.owned_by(session.owner).filter(session_id=str(session.pk))
+    while batch := list(events.filter(id__gt=after).order_by("id")[:BATCH]):
+        yield batch
+        after = batch[-1].pk
+
+
+def next_chunk(session: Session, after: int) -> tuple[str, int] | None:
+    """The next batch of lines after event `after`, and its last event id."""
+    batch = next(event_batches(session, after), None)
+    if batch is None:
+        return None
+    return "".join(event_line(event) for event in batch), batch[-1].pk
+
+
+def transcript_chunks(session: Session) -> Iterator[str]:
+    after = 0
+    while chunk := next_chunk(session, after):
+        text, after = chunk
+        yield text
+
+
+async def atranscript_chunks(session: Session) -> AsyncIterator[str]:
+    after = 0
+    while chunk := await sync_to_async(next_chunk)(session, after):
+        text, after = chunk
+        yield text
+
+
+def index_entry(session: Session) -> dict[str, Any]:
+    return {
+        "session_id": str(session.pk),
+        "user": session.owner.get_username(),
+        "agent": session.agent.name,
+        "title": session.title,
+        "status": session.status,
+        "created_at": session.created_at.isoformat(),
+        "updated_at": session.updated_at.isoformat(),
+        "last_activity_at": session.last_activity_at.isoformat(),
+        "tokens": {
+            "input": session.input_tokens,
+            "output": session.output_tokens,
+            "cache_read": session.cache_read_tokens,
+            "cache_write": session.cache_write_tokens,
+        },
+        "compaction_count": session.compaction_count,
+        "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
+        "transcript": f"{session.pk}.jsonl",
+    }
+
+
+def is_current(entry: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether `entry` rather than `other` is the session its key points at:
+    the active one, else the one used last (older ones stay reachable
+    through `continues_from`)."""
+
+    def rank(item: dict[str, Any]) -> tuple[bool, datetime]:
+        try:
+            last = datetime.fromisoformat(item["last_activity_at"])
+        except (KeyError, TypeError, ValueError):
+            last = datetime.min
+        # A hand-edited index may hold naive times; they cannot be compared with aware ones.
+        return item.get("status") == Session.Status.ACTIVE, last.replace(tzinfo=last.tzinfo or UTC)
+
+    return entry.get("session_id") == other.get("session_id") or rank(entry) >= rank(other)
+
+
+def merge_index(index: dict[str, Any], sessions: Iterable[Session]) -> dict[str, Any]:
+    merged = dict(index)
+    for session in sessions:
+        entry = index_entry(session)
+        current = merged.get(session.key)
+        if not isinstance(current, dict) or is_current(entry, current):
+            merged[session.key] = entry
+    return merged
+
+
+def read_index(path: Path) -> dict[str, Any]:
+    """The existing index; empty if missing or unreadable (it is rebuilt from
+    the sessions exported now)."""
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+@contextmanager
+def atomic_write(path: Path) -> Iterator[IO[str]]:
+    """Write `path` through a temporary file in the same directory, so that a
+    crash leaves the old file or the new one, never half of either."""
+    # mkstemp's owner-only mode suits transcripts: they hold private conversations.
+    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def write_index(out_dir: Path, sessions: Iterable[Session]) -> dict[str, Any]:
+    path = out_dir / INDEX_NAME
+    index = merge_index(read_index(path), sessions)
+    with atomic_write(path) as handle:
+        json.dump(index, handle, indent=2, sort_keys=True, ensure_ascii=False)
+        handle.write("\n")
+    return index
+
+
+def last_exported_id(path: Path) -> int | None:
+    """The id of the last event in `path` (0 if there is none yet), or None if
+    its last line is damaged, e.g. by an interrupted append."""
+    try:
+        with path.open("rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            if end == 0:
+                return 0
+            tail, start = b"", end
+            # Read backwards until the block holds the whole last line.
+            while start > 0 and b"\n" not in tail[:-1]:
+                start = max(0, start - TAIL_BLOCK)
+                handle.seek(start)
+                tail = handle.read(end - start)
+    except FileNotFoundError:
+        return 0
+    if not tail.endswith(b"\n"):
+        return None
+    try:
+        event_id = json.loads(tail[:-1].rsplit(b"\n", 1)[-1])["id"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return event_id if isinstance(event_id, int) and not isinstance(event_id, bool) else None
+
+
+@dataclass(frozen=True)
+class Export:
+    appended: int
+    rewritten: bool
+
+
+def export_session(session: Session, out_dir: Path) -> Export:
+    """Append the events not yet in `<out_dir>/<session id>.jsonl`; a file with
+    a damaged last line is written again whole (atomically), so no event is
+    ever lost or duplicated."""
+    path = out_dir / f"{session.pk}.jsonl"
+    after = last_exported_id(path)
+    if after is None:
+        with atomic_write(path) as handle:
+            count = write_events(handle, session, 0)
+        return Export(count, rewritten=True)
+    with path.open("a", encoding="utf-8") as handle:
+        return Export(write_events(handle, session, after), rewritten=False)
+
+
+def write_events(handle: IO[str], session: Session, after: int) -> int:
+    count = 0
+    for batch in event_batches(session, after):
+        handle.write("".join(event_line(event) for event in batch))
+        count += len(batch)
+    return count
