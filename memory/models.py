@@ -20,6 +20,7 @@ class EventType(models.TextChoices):
     SESSION_END = "session_end", "Session end"
     COMPACTION = "compaction", "Compaction"
     SUMMARY = "summary", "Summary"
+    RECALL = "recall", "Recalled memories"
     ERROR = "error", "Error"
 
 
@@ -56,6 +57,10 @@ class Event(OwnedModel):
     text = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     consolidated_at = models.DateTimeField(null=True, blank=True)
+    # Set while a consolidation job works on the event, so that two workers
+    # never consolidate the same events; a stale claim (a crashed worker) expires.
+    consolidation_claim = models.UUIDField(null=True, blank=True)
+    consolidation_claimed_at = models.DateTimeField(null=True, blank=True)
     task_id = models.CharField(max_length=64, null=True, blank=True)
     tool_name = models.CharField(max_length=128, null=True, blank=True)
     importance = models.FloatField(default=0.5)
