@@ -68,11 +68,18 @@ SCHEMA: dict[str, dict[str, Option]] = {
     "memory": {
         "working_memory_cap": Option(50, at_least(1)),
         "consolidation_interval_hours": Option(6.0, at_least(0.1)),
+        "consolidation_min_age_hours": Option(12.0, at_least(0.0)),
+        "fact_duplicate_similarity": Option(0.9, between(0.0, 1.0)),
+        "recall_limit": Option(5, at_least(0)),
+        "recall_min_score": Option(0.35, between(-1.0, 1.0)),
         "recency_limit": Option(10, at_least(0)),
         "relevance_limit": Option(5, at_least(0)),
         "relevance_min_importance": Option(0.8, between(0.0, 1.0)),
         "similarity_limit": Option(5, at_least(0)),
         "similarity_threshold": Option(0.65, between(-1.0, 1.0)),
+        "file_chunk_chars": Option(1000, at_least(100)),
+        "file_chunk_overlap_chars": Option(200, at_least(0)),
+        "file_max_bytes": Option(1_000_000, at_least(1024)),
         "vector_backend": Option("numpy", one_of("numpy")),
     },
     "sessions": {
