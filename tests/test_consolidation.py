@@ -102,7 +102,7 @@ def test_it_leaves_nothing_half_done_when_the_model_fails(alice, llm, reply):
 def test_it_never_gives_the_same_events_to_two_workers(alice):
     chat_yesterday(alice)
     first_token, first = claim("s1", alice.pk)
-    second_token, second = claim("s1", alice.pk)
+    _, second = claim("s1", alice.pk)
     assert len(first) == 2 and second == []
     # A crashed worker's claim expires.
     Event.objects.filter(consolidation_claim=first_token).update(
