@@ -161,6 +161,10 @@ def build_messages(
     prompt = system_prompt(agent_prompt, facts, timezone.localtime())
     if context.summary is not None:
         prompt += "\n\nSummary of this conversation so far:\n" + context.summary.text
+    if context.session_recall:
+        prompt += "\n\nRecalled from earlier conversations when this session started:\n" + (
+            "\n".join(f"- [{item['date']}] {item['text']}" for item in context.session_recall)
+        )
     if context.recalled:
         prompt += "\n\n" + recalled_block(context)
     system = {"role": "system", "content": prompt}

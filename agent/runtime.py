@@ -23,6 +23,7 @@ from agent.context import build_messages
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
 from memory.models import Event, EventType
+from memory.recall import record_recall
 from memory.workspace import workspace_dir
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,14 @@ class Turn:
             # Once per turn: every round of tool calls recalls by the same question.
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
             self.query = text if self.query_vector is not None else ""
+            recalled = await database_sync_to_async(record_recall)(
+                self.request.owner,
+                self.request.agent_name,
+                self.request.session_id,
+                self.query_vector,
+            )
+            if recalled is not None:
+                await self.emit({"type": "event", "event": recalled.as_dict()})
             return await self.loop()
         except asyncio.CancelledError:
             # /stop: keep what was said, mark it, and end the turn normally.

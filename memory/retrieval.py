@@ -33,7 +33,7 @@ MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 @dataclass(frozen=True)
 class ContextItem:
     event: Event
-    branch: str  # summary | recency | relevance | similarity
+    branch: str  # summary | recall | recency | relevance | similarity
     score: float | None = None
 
 
@@ -53,6 +53,12 @@ class Context:
         """The compaction summary this session opened with, if any."""
         found = self.branch("summary")
         return found[0].event if found else None
+
+    @property
+    def session_recall(self) -> list[dict[str, Any]]:
+        """What auto-recall brought in when the session started."""
+        found = self.branch("recall")
+        return found[0].event.data.get("items", []) if found else []
 
     @property
     def recalled(self) -> list[ContextItem]:
@@ -99,6 +105,15 @@ def get_context(
     if summary is not None:
         context.items.append(ContextItem(summary, "summary"))
         seen.add(summary.pk)
+    recalled = (
+        Event.objects.owned_by(owner)
+        .filter(session_id=session_id, event_type=EventType.RECALL)
+        .order_by("-id")
+        .first()
+    )
+    if recalled is not None:
+        context.items.append(ContextItem(recalled, "recall"))
+        seen.update(item["event_id"] for item in recalled.data.get("items", []))
 
     for event in recent_exchange(owner, session_id, limits["recency_limit"]):
         context.items.append(ContextItem(event, "recency"))

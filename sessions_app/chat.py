@@ -173,10 +173,17 @@ def recalled_lines(session: Session) -> list[str]:
         context = get_context(session.owner, str(session.pk), latest.text, session.agent.name)
     except Exception:  # the embedding model is missing: recall by importance only
         context = get_context(session.owner, str(session.pk), "", session.agent.name)
+    lines = []
+    if context.session_recall:
+        lines.append("Recalled when this session started:")
+        lines += [
+            f"- similarity {item['score']:.2f}: [{item['date']}] {item['text'][:80]}"
+            for item in context.session_recall
+        ]
     recalled = context.recalled
     if not recalled:
-        return ["Recalled memories: none for the latest message."]
-    return ["Recalled memories (why each is in the context):"] + [
+        return [*lines, "Recalled memories: none for the latest message."]
+    return [*lines, "Recalled memories (why each is in the context):"] + [
         f"- {item.branch}"
         + (f" {item.score:.2f}" if item.score is not None else "")
         + f": [{item.event.created_at:%Y-%m-%d}] {' '.join(item.event.text.split())[:80]}"

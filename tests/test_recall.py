@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+
+from agent.runtime import TurnRequest, run_turn
+from memory.models import Event
+from memory.tasks import embed_missing
+from sessions_app import chat
+from tests.scripted_llm import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def ignore(frame: dict) -> None:
+    pass
+
+
+def past(owner: User, text: str, session: str = "old") -> None:
+    Event.record(owner, session, "user_message", {"content": text})
+    embed_missing()
+
+
+async def test_it_recalls_memories_when_a_session_starts(llm):
+    owner = await User.objects.acreate(username="owner")
+    other = await User.objects.acreate(username="other")
+    await sync_to_async(past)(owner, "My dog Biscuit is a golden retriever")
+    await sync_to_async(past)(owner, "The quarterly report is due Friday")
+    await sync_to_async(past)(other, "Other user's dog Biscuit is a poodle", session="x")
+    llm.script(Reply(text="Biscuit!"), Reply(text="Still Biscuit."))
+    request = TurnRequest(owner=owner, session_id="new")
+    await run_turn(request, "Tell me about my dog Biscuit", ignore)
+
+    recall = await Event.objects.aget(session_id="new", event_type="recall")
+    texts = [item["text"] for item in recall.data["items"]]
+    assert texts[0] == "My dog Biscuit is a golden retriever"
+    assert not any("poodle" in text for text in texts)
+    system = llm.requests[0]["messages"][0]["content"]
+    assert "Recalled from earlier conversations when this session started:" in system
+    assert "golden retriever" in system
+    # Only once per session.
+    await run_turn(request, "and what else?", ignore)
+    assert await Event.objects.filter(session_id="new", event_type="recall").acount() == 1
+    assert "golden retriever" in llm.requests[1]["messages"][0]["content"]
+
+
+async def test_it_recalls_nothing_below_the_floor(llm, configure):
+    configure("memory", recall_min_score=0.95)
+    owner = await User.objects.acreate(username="owner")
+    await sync_to_async(past)(owner, "My dog Biscuit is a golden retriever")
+    llm.script(Reply(text="ok"))
+    await run_turn(TurnRequest(owner=owner, session_id="new"), "Tell me about Biscuit", ignore)
+    assert not await Event.objects.filter(event_type="recall").aexists()
+
+
+async def test_it_lists_the_recall_in_status(llm):
+    owner = await User.objects.acreate(username="owner")
+    await sync_to_async(past)(owner, "I am allergic to peanuts")
+    session = await sync_to_async(chat.start_chat)(owner)
+    llm.script(Reply(text="Noted."))
+    await chat.run_chat_turn(session, "Can I eat peanut butter?", ignore)
+    status = await sync_to_async(chat.status_text)(session)
+    assert "Recalled when this session started:" in status
+    assert "allergic to peanuts" in status
