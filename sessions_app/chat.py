@@ -191,9 +191,17 @@ def recalled_lines(session: Session) -> list[str]:
     ]
 
 
-async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:
+async def run_chat_turn(
+    session: Session,
+    text: str,
+    emit: Emit,
+    *,
+    trusted: bool = False,
+    approval_timeout: float | None = None,
+) -> TurnResult:
     """One turn in `session` (or its successor, if it went stale): the agent
-    answers, usage is added, the meter is sent."""
+    answers, usage is added, the meter is sent. Scheduled runs pass `trusted`
+    and a short `approval_timeout`: nobody is watching them."""
     session, reason = await database_sync_to_async(ensure_fresh)(session)
     if reason is not None:
         await emit({"type": "session", "session_id": str(session.pk), "reason": reason})
@@ -203,6 +211,8 @@ async def run_chat_turn(session: Session, text: str, emit: Emit) -> TurnResult:
         session_id=str(session.pk),
         agent_name=session.agent.name,
         agent_prompt=session.agent.system_prompt,
+        trusted=trusted,
+        approval_timeout=approval_timeout,
     )
     result = await run_turn(request, text, emit)
     await database_sync_to_async(add_usage)(session, result.usage)

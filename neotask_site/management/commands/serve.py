@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
+from scheduler.config_sync import SyncError, sync_config_tasks
 
 STOP_GRACE_SECONDS = 10.0
 MODEL_START_SECONDS = 60
@@ -57,6 +58,12 @@ class Command(BaseCommand):
                 f"Port {port} on {host} is already in use. Stop the other server, or choose "
                 f"another port: make run PORT={port + 1}"
             )
+        try:
+            synced = sync_config_tasks()
+        except SyncError as exc:
+            raise CommandError(f"configuration error: {exc}") from None
+        if synced.created or synced.updated or synced.deleted:
+            self.stdout.write(str(synced))
         manage = str(settings.BASE_DIR / "manage.py")
         env = dict(os.environ)
         commands: dict[str, list[str]] = {}

@@ -1,0 +1,248 @@
+"""Running due scheduled tasks: claim, run as an agent turn in `cron:<task id>`, record.
+
+A django-q2 schedule calls `run_due_tasks` every minute (see `install_schedule`),
+possibly in several clusters at once. Each task is claimed before it runs by
+moving its `next_run_at` to the next slot after now with a conditional UPDATE,
+so only one cluster wins, and after downtime a task runs once, not once per
+missed slot.
+
+A task whose agent was deleted runs with its owner's default agent from then
+on (the task is re-pointed), and its cron chat says so: the owner asked for
+the run, and a notice is more useful than a silently paused task.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agent.models import ApprovalRequest
+from memory.models import Event, EventType
+from scheduler.models import ScheduledTask
+from scheduler.schedule import ScheduleError, next_run
+from sessions_app.chat import run_chat_turn
+from sessions_app.keys import SessionKey
+from sessions_app.models import Agent, Session
+
+log = logging.getLogger(__name__)
+
+CRON_CHANNEL = "cron"
+SCHEDULE_NAME = "scheduler: run due tasks"
+# Nobody watches a scheduled run: a command that needs approval is recorded and
+# skipped at once instead of holding a worker for the usual approval timeout.
+APPROVAL_TIMEOUT_SECONDS = 0.0
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    task_id: str
+    name: str
+    owner: str
+    status: str  # completed | error | stopped | max_iterations (from the turn) | failed
+    detail: str = ""
+
+
+@dataclass
+class RunReport:
+    now: datetime
+    runs: list[TaskRun] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if not self.runs:
+            return f"{self.now:%Y-%m-%d %H:%M %Z}: no tasks were due."
+        lines = [f"{self.now:%Y-%m-%d %H:%M %Z}: ran {len(self.runs)} task(s)."]
+        for run in self.runs:
+            detail = f": {' '.join(run.detail.split())[:120]}" if run.detail else ""
+            lines.append(f'- "{run.name}" ({run.owner}, {run.task_id}) {run.status}{detail}')
+        return "\n".join(lines)
+
+
+def run_due_tasks(now: datetime | None = None) -> RunReport:
+    """Run every task due at `now` that this process manages to claim."""
+    now = now or timezone.now()
+    report = RunReport(now)
+    for task_id in due_task_ids(now):
+        task = claim(task_id, now)
+        if task is not None:  # else another cluster took it, or it was paused or deleted
+            report.runs.append(run_task(task, now))
+    return report
+
+
+def due_task_ids(now: datetime) -> list[uuid.UUID]:
+    # Every owner's tasks: the runner is the cluster's own job, not a request.
+    due = ScheduledTask.objects.filter(is_paused=False, next_run_at__lte=now)
+    return list(due.order_by("next_run_at").values_list("pk", flat=True))
+
+
+def claim(task_id: uuid.UUID, now: datetime) -> ScheduledTask | None:
+    """The task, with `next_run_at` moved past `now`, if this call won it."""
+    with transaction.atomic():
+        due = ScheduledTask.objects.filter(pk=task_id, is_paused=False, next_run_at__lte=now)
+        if connection.features.has_select_for_update_skip_locked:
+            # Another cluster holding the row is running it: skip, don't wait.
+            due = due.select_for_update(skip_locked=True)
+        task = due.first()
+        if task is None:
+            return None
+        try:
+            following = next_run(task.cron_expr, now, task.time_zone)
+        except ScheduleError as exc:
+            pause_broken(task, str(exc))
+            return None
+        # Conditional: on databases without row locks, only the first of two
+        # clusters that read the same next_run_at moves it.
+        won = ScheduledTask.objects.filter(
+            pk=task.pk, is_paused=False, next_run_at=task.next_run_at
+        ).update(next_run_at=following)
+    if not won:
+        return None
+    task.next_run_at = following
+    return task
+
+
+def pause_broken(task: ScheduledTask, reason: str) -> None:
+    """A schedule that cannot run again (edited to nonsense, a zone that vanished)."""
+    ScheduledTask.objects.filter(pk=task.pk).update(is_paused=True)
+    log.warning("scheduled task %s paused: %s", task.pk, reason)
+    session = cron_session(task)
+    note = f'"{task.name}" was paused because its schedule cannot run: {reason}'
+    record(task, str(session.pk), session.agent.name, EventType.ERROR, note, "task_paused")
+
+
+class Collector:
+    """Watches the turn's frames for what the runner reports afterwards."""
+
+    def __init__(self, session: Session) -> None:
+        self.session_id = str(session.pk)
+        self.approvals: list[dict[str, Any]] = []
+
+    async def __call__(self, frame: dict[str, Any]) -> None:
+        if frame["type"] == "session":  # rolled over or compacted: notes go to the new one
+            self.session_id = frame["session_id"]
+        elif frame["type"] == "approval_request":
+            self.approvals.append(frame)
+
+
+def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
+    """Run one claimed task; never raises, so one task cannot stop the others."""
+    owner = task.owner
+    agent_name = "main"
+    session_id = str(task.pk)
+    try:
+        session = cron_session(task)
+        agent_name, session_id = session.agent.name, str(session.pk)
+        collector = Collector(session)
+        result = async_to_sync(run_chat_turn)(
+            session,
+            task.prompt,
+            collector,
+            trusted=task.is_trusted,
+            approval_timeout=APPROVAL_TIMEOUT_SECONDS,
+        )
+        for frame in collector.approvals:
+            ask_owner(task, collector.session_id, agent_name, frame)
+        outcome = TaskRun(
+            str(task.pk), task.name, owner.username, result.status, result.error or result.answer
+        )
+    except Exception as exc:
+        log.exception("scheduled task %s failed", task.pk)
+        note = f'The scheduled task "{task.name}" failed: {type(exc).__name__}: {exc}'
+        record(task, session_id, agent_name, EventType.ERROR, note, "task_failed")
+        outcome = TaskRun(str(task.pk), task.name, owner.username, "failed", note)
+    finish(task, now)
+    return outcome
+
+
+def cron_session(task: ScheduledTask) -> Session:
+    """The active `cron:<task id>` session, created (or restarted with the task's
+    current agent) when needed."""
+    agent = task.agent
+    if agent is None:
+        agent = Agent.objects.default_for(task.owner)
+        ScheduledTask.objects.filter(pk=task.pk).update(agent=agent)
+        task.agent = agent
+        replaced_agent = True
+    else:
+        replaced_agent = False
+    key = str(SessionKey.for_task(str(task.pk), agent.name))
+    session = (
+        Session.objects.owned_by(task.owner)
+        .filter(key=key, status=Session.Status.ACTIVE)
+        .select_related("agent", "owner")
+        .first()
+    )
+    if session is not None and session.agent_id != agent.pk:
+        Session.objects.filter(pk=session.pk).update(status=Session.Status.ARCHIVED)
+        session = None
+    if session is None:
+        session = Session.start(task.owner, agent, CRON_CHANNEL, str(task.pk), title=task.name)
+    if replaced_agent:
+        note = (
+            f'The agent of "{task.name}" was deleted, so it now runs with your default agent '
+            f'"{agent.name}". Change the task if it should use another one.'
+        )
+        record(task, str(session.pk), agent.name, EventType.SYSTEM, note, "agent_replaced")
+    return session
+
+
+def ask_owner(task: ScheduledTask, session_id: str, agent_name: str, frame: dict[str, Any]) -> None:
+    """Tell the owner a command waits for them. The turn expired the request when
+    nobody answered at once; it is reopened so that the owner can still answer it
+    in this chat ("Allow always" lets the next runs run it)."""
+    ApprovalRequest.objects.filter(
+        pk=frame["request_id"], status=ApprovalRequest.Status.EXPIRED
+    ).update(status=ApprovalRequest.Status.PENDING, decided_at=None)
+    note = (
+        f'"{task.name}" wanted to run `{frame["command"]}`, which needs your approval, so this '
+        f"run went on without it. Answer the request here: “Allow always” lets later runs "
+        f"run `{frame['prefix']}` commands. Or mark the task trusted."
+    )
+    record(task, session_id, agent_name, EventType.SYSTEM, note, "approval_needed")
+
+
+def record(
+    task: ScheduledTask, session_id: str, agent_name: str, event_type: str, text: str, kind: str
+) -> None:
+    try:
+        Event.record(
+            task.owner,
+            session_id,
+            event_type,
+            {"content": text, "kind": kind},
+            agent=agent_name,
+            task_id=str(task.pk),
+        )
+    except Exception:  # the database itself is failing: the log is all that is left
+        log.exception("could not record %s for scheduled task %s", kind, task.pk)
+
+
+def finish(task: ScheduledTask, now: datetime) -> None:
+    try:
+        if task.is_oneshot:
+            ScheduledTask.objects.filter(pk=task.pk).delete()
+        else:
+            ScheduledTask.objects.filter(pk=task.pk).update(last_run_at=now)
+    except Exception:
+        log.exception("could not finish scheduled task %s", task.pk)
+
+
+def install_schedule(sender: object, **kwargs: object) -> None:
+    """Every minute, kept in sync at each `migrate`."""
+    from django_q.models import Schedule
+
+    Schedule.objects.update_or_create(
+        name=SCHEDULE_NAME,
+        defaults={
+            "func": "scheduler.runner.run_due_tasks",
+            "schedule_type": Schedule.MINUTES,
+            "minutes": 1,
+            "repeats": -1,
+        },
+    )
