@@ -57,6 +57,7 @@ def hint(owner: Any, tool: str, arguments: dict[str, Any]) -> str | None:
     options = settings.NEOTASK["macros"]
     macro = (
         chains_from(owner, tool, args_pattern(tool, arguments))
+        .filter(is_disabled=False)
         .filter(confidence__gte=options["hint_confidence"], used_count__gte=options["min_uses"])
         .order_by("-confidence", "-used_count")
         .first()

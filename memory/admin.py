@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from memory.models import Event, Fact, Macro
+from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -79,3 +79,36 @@ class MacroAdmin(OwnedAdmin):
     list_filter = ["trigger_tool", "next_tool", "owner"]
     search_fields = ["trigger_tool", "next_tool", "trigger_args_pattern"]
     readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(MemoryFile)
+class MemoryFileAdmin(OwnedAdmin):
+    list_display = ["path", "agent", "size", "skip_reason", "indexed_at", "owner"]
+    list_filter = ["agent", "indexed_at", "owner"]
+    search_fields = ["path", "skip_reason"]
+    readonly_fields = ["size", "mtime_ns", "sha256", "skip_reason", "indexed_at", "created_at"]
+
+
+@admin.register(MemoryChunk)
+class MemoryChunkAdmin(OwnedAdmin):
+    """Chunks are derived from the files: read-only here, edited through the file."""
+
+    list_display = ["file", "start_line", "end_line", "heading", "embedded", "owner"]
+    list_select_related = ["owner", "file"]
+    list_filter = ["agent", EmbeddingFilter, "owner"]
+    search_fields = ["text", "heading", "file__path"]
+    readonly_fields = [
+        "file",
+        "position",
+        "start_line",
+        "end_line",
+        "content_hash",
+        "embedding_error",
+        "embedded_at",
+        "created_at",
+    ]
+    exclude = ["embedding"]
+
+    @admin.display(boolean=True)
+    def embedded(self, chunk: MemoryChunk) -> bool:
+        return chunk.embedding is not None

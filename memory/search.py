@@ -9,6 +9,9 @@ alone, and no weighting beat vector alone at recall@10. So the fused ranking
 takes from the lexical branch only the events the vector branch cannot see:
 those without an embedding yet (just written, or whose embedding failed).
 `branch` also runs one branch alone; "recency" is the evaluation's baseline.
+
+The fused ranking also searches the agent's memory files (`memory.files`) and merges
+their chunks with the events by cosine similarity, each hit citing its source.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from memory import fulltext
+from memory.files import FileHit, search_files
 from memory.models import Event
 from memory.retrieval import MAX_QUERY_CHARS, MEMORY_TYPES
 from memory.vector_index import index_for
@@ -34,6 +38,7 @@ class SearchHit:
     event: Event
     score: float
     branches: dict[str, float] = field(default_factory=dict)  # branch → its own score
+    kind: str = field(default="event", init=False)
 
     @property
     def source(self) -> str:
@@ -47,7 +52,8 @@ def search_memory(
     agent: str = "main",
     branch: str = "fused",
     query_vector: np.ndarray | None = None,
-) -> list[SearchHit]:
+    files: bool = True,
+) -> list[SearchHit | FileHit]:
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -88,4 +94,22 @@ def search_memory(
     events = owned.in_bulk(list(scores))  # drops ids of other owners, agents or types
     hits = [SearchHit(events[i], scores[i], own_scores[i]) for i in scores if i in events]
     hits.sort(key=lambda hit: -hit.score)
+    if branch == "fused" and files and query_vector is not None:
+        return merge_by_similarity(hits, search_files(owner, agent, query_vector, k), k)
     return hits[:k]
+
+
+def merge_by_similarity(
+    events: list[SearchHit], file_hits: list[FileHit], k: int
+) -> list[SearchHit | FileHit]:
+    """File hits inserted among the fused event hits by cosine similarity; the events
+    keep their order, and those found by words alone (no vector yet) their place."""
+    merged: list[SearchHit | FileHit] = []
+    pending = list(file_hits)
+    for hit in events:
+        similarity = hit.branches.get("vector")
+        while similarity is not None and pending and pending[0].score > similarity:
+            merged.append(pending.pop(0))
+        merged.append(hit)
+    merged.extend(pending)
+    return merged[:k]

@@ -33,6 +33,7 @@ EMBEDDED_TYPES = [
 BATCH_SIZE = 32
 MAX_ATTEMPTS = 8
 SWEEP_SCHEDULE = "memory: embed missing events"
+FILES_SCHEDULE = "memory: re-index changed memory files"
 ANALYZE_SCHEDULE = "database: refresh planner statistics"
 
 
@@ -157,6 +158,7 @@ def install_schedules(sender: object, **kwargs: object) -> None:
 
     for name, func, minutes in [
         (SWEEP_SCHEDULE, "memory.tasks.embed_missing", 1),
+        (FILES_SCHEDULE, "memory.files.index_all_workspaces", 1),
         (ANALYZE_SCHEDULE, "memory.tasks.analyze_database", 60),
     ]:
         Schedule.objects.update_or_create(

@@ -1,11 +1,25 @@
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
 
+from django.contrib import messages
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from memory import files
+from memory.forms import FactForm
+from memory.models import Fact, Macro, MemoryFile
 from memory.search import search_memory
+from memory.workspace import workspace_dir
+from neotask_site.ownership import get_owned_or_404
 
 RESULTS = 20
+DEFAULT_AGENT = "main"
 MAX_QUERY = 2000
 
 
@@ -15,3 +29,206 @@ def memory_search(request: HttpRequest) -> HttpResponse:
     hits = search_memory(request.user, query, k=RESULTS) if query else []
     template = "memory/_results.html" if request.htmx else "memory/search.html"
     return render(request, template, {"query": query, "hits": hits})
+
+
+def workspace_of(request: HttpRequest) -> tuple[str, Path]:
+    """The requesting user's workspace of `?agent=` (default "main"): paths are per owner
+    id, so another user's files are never reachable."""
+    agent = request.GET.get("agent") or request.POST.get("agent") or DEFAULT_AGENT
+    try:
+        files.check_agent_name(agent)
+    except files.MemoryPathError:
+        raise Http404("No such agent") from None
+    return agent, workspace_dir(request.user.pk, agent)
+
+
+def file_url(agent: str, path: str) -> str:
+    return f"{reverse('memory-file')}?{urlencode({'agent': agent, 'path': path})}"
+
+
+def files_url(agent: str) -> str:
+    return f"{reverse('memory-files')}?{urlencode({'agent': agent})}"
+
+
+def memory_files(request: HttpRequest) -> HttpResponse:
+    agent, _ = workspace_of(request)
+    files.index_workspace(request.user, agent)  # the list shows what is on disk now
+    rows = (
+        MemoryFile.objects.owned_by(request.user)
+        .filter(agent=agent)
+        .annotate(chunk_count=Count("chunks"))
+    )
+    return render(request, "memory/files.html", {"agent": agent, "files": rows})
+
+
+def memory_file(request: HttpRequest) -> HttpResponse:
+    """View a file and edit it; saving refuses to overwrite changes made meanwhile."""
+    agent, workspace = workspace_of(request)
+    path = request.GET.get("path") or request.POST.get("path", "")
+    try:
+        shown, full = files.resolve_memory_path(workspace, path)
+    except files.MemoryPathError as exc:
+        raise Http404(str(exc)) from None
+    if not full.is_file():
+        raise Http404("No such memory file")
+    context: dict[str, Any] = {"agent": agent, "path": shown}
+    status = 200
+    if request.method == "POST":
+        text = request.POST.get("text", "")
+        try:
+            files.save_if_unchanged(workspace, shown, text, request.POST.get("sha256", ""))
+        except files.FileConflict as conflict:
+            status = 200 if request.htmx else 409  # htmx swaps only successful responses
+            context.update(
+                conflict=conflict.current_text, text=text, sha256=conflict.current_sha256
+            )
+        except files.MemoryPathError as exc:
+            status = 400
+            context.update(error=str(exc), text=text, sha256=request.POST.get("sha256", ""))
+        else:
+            files.index_path(request.user, agent, shown)
+            if not request.htmx:
+                messages.success(request, f"Saved {shown}.")
+                return redirect(file_url(agent, shown))
+            context["saved"] = True
+    if "text" not in context:
+        try:
+            context["text"], context["sha256"] = files.read_memory_file(workspace, shown)
+        except files.MemoryPathError as exc:  # binary, too large, not UTF-8: not editable
+            context["unreadable"] = str(exc)
+    template = "memory/_file_editor.html" if request.htmx else "memory/file.html"
+    return render(request, template, context, status=status)
+
+
+@require_POST
+def memory_file_new(request: HttpRequest) -> HttpResponse:
+    agent, workspace = workspace_of(request)
+    name = request.POST.get("name", "").strip()
+    path = files.new_file_path(name)
+    try:
+        shown, full = files.resolve_memory_path(workspace, path)
+        if full.exists():
+            raise files.MemoryPathError(f"{shown} already exists.")
+        files.write_memory_file(workspace, shown, "")
+    except files.MemoryPathError as exc:
+        messages.error(request, str(exc))
+        return redirect(files_url(agent))
+    files.index_path(request.user, agent, shown)
+    return redirect(file_url(agent, shown))
+
+
+def memory_file_delete(request: HttpRequest) -> HttpResponse:
+    """A confirmation page; deleting takes a POST from it."""
+    agent, workspace = workspace_of(request)
+    path = request.GET.get("path") or request.POST.get("path", "")
+    try:
+        shown, full = files.resolve_memory_path(workspace, path)
+    except files.MemoryPathError as exc:
+        raise Http404(str(exc)) from None
+    if not full.is_file():
+        raise Http404("No such memory file")
+    if request.method == "POST":
+        files.delete_memory_file(workspace, shown)
+        files.index_path(request.user, agent, shown)
+        messages.success(request, f"Deleted {shown}.")
+        return redirect(files_url(agent))
+    return render(request, "memory/file_delete.html", {"agent": agent, "path": shown})
+
+
+# Facts and macros: the user's view of what the agent learned -------------------
+
+FACT_ROWS = 200
+FACT_ROW = "memory/_fact_row.html"
+MACRO_ROW = "memory/_macro_row.html"
+
+
+def owned_facts(request: HttpRequest, query: str = "") -> QuerySet[Fact]:
+    facts = Fact.objects.owned_by(request.user)
+    if query:
+        facts = facts.filter(
+            Q(category__icontains=query) | Q(key__icontains=query) | Q(value__icontains=query)
+        )
+    return facts[:FACT_ROWS]
+
+
+def fact_list(request: HttpRequest) -> HttpResponse:
+    """The facts page; a POST adds one. htmx gets the part it replaces: the rows
+    for a search, the form and the rows after an add."""
+    query = request.GET.get("q", "").strip()[:MAX_QUERY]
+    form = FactForm(request.POST if request.method == "POST" else None, owner=request.user)
+    added = None
+    if form.is_valid():
+        added = form.save()
+        if not request.htmx:
+            messages.success(request, f"Added {added}.")
+            return redirect("fact-list")
+        form = FactForm(owner=request.user)
+    context = {"form": form, "facts": owned_facts(request, query), "query": query, "added": added}
+    if not request.htmx:
+        template = "memory/facts.html"
+    elif request.method == "POST":
+        template = "memory/_facts.html"
+    else:
+        template = "memory/_fact_rows.html"
+    return render(request, template, context)
+
+
+def fact_row(request: HttpRequest, pk: int) -> HttpResponse:
+    """One row as it is now (what "cancel" of an inline edit swaps back in)."""
+    fact = get_owned_or_404(Fact, request.user, pk=pk)
+    if not request.htmx:
+        return redirect("fact-list")
+    return render(request, FACT_ROW, {"fact": fact})
+
+
+def fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """The edit form: in place of the row for htmx, as a page otherwise."""
+    fact = get_owned_or_404(Fact, request.user, pk=pk)
+    form = FactForm(
+        request.POST if request.method == "POST" else None, instance=fact, owner=request.user
+    )
+    if form.is_valid():
+        fact = form.save()
+        if not request.htmx:
+            messages.success(request, f"Saved {fact}.")
+            return redirect("fact-list")
+        return render(request, FACT_ROW, {"fact": fact})
+    template = "memory/_fact_edit_row.html" if request.htmx else "memory/fact_edit.html"
+    return render(request, template, {"fact_pk": pk, "form": form})
+
+
+@require_POST
+def fact_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    fact = get_owned_or_404(Fact, request.user, pk=pk)
+    fact.delete()
+    if request.htmx:
+        return HttpResponse("")  # swaps the row for nothing
+    messages.success(request, f"Deleted {fact}.")
+    return redirect("fact-list")
+
+
+def macro_list(request: HttpRequest) -> HttpResponse:
+    macros = Macro.objects.owned_by(request.user)
+    template = "memory/_macro_rows.html" if request.htmx else "memory/macros.html"
+    return render(request, template, {"macros": macros})
+
+
+@require_POST
+def macro_disable(request: HttpRequest, pk: int, disabled: bool) -> HttpResponse:
+    """Disabled macros stay (and keep learning) but give the agent no hints."""
+    macro = get_owned_or_404(Macro, request.user, pk=pk)
+    macro.is_disabled = disabled
+    macro.save(update_fields=["is_disabled", "updated_at"])
+    if not request.htmx:
+        return redirect("macro-list")
+    return render(request, MACRO_ROW, {"macro": macro})
+
+
+@require_POST
+def macro_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    macro = get_owned_or_404(Macro, request.user, pk=pk)
+    macro.delete()
+    if request.htmx:
+        return HttpResponse("")
+    messages.success(request, f"Deleted the macro {macro}.")
+    return redirect("macro-list")

@@ -13,5 +13,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("memory/", include("memory.urls")),
+    path("tasks/", include("scheduler.urls")),
+    path("settings/terminal/", include("agent.urls")),
     path("", include("sessions_app.urls")),
 ]

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from sessions_app.keys import SessionKey
 
 
 class ScheduledTask(OwnedModel):
@@ -44,3 +45,12 @@ class ScheduledTask(OwnedModel):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def chat_key(self) -> str:
+        """The key of the chat its runs answer in."""
+        return str(SessionKey.for_task(str(self.pk)))
+
+    @property
+    def is_read_only(self) -> bool:
+        return self.source == self.Source.CONFIG

@@ -160,6 +160,23 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
     return outcome
 
 
+def run_now(task_id: str, now: datetime | None = None) -> TaskRun | None:
+    """Run a task at once, outside its schedule (the tasks page's "run now"): its
+    next scheduled run stays where it is, and a one-shot is done after it. None if
+    the task was deleted before a worker got to it."""
+    task = ScheduledTask.objects.select_related("owner", "agent").filter(pk=task_id).first()
+    if task is None:
+        return None
+    return run_task(task, now or timezone.now())
+
+
+def queue_run_now(task: ScheduledTask) -> None:
+    """Hand "run now" to a worker: an agent turn takes far longer than a request should."""
+    from django_q.tasks import async_task
+
+    async_task("scheduler.runner.run_now", str(task.pk), group="scheduled-tasks")
+
+
 def cron_session(task: ScheduledTask) -> Session:
     """The active `cron:<task id>` session, created (or restarted with the task's
     current agent) when needed."""

@@ -8,7 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from memory.models import Event, Fact, Macro
+from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, Session
 
@@ -18,6 +18,8 @@ OWNED_MODELS = [
     Event,
     Fact,
     Macro,
+    MemoryFile,
+    MemoryChunk,
     ScheduledTask,
     TerminalAllowedPrefix,
     ApprovalRequest,
@@ -28,6 +30,7 @@ OWNED_MODELS = [
 def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Model]:
     agent = Agent.objects.default_for(owner)
     session = Session.start(owner, agent, "web", f"chat{tag}", title=f"Chat {tag}")
+    memory_file = MemoryFile.objects.create(owner=owner, path=f"memory/notes{tag}.md", size=6)
     return {
         Agent: agent,
         Session: session,
@@ -35,6 +38,16 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         Fact: Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue"),
         Macro: Macro.objects.create(
             owner=owner, trigger_tool=f"search_memory{tag}", next_tool="terminal"
+        ),
+        MemoryFile: memory_file,
+        MemoryChunk: MemoryChunk.objects.create(
+            owner=owner,
+            file=memory_file,
+            position=0,
+            start_line=1,
+            end_line=1,
+            text=f"notes {tag}",
+            content_hash=f"hash{tag}",
         ),
         ScheduledTask: ScheduledTask.objects.create(
             owner=owner,

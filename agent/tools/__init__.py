@@ -71,7 +71,12 @@ def get_tool(name: str) -> Tool:
 
 
 def load_builtin_tools() -> None:
-    from agent.tools import facts, search, terminal  # noqa: F401  (they register themselves)
+    from agent.tools import (  # noqa: F401  (they register themselves)
+        facts,
+        memory_files,
+        search,
+        terminal,
+    )
 
 
 JSON_TYPES: dict[str, tuple[type, ...]] = {

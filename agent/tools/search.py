@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.tools import Tool, ToolContext, register
-from memory.search import search_memory
+from memory.files import FileHit
+from memory.search import SearchHit, search_memory
 
 RESULTS = 8
 RESULT_CHARS = 300
@@ -11,20 +12,29 @@ RESULT_CHARS = 300
 
 def search(context: ToolContext, arguments: dict[str, Any]) -> str:
     hits = search_memory(context.owner, arguments["query"], k=RESULTS, agent=context.agent_name)
-    lines = [
+    lines = [describe(hit) for hit in hits]
+    return "\n".join(lines) if lines else "Nothing in memory matches that."
+
+
+def describe(hit: SearchHit | FileHit) -> str:
+    if isinstance(hit, FileHit):
+        heading = f"{hit.heading}: " if hit.heading else ""
+        return (
+            f"[memory file] {heading}{' '.join(hit.text.split())[:RESULT_CHARS]} "
+            f"(source: {hit.source})"
+        )
+    return (
         f"[{hit.event.created_at:%Y-%m-%d %H:%M}] {hit.event.get_event_type_display()}: "
         f"{' '.join(hit.event.text.split())[:RESULT_CHARS]} (source: {hit.source})"
-        for hit in hits
-    ]
-    return "\n".join(lines) if lines else "Nothing in memory matches that."
+    )
 
 
 register(
     Tool(
         name="search_memory",
         description=(
-            "Search everything said in past conversations (by meaning and by words) for "
-            "something the user mentioned or was told."
+            "Search everything said in past conversations (by meaning and by words) and "
+            "your memory files for something the user mentioned or was told."
         ),
         parameters={
             "type": "object",

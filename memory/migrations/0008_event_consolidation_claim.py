@@ -4,25 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memory', '0007_event_indexes'),
+        ("memory", "0007_event_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='event',
-            name='consolidation_claim',
+            model_name="event",
+            name="consolidation_claim",
             field=models.UUIDField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='event',
-            name='consolidation_claimed_at',
+            model_name="event",
+            name="consolidation_claimed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='event',
-            name='event_type',
-            field=models.CharField(choices=[('user_message', 'User message'), ('assistant_response', 'Assistant response'), ('tool_call', 'Tool call'), ('tool_result', 'Tool result'), ('system', 'System'), ('session_start', 'Session start'), ('session_end', 'Session end'), ('compaction', 'Compaction'), ('summary', 'Summary'), ('recall', 'Recalled memories'), ('error', 'Error')], max_length=32),
+            model_name="event",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("user_message", "User message"),
+                    ("assistant_response", "Assistant response"),
+                    ("tool_call", "Tool call"),
+                    ("tool_result", "Tool result"),
+                    ("system", "System"),
+                    ("session_start", "Session start"),
+                    ("session_end", "Session end"),
+                    ("compaction", "Compaction"),
+                    ("summary", "Summary"),
+                    ("recall", "Recalled memories"),
+                    ("error", "Error"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

@@ -1,0 +1,113 @@
+"""Tools over the agent's memory files (MEMORY.md, memory/**/*.md), confined to its workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent.tools import Tool, ToolContext, ToolError, register
+from memory import files
+from memory.models import MemoryFile
+
+MAX_TEXT = 200_000  # characters per write or append; the file size limit applies as well
+READ_CHARS = 20_000  # what a read shows at most: the model's context is small
+PATH = {
+    "type": "string",
+    "maxLength": 512,
+    "description": "MEMORY.md, or a .md file under memory/, e.g. memory/people.md",
+}
+TEXT = {"type": "string", "maxLength": MAX_TEXT}
+
+
+def confined(action: Callable[[ToolContext, dict[str, Any]], str]) -> Callable:
+    """Path and size problems become ToolErrors the model can act on."""
+
+    def run(context: ToolContext, arguments: dict[str, Any]) -> str:
+        try:
+            return action(context, arguments)
+        except files.MemoryPathError as exc:
+            raise ToolError(str(exc)) from None
+
+    return run
+
+
+def reindex(context: ToolContext, path: str) -> None:
+    files.index_path(context.owner, context.agent_name, path)
+
+
+@confined
+def read_file(context: ToolContext, arguments: dict[str, Any]) -> str:
+    text, _ = files.read_memory_file(context.workspace, arguments["path"])
+    if len(text) > READ_CHARS:
+        return text[:READ_CHARS] + f"\n[… {len(text) - READ_CHARS} more characters not shown]"
+    return text or "(the file is empty)"
+
+
+@confined
+def append_file(context: ToolContext, arguments: dict[str, Any]) -> str:
+    path = files.append_memory_file(context.workspace, arguments["path"], arguments["text"])
+    reindex(context, path)
+    return f"Appended {len(arguments['text'])} characters to {path}."
+
+
+@confined
+def write_file(context: ToolContext, arguments: dict[str, Any]) -> str:
+    path = files.write_memory_file(context.workspace, arguments["path"], arguments["text"])
+    reindex(context, path)
+    return f"Wrote {path} ({len(arguments['text'])} characters)."
+
+
+def list_files(context: ToolContext, arguments: dict[str, Any]) -> str:
+    files.index_workspace(context.owner, context.agent_name)
+    rows = MemoryFile.objects.owned_by(context.owner).filter(agent=context.agent_name)
+    lines = [
+        f"{row.path} ({row.size} bytes"
+        + (f", not indexed: {row.skip_reason})" if row.skip_reason else ")")
+        for row in rows
+    ]
+    return "\n".join(lines) if lines else "There are no memory files yet (MEMORY.md, memory/*.md)."
+
+
+register(
+    Tool(
+        name="read_memory_file",
+        description="Read one of your memory files (MEMORY.md or memory/*.md).",
+        parameters={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
+        run=read_file,
+    )
+)
+register(
+    Tool(
+        name="append_memory_file",
+        description=(
+            "Add text at the end of a memory file (created if missing): notes worth keeping "
+            "across sessions."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {"path": PATH, "text": TEXT},
+            "required": ["path", "text"],
+        },
+        run=append_file,
+    )
+)
+register(
+    Tool(
+        name="write_memory_file",
+        description="Replace the whole content of a memory file (created if missing).",
+        parameters={
+            "type": "object",
+            "properties": {"path": PATH, "text": TEXT},
+            "required": ["path", "text"],
+        },
+        run=write_file,
+    )
+)
+register(
+    Tool(
+        name="list_memory_files",
+        description="List your memory files with their sizes.",
+        parameters={"type": "object", "properties": {}},
+        run=list_files,
+    )
+)

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from memory.models import Fact
+
+MAX_FACT_VALUE = 4000  # as the agent's remember_fact tool
+
+
+class FactForm(forms.ModelForm):
+    """A fact the user adds or edits; category/key are normalised as the agent's
+    tool does, so the page and the agent address the same fact."""
+
+    class Meta:
+        model = Fact
+        fields = ["category", "key", "value"]
+        widgets = {
+            "category": forms.TextInput(attrs={"placeholder": "e.g. preference"}),
+            "key": forms.TextInput(attrs={"placeholder": "e.g. favourite_color"}),
+            "value": forms.Textarea(attrs={"rows": 2, "maxlength": MAX_FACT_VALUE}),
+        }
+
+    def __init__(self, *args: Any, owner: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+        self.duplicate: Fact | None = None
+
+    def clean_category(self) -> str:
+        return self.cleaned_data["category"].strip().lower()
+
+    def clean_key(self) -> str:
+        return self.cleaned_data["key"].strip().lower()
+
+    def clean_value(self) -> str:
+        value = self.cleaned_data["value"].strip()
+        if len(value) > MAX_FACT_VALUE:
+            raise forms.ValidationError(
+                f"A fact can be at most {MAX_FACT_VALUE:,} characters (this one has "
+                f"{len(value):,}); keep longer notes in a memory file."
+            )
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        category, key = cleaned.get("category"), cleaned.get("key")
+        if category and key:
+            # The owner is not a form field, so the model's unique check skips it.
+            others = Fact.objects.owned_by(self.owner).exclude(pk=self.instance.pk)
+            self.duplicate = others.filter(category=category, key=key).first()
+            if self.duplicate is not None:
+                raise forms.ValidationError(f"You already have a fact {category}/{key}.")
+        return cleaned
+
+    def save(self, commit: bool = True) -> Fact:
+        fact = super().save(commit=False)
+        fact.owner = self.owner
+        fact.source = Fact.Source.USER  # the user wrote or confirmed it
+        if commit:
+            fact.save()
+        return fact

@@ -1,0 +1,160 @@
+"""The tasks page: list, create with a live schedule preview, pause, resume, run now, delete.
+
+Each action answers htmx with the one row it changed (or the list, after a
+create), and a plain request with a redirect back to the page."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from neotask_site.ownership import get_owned_or_404
+from scheduler import runner
+from scheduler.forms import TaskForm
+from scheduler.models import ScheduledTask
+from scheduler.planning import TaskError, cancel, check_editable, create_task, plan, set_paused
+from scheduler.schedule import ScheduleError
+
+log = logging.getLogger(__name__)
+
+ROW = "scheduler/_task_row.html"
+
+
+def owned_tasks(request: HttpRequest) -> QuerySet[ScheduledTask]:
+    return ScheduledTask.objects.owned_by(request.user).select_related("agent")
+
+
+def task_list(request: HttpRequest) -> HttpResponse:
+    """The page; a POST creates a task (all of it or, on any error, nothing)."""
+    form = TaskForm(request.POST if request.method == "POST" else None)
+    created = None
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            created, _ = create_task(request.user, data["schedule"], data["prompt"], data["name"])
+        except TaskError as exc:  # e.g. a duplicate name
+            form.add_error(None, str(exc))
+        else:
+            if not request.htmx:
+                messages.success(request, f'Created "{created.name}".')
+                return redirect("task-list")
+            form = TaskForm()
+    context = {"form": form, "tasks": owned_tasks(request), "created": created}
+    template = "scheduler/_tasks.html" if request.htmx else "scheduler/tasks.html"
+    return render(request, template, context)
+
+
+def schedule_preview(request: HttpRequest) -> HttpResponse:
+    """What the schedule being typed means: its cron expression and next runs, or why not."""
+    schedule = request.GET.get("schedule", "").strip()
+    context: dict[str, object] = {"schedule": schedule}
+    if schedule:
+        try:
+            context["plan"] = plan(schedule)
+        except ScheduleError as exc:
+            context["error"] = str(exc)
+    return render(request, "scheduler/_preview.html", context)
+
+
+def task_row(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """One row, as it is now (what "cancel" of a delete confirmation swaps back in)."""
+    task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
+    if not request.htmx:
+        return redirect("task-list")
+    return render(request, ROW, {"task": task})
+
+
+def act(
+    request: HttpRequest,
+    pk: uuid.UUID,
+    apply: Callable[[ScheduledTask], str],
+    *,
+    running: bool = False,
+) -> HttpResponse:
+    """Apply an action to the user's task; `apply` returns what to tell the user."""
+    task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
+    try:
+        note = apply(task)
+    except TaskError as exc:
+        return answer(request, task, error=str(exc))
+    return answer(request, task, note=note, running=running)
+
+
+def answer(
+    request: HttpRequest,
+    task: ScheduledTask,
+    note: str = "",
+    error: str = "",
+    running: bool = False,
+) -> HttpResponse:
+    """The changed row for htmx; for a plain request, the page with a message."""
+    if request.htmx:
+        return render(
+            request, ROW, {"task": task, "note": note, "error": error, "running": running}
+        )
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, note)
+    return redirect("task-list")
+
+
+def pause(task: ScheduledTask) -> str:
+    set_paused(task, True)
+    return "Paused: it will not run until you resume it."
+
+
+def resume(task: ScheduledTask) -> str:
+    set_paused(task, False)
+    return "Resumed from its next scheduled time."
+
+
+def run_now(task: ScheduledTask) -> str:
+    try:
+        runner.queue_run_now(task)
+    except Exception as exc:  # the broker is down: say so instead of pretending it runs
+        log.exception("could not queue scheduled task %s", task.pk)
+        raise TaskError(f"Could not start the run ({type(exc).__name__}); try again.") from None
+    return f"Running now: the answer will appear in the chat {task.chat_key}."
+
+
+@require_POST
+def task_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return act(request, pk, pause)
+
+
+@require_POST
+def task_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return act(request, pk, resume)
+
+
+@require_POST
+def task_run(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return act(request, pk, run_now, running=True)
+
+
+def task_delete(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """GET asks for confirmation (a row for htmx, a page otherwise); POST deletes."""
+    task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
+    try:
+        check_editable(task)
+    except TaskError as exc:
+        return answer(request, task, error=str(exc))
+    if request.method != "POST":
+        template = (
+            "scheduler/_task_confirm_delete.html" if request.htmx else "scheduler/task_delete.html"
+        )
+        return render(request, template, {"task": task})
+    name = task.name
+    cancel(task)
+    if request.htmx:
+        return HttpResponse("")  # swaps the row for nothing
+    messages.success(request, f'Deleted "{name}".')
+    return redirect("task-list")

@@ -1,0 +1,48 @@
+"""The tasks page in a real browser: a task from natural language, previewed, created, paused."""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import ARTIFACTS, log_in
+
+
+def test_it_creates_a_task_from_natural_language_and_pauses_it(page):
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    log_in(page)
+    page.click("nav >> text=Tasks")
+    page.wait_for_url("**/tasks/")
+
+    # The preview follows the typing: the cron expression and the next three runs.
+    page.type("#id_schedule", "every weekday at 9am", delay=20)
+    preview = page.locator("#schedule-preview")
+    # Retried: while typing, "every weekday at 9a" briefly shows an error instead.
+    expect(preview.locator("code")).to_have_text("0 9 * * 1-5")
+    expect(preview.locator("ol.runs li")).to_have_count(3)
+    runs = preview.locator("ol.runs li").all_inner_texts()
+    assert all(run.endswith("09:00") for run in runs)
+    assert not any(run.startswith(("Sat", "Sun")) for run in runs)
+
+    page.fill("#id_prompt", "summarise my open todos")
+    page.fill("#id_name", "Weekday todos")
+    url = page.url
+    page.click("button:has-text('Create task')")
+    row = page.locator("tr:has-text('Weekday todos')")
+    row.wait_for()
+    assert page.url == url  # swapped in by htmx, no page load
+    assert "Created “Weekday todos”" in page.locator("#tasks [role=status]").inner_text()
+    assert "every weekday at 9am" in row.inner_text()
+    assert row.locator("td:nth-child(3) time").inner_text().endswith("09:00 UTC")
+    assert row.locator(".badge:has-text('Active')").count() == 1
+
+    row.locator("button:has-text('Pause')").click()
+    row.locator(".badge:has-text('Paused')").wait_for()
+    assert row.locator("button:has-text('Resume')").count() == 1
+    assert "paused" in row.locator("td:nth-child(3)").inner_text()
+
+    # Still paused after a reload: it was saved, not only redrawn.
+    page.reload()
+    assert page.locator("tr:has-text('Weekday todos') .badge:has-text('Paused')").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "tasks.png"), full_page=True)
+    assert dialogs == []
