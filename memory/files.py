@@ -681,16 +681,23 @@ class ChunkIndex:
             return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
 
 
-_indexes: OrderedDict[tuple[int, str], ChunkIndex] = OrderedDict()
+_indexes: OrderedDict[tuple[int, str, str], Any] = OrderedDict()
 _indexes_lock = threading.Lock()
 
 
-def chunk_index_for(owner_id: int, agent: str = "main") -> ChunkIndex:
-    key = (owner_id, agent)
+def chunk_index_for(owner_id: int, agent: str = "main") -> Any:
+    """The chunk index of the configured backend: in process (numpy) or LanceDB."""
+    backend = settings.NEOTASK["memory"]["vector_backend"]
+    key = (owner_id, agent, backend)
     with _indexes_lock:
         index = _indexes.get(key)
         if index is None:
-            index = _indexes[key] = ChunkIndex(owner_id, agent)
+            if backend == "lancedb":
+                from memory.lancedb_index import LanceChunkIndex
+
+                index = _indexes[key] = LanceChunkIndex(owner_id, agent)
+            else:
+                index = _indexes[key] = ChunkIndex(owner_id, agent)
             while len(_indexes) > MAX_CACHED_INDEXES:
                 _indexes.popitem(last=False)
         _indexes.move_to_end(key)

@@ -1,5 +1,6 @@
 """Auto-recall: when a session starts, what the agent already knows that bears
-on its first message is brought in once, recorded as a `recall` event (so it
+on its first message — past conversations and its memory files (facts are in
+every prompt anyway) — is brought in once, recorded as a `recall` event (so it
 is stable for the session and /status can list it)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from memory.files import search_files
 from memory.models import Event, EventType
 from memory.retrieval import MEMORY_TYPES
 from memory.vector_index import index_for
@@ -17,7 +19,8 @@ from memory.vector_index import index_for
 def recall(
     owner: Any, agent: str, session_id: str, query_vector: np.ndarray
 ) -> list[dict[str, Any]]:
-    """The most similar memories from other sessions, best first, above the floor."""
+    """The most similar memories from other sessions and from the memory files,
+    best first, above the similarity floor."""
     options = settings.NEOTASK["memory"]
     limit = options["recall_limit"]
     if not limit:
@@ -41,6 +44,17 @@ def recall(
         }
         for event in events
     ]
+    for hit in search_files(
+        owner, agent, query_vector, limit, min_score=options["recall_min_score"]
+    ):
+        items.append(
+            {
+                "source": hit.source,
+                "date": "memory file",
+                "text": " ".join(hit.text.split())[:400],
+                "score": round(hit.score, 3),
+            }
+        )
     items.sort(key=lambda item: -item["score"])
     return items[:limit]
 

@@ -113,7 +113,9 @@ def get_context(
     )
     if recalled is not None:
         context.items.append(ContextItem(recalled, "recall"))
-        seen.update(item["event_id"] for item in recalled.data.get("items", []))
+        seen.update(
+            item["event_id"] for item in recalled.data.get("items", []) if "event_id" in item
+        )
 
     for event in recent_exchange(owner, session_id, limits["recency_limit"]):
         context.items.append(ContextItem(event, "recency"))

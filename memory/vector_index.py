@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Protocol
 
 import numpy as np
-from django.conf import settings
 
 from memory.models import Event
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
@@ -103,9 +102,8 @@ _indexes_lock = threading.Lock()
 
 
 def index_for(owner_id: int, agent: str = "main") -> VectorIndex:
-    backend = settings.NEOTASK["memory"]["vector_backend"]
-    if backend != "numpy":
-        raise ValueError(f"unknown vector backend {backend!r}")
+    """The event-vector index (in process; [memory] vector_backend chooses the
+    backend of memory-file vectors only)."""
     key = (owner_id, agent)
     with _indexes_lock:
         index = _indexes.get(key)

@@ -80,7 +80,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "file_chunk_chars": Option(1000, at_least(100)),
         "file_chunk_overlap_chars": Option(200, at_least(0)),
         "file_max_bytes": Option(1_000_000, at_least(1024)),
-        "vector_backend": Option("numpy", one_of("numpy")),
+        "vector_backend": Option("numpy", one_of("numpy", "lancedb")),
     },
     "sessions": {
         "daily_reset_hour": Option(4, between(0, 23)),

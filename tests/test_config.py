@@ -83,7 +83,7 @@ def test_it_accepts_whole_numbers_for_float_keys(tmp_path):
         ("[memory]\nsimilarity_threshold = 2.0\n", "similarity_threshold must be between"),
         (
             '[memory]\nvector_backend = "faiss"\n',
-            "vector_backend must be one of 'numpy'",
+            "vector_backend must be one of 'numpy', 'lancedb'",
         ),
         ('[llm]\nbase_url = "localhost:11434"\n', "base_url must be an http:// or https:// URL"),
         ('[server]\ntime_zone = "Mars/Olympus"\n', "'Mars/Olympus' is not a known time zone"),

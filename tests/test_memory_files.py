@@ -58,6 +58,15 @@ def own_data_dir(settings, tmp_path):
     forget_indexes()
 
 
+@pytest.fixture(params=["numpy", "lancedb"])
+def backend(request, configure) -> str:
+    """Runs a test against each vector backend of memory files."""
+    if request.param == "lancedb":
+        pytest.importorskip("lancedb", reason='the LanceDB plugin (pip install ".[lancedb]")')
+    configure("memory", vector_backend=request.param)
+    return request.param
+
+
 @pytest.fixture
 def embed(monkeypatch) -> CountingEmbed:
     counting = CountingEmbed()
@@ -310,7 +319,7 @@ def test_it_retries_the_embedding_after_a_failure(alice, workspace, monkeypatch)
     assert MemoryChunk.objects.get().embedding_error is None
 
 
-def test_it_keeps_each_users_and_agents_files_apart(alice, bob, embed):
+def test_it_keeps_each_users_and_agents_files_apart(alice, bob, embed, backend):
     write(workspace_dir(alice.pk, "main"), "MEMORY.md", "alice main")
     write(workspace_dir(alice.pk, "work"), "MEMORY.md", "alice work")
     write(workspace_dir(bob.pk, "main"), "MEMORY.md", "bob main")
@@ -323,7 +332,7 @@ def test_it_keeps_each_users_and_agents_files_apart(alice, bob, embed):
 # Search
 
 
-def test_it_finds_the_right_chunk_with_the_real_model(alice, workspace):
+def test_it_finds_the_right_chunk_with_the_real_model(alice, workspace, backend):
     write(
         workspace,
         "memory/household.md",
@@ -340,7 +349,7 @@ def test_it_finds_the_right_chunk_with_the_real_model(alice, workspace):
     assert hits[0].score > hits[-1].score
 
 
-def test_it_picks_up_changes_on_each_search(alice, workspace, embed):
+def test_it_picks_up_changes_on_each_search(alice, workspace, embed, backend):
     write(workspace, "MEMORY.md", "first")
     assert [h.text for h in search_files(alice, "main", fake_vector("first"), k=5)] == ["first"]
     write(workspace, "MEMORY.md", "second version")
@@ -351,7 +360,7 @@ def test_it_picks_up_changes_on_each_search(alice, workspace, embed):
     assert search_files(alice, "main", fake_vector("x"), k=5) == []
 
 
-def test_it_joins_file_chunks_with_conversation_memory_in_search(alice, workspace):
+def test_it_joins_file_chunks_with_conversation_memory_in_search(alice, workspace, backend):
     from memory.models import Event
     from memory.tasks import embed_missing
 
@@ -520,3 +529,48 @@ def test_it_schedules_the_watcher_every_minute(db):
     schedule = Schedule.objects.get(name=FILES_SCHEDULE)
     assert schedule.func == "memory.files.index_all_workspaces"
     assert (schedule.schedule_type, schedule.minutes) == (Schedule.MINUTES, 1)
+
+
+def test_it_rebuilds_a_missing_or_corrupt_lancedb_table(alice, workspace, embed, configure, caplog):
+    pytest.importorskip("lancedb", reason='the LanceDB plugin (pip install ".[lancedb]")')
+    import shutil
+
+    from django.conf import settings
+
+    configure("memory", vector_backend="lancedb")
+    write(workspace, "MEMORY.md", "first")
+    assert [h.text for h in search_files(alice, "main", fake_vector("first"), k=5)] == ["first"]
+    table = Path(settings.DATA_DIR) / "lancedb" / f"chunks_{alice.pk}_main.lance"
+    assert table.is_dir()
+    for damage in ("corrupt", "missing"):
+        files.forget_chunk_indexes()  # a new process
+        if damage == "corrupt":
+            for part in table.rglob("*"):
+                if part.is_file():
+                    part.write_bytes(b"garbage")
+        else:
+            shutil.rmtree(table)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            hits = search_files(alice, "main", fake_vector("first"), k=5)
+        assert [h.text for h in hits] == ["first"]
+        assert "rebuilding the LanceDB table" in caplog.text
+
+
+def test_it_names_the_plugin_when_lancedb_is_chosen_but_missing(
+    alice, workspace, embed, configure, monkeypatch
+):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_lancedb(name, *args, **kwargs):
+        if name == "lancedb":
+            raise ImportError("No module named 'lancedb'")
+        return real_import(name, *args, **kwargs)
+
+    configure("memory", vector_backend="lancedb")
+    monkeypatch.setattr(builtins, "__import__", no_lancedb)
+    write(workspace, "MEMORY.md", "first")
+    with pytest.raises(RuntimeError, match=r'pip install "\.\[lancedb\]"'):
+        search_files(alice, "main", fake_vector("first"), k=5)

@@ -63,3 +63,33 @@ async def test_it_lists_the_recall_in_status(llm):
     status = await sync_to_async(chat.status_text)(session)
     assert "Recalled when this session started:" in status
     assert "allergic to peanuts" in status
+
+
+async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client, settings, tmp_path):
+    """Issue 7's scenario: edit MEMORY.md in the page, ask in a new session."""
+    from memory import files
+
+    settings.DATA_DIR = tmp_path
+    await sync_to_async(files.forget_chunk_indexes)()
+    from memory.workspace import workspace_dir
+
+    owner = await User.objects.acreate(username="owner")
+    workspace = await sync_to_async(workspace_dir)(owner.pk, "main")
+    await sync_to_async(files.write_memory_file)(workspace, "MEMORY.md", "# Memory\n")
+    await sync_to_async(client.force_login)(owner)
+    page = await sync_to_async(client.get)("/memory/files/view/", {"path": "MEMORY.md"})
+    saved = await sync_to_async(client.post)(
+        "/memory/files/view/",
+        {
+            "path": "MEMORY.md",
+            "sha256": page.context["sha256"],
+            "text": "# Home\nThe spare house key is hidden under the blue flower pot.",
+        },
+    )
+    assert saved.status_code == 302
+    session = await sync_to_async(chat.start_chat)(owner)
+    llm.script(Reply(text="Under the blue flower pot."))
+    await chat.run_chat_turn(session, "Where is the spare house key?", ignore)
+    recall = await Event.objects.aget(session_id=str(session.pk), event_type="recall")
+    assert recall.data["items"][0]["source"] == "MEMORY.md:1-2"
+    assert "blue flower pot" in llm.requests[0]["messages"][0]["content"]

@@ -1,0 +1,163 @@
+"""The LanceDB plugin: memory-file chunk vectors in a LanceDB table on disk.
+
+`pip install .[lancedb]` and `[memory] vector_backend = "lancedb"`. Same
+interface as the in-process numpy index (`search(vector, k, min_score)`); the
+database stays the truth: the table (one per owner and agent, under
+DATA_DIR/lancedb/) is synced from `embedded_at`, and a table that is missing,
+unreadable or out of step is rebuilt from the database with a log line while
+search keeps answering.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from memory.models import MemoryChunk
+from memory.vectors import EMBEDDING_DIM, VectorError, unpack
+
+log = logging.getLogger(__name__)
+
+
+class LanceDBMissing(RuntimeError):
+    """The backend was chosen but the plugin is not installed."""
+
+
+def connect(path: Path) -> Any:
+    try:
+        import lancedb
+    except ImportError:
+        raise LanceDBMissing(
+            '[memory] vector_backend = "lancedb" needs the plugin: pip install ".[lancedb]" '
+            '(or set vector_backend = "numpy")'
+        ) from None
+    path.mkdir(parents=True, exist_ok=True)
+    return lancedb.connect(str(path))
+
+
+def schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [pa.field("id", pa.int64()), pa.field("vector", pa.list_(pa.float32(), EMBEDDING_DIM))]
+    )
+
+
+def as_table(rows: list[tuple[int, np.ndarray]]) -> Any:
+    import pyarrow as pa
+
+    ids = pa.array([row_id for row_id, _ in rows], pa.int64())
+    flat = pa.array(np.concatenate([v for _, v in rows]) if rows else [], pa.float32())
+    return pa.table(
+        {"id": ids, "vector": pa.FixedSizeListArray.from_arrays(flat, EMBEDDING_DIM)},
+        schema=schema(),
+    )
+
+
+class LanceChunkIndex:
+    def __init__(self, owner_id: int, agent: str) -> None:
+        self.owner_id = owner_id
+        self.agent = agent
+        self.lock = threading.Lock()
+        self.root = Path(settings.DATA_DIR) / "lancedb"
+        self.name = f"chunks_{owner_id}_{agent}"
+        self.table: Any = None
+        self.synced_to: datetime | None = None
+
+    def rows(self) -> Any:
+        return MemoryChunk.objects.filter(
+            owner_id=self.owner_id, agent=self.agent, embedded_at__isnull=False
+        )
+
+    def vectors(self, queryset: Any) -> list[tuple[int, np.ndarray]]:
+        found = []
+        for chunk_id, blob, embedded_at in queryset.order_by("embedded_at").values_list(
+            "id", "embedding", "embedded_at"
+        ):
+            self.synced_to = max(self.synced_to or embedded_at, embedded_at)
+            try:
+                found.append((chunk_id, unpack(blob)))
+            except (VectorError, TypeError):
+                log.warning("memory chunk %s has a corrupt vector; it is embedded again", chunk_id)
+                MemoryChunk.objects.filter(pk=chunk_id).update(embedding=None, embedded_at=None)
+        return found
+
+    def rebuild(self, why: str) -> None:
+        log.warning("rebuilding the LanceDB table %s from the database: %s", self.name, why)
+        shutil.rmtree(self.root / f"{self.name}.lance", ignore_errors=True)
+        self.synced_to = None
+        db = connect(self.root)
+        self.table = db.create_table(
+            self.name, data=as_table(self.vectors(self.rows())), mode="overwrite"
+        )
+
+    def open(self) -> None:
+        try:
+            db = connect(self.root)
+            self.table = db.open_table(self.name)
+            count = self.table.count_rows()
+        except LanceDBMissing:
+            raise
+        except Exception as exc:  # missing or unreadable: rebuilt below
+            return self.rebuild(f"{type(exc).__name__}: {exc}")
+        if count != self.rows().count():
+            return self.rebuild(f"{count} vectors in the table, {self.rows().count()} chunks")
+        self.synced_to = (
+            self.rows().order_by("-embedded_at").values_list("embedded_at", flat=True).first()
+        )
+
+    def sync(self) -> None:
+        if self.table is None:
+            self.open()
+        fresh = self.rows()
+        if self.synced_to is not None:
+            fresh = fresh.filter(embedded_at__gt=self.synced_to)
+        rows = self.vectors(fresh)
+        if rows:
+            (
+                self.table.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(as_table(rows))
+            )
+        if self.table.count_rows() != self.rows().count():
+            # Chunks of edited or deleted files are gone from the database.
+            present = list(self.rows().values_list("id", flat=True))
+            if present:
+                self.table.delete(f"id NOT IN ({', '.join(map(str, present))})")
+            else:
+                self.table.delete("id >= 0")
+
+    def search(
+        self, vector: np.ndarray, k: int, min_score: float = -1.0
+    ) -> list[tuple[int, float]]:
+        with self.lock:
+            try:
+                self.sync()
+                if k <= 0 or self.table.count_rows() == 0:
+                    return []
+                found = (
+                    self.table.search(np.asarray(vector, dtype=np.float32))
+                    .metric("cosine")
+                    .limit(k)
+                    .to_list()
+                )
+            except LanceDBMissing:
+                raise
+            except Exception as exc:  # the files changed under us: rebuild, then answer
+                self.rebuild(f"{type(exc).__name__}: {exc}")
+                found = (
+                    self.table.search(np.asarray(vector, dtype=np.float32))
+                    .metric("cosine")
+                    .limit(k)
+                    .to_list()
+                )
+        hits = [(int(row["id"]), 1.0 - float(row["_distance"])) for row in found]
+        return [(chunk_id, score) for chunk_id, score in hits if score > min_score]
