@@ -20,21 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 STAMP = re.compile(r"\[(\d+)@(\d+)\]")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def prepare(data_dir: str, chats: int) -> tuple[str, list[str]]:
@@ -114,6 +105,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
 
+    from tests.processes import app_env, free_port, start_daphne
+
     # The scripted LLM runs in a process of its own, answering every request
     # with the same stamped stream.
     llm = subprocess.Popen(
@@ -132,39 +125,12 @@ def main() -> None:
     )
     llm_url, llm_key = llm.stdout.readline().split()
     with tempfile.TemporaryDirectory() as data_dir:
-        env = {
-            **os.environ,
-            "NEOTASK_DATA_DIR": data_dir,
-            "NEOTASK_CONFIG": "",
-            "NEOTASK_LLM_BASE_URL": llm_url,
-            "NEOTASK_LLM_API_KEY": llm_key,
-        }
+        env = app_env(data_dir, NEOTASK_LLM_BASE_URL=llm_url, NEOTASK_LLM_API_KEY=llm_key)
         os.environ.update(env)
         cookie, keys = prepare(data_dir, max(options.chats))
         port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "neotask_site.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        server = start_daphne(env, port)
         try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.2)
             rows = []
             for chats in options.chats:
                 rows.append(

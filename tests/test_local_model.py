@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from agent.llm import LOCAL_MODEL_LABEL, Endpoint, LLMClient, LLMError
 from agent.local_model import LocalModelError, bundled_model_path, model_path, start_server
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.processes import free_port
 
 
 @pytest.fixture(scope="module")

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 import websockets
 
+from tests.processes import ROOT, app_env, free_port, start_daphne
 from tests.scripted_llm import Reply
 
-ROOT = Path(__file__).resolve().parent.parent
 SETUP = """
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
@@ -30,41 +26,6 @@ store["_auth_user_hash"] = user.get_session_auth_hash()
 store.create()
 print(store.session_key, start_chat(user).key)
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start(env: dict, port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "neotask_site.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
-            return server
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
 
 
 async def say(port: int, cookie: str, key: str, text: str) -> list[dict]:
@@ -83,14 +44,7 @@ async def say(port: int, cookie: str, key: str, text: str) -> list[dict]:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_remembers_the_conversation_across_a_restart(llm, tmp_path):
-    env = {
-        **os.environ,
-        "NEOTASK_DATA_DIR": str(tmp_path),
-        "NEOTASK_CONFIG": "",
-        "NEOTASK_LLM_BASE_URL": llm.url,
-        "NEOTASK_LLM_API_KEY": llm.api_key,
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env = app_env(tmp_path, NEOTASK_LLM_BASE_URL=llm.url, NEOTASK_LLM_API_KEY=llm.api_key)
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     cookie, key = (
@@ -106,13 +60,13 @@ def test_it_remembers_the_conversation_across_a_restart(llm, tmp_path):
         .split()
     )
     port = free_port()
-    server = start(env, port)
+    server = start_daphne(env, port)
     llm.script(Reply(text="Nice to meet you, Ada."))
     asyncio.run(say(port, cookie, key, "My name is Ada."))
     server.send_signal(signal.SIGKILL)  # no goodbye: a crash, not a clean stop
     server.wait()
 
-    server = start(env, port)
+    server = start_daphne(env, port)
     try:
         llm.script(Reply(text="You are Ada."))
         frames = asyncio.run(say(port, cookie, key, "What is my name?"))

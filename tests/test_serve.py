@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -10,17 +9,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.processes import ROOT, app_env, free_port, wait_for_health
 
 
 def group_alive(pgid: int) -> bool:
@@ -31,35 +23,21 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def wait_for_health(port: int, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                assert json.loads(r.read()) == {"db": "ok"}
-                return
-        except OSError:
-            assert server.poll() is None, server.stdout.read()
-            assert time.monotonic() < deadline, "the server did not answer within 60 s"
-            time.sleep(0.3)
-
-
 @pytest.fixture
-def app_env(tmp_path):
-    env = {**os.environ, "NEOTASK_DATA_DIR": str(tmp_path), "NEOTASK_CONFIG": ""}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+def env(tmp_path):
+    env = app_env(tmp_path)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
     )
     return env
 
 
-def test_it_serves_the_app_and_stops_everything_on_ctrl_c(app_env):
+def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],
         cwd=ROOT,
-        env=app_env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -89,7 +67,7 @@ def test_it_serves_the_app_and_stops_everything_on_ctrl_c(app_env):
             os.killpg(server.pid, signal.SIGKILL)
 
 
-def test_it_explains_a_port_in_use(app_env):
+def test_it_explains_a_port_in_use(env):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -97,7 +75,7 @@ def test_it_explains_a_port_in_use(app_env):
         result = subprocess.run(
             [sys.executable, "manage.py", "serve", "--port", str(port)],
             cwd=ROOT,
-            env=app_env,
+            env=env,
             capture_output=True,
             text=True,
             timeout=60,
@@ -107,9 +85,9 @@ def test_it_explains_a_port_in_use(app_env):
     assert "Traceback" not in result.stderr
 
 
-def test_it_keeps_serving_when_the_embedded_model_cannot_start(app_env, tmp_path):
+def test_it_keeps_serving_when_the_embedded_model_cannot_start(env, tmp_path):
     port = free_port()
-    env = {**app_env, "NEOTASK_LLM_LOCAL_MODEL_PATH": str(tmp_path / "missing.gguf")}
+    env = {**env, "NEOTASK_LLM_LOCAL_MODEL_PATH": str(tmp_path / "missing.gguf")}
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
         cwd=ROOT,

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.processes import ROOT, app_env, free_port, start_daphne
 from tests.scripted_llm import ScriptedLLM
 
-ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -31,12 +27,6 @@ CHROMIUM_FLAGS = [
 PASSWORD = "e2e-password-123"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def e2e_llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
@@ -47,17 +37,14 @@ def e2e_llm() -> Iterator[ScriptedLLM]:
 def live_app(e2e_llm, tmp_path_factory) -> Iterator[str]:
     """daphne serving Neotask on a free port, with a user `tester`."""
     data = tmp_path_factory.mktemp("e2e-data")
-    env = {
-        **os.environ,
-        "NEOTASK_DATA_DIR": str(data),
-        "NEOTASK_CONFIG": "",
-        "NEOTASK_LLM_BASE_URL": e2e_llm.url,
-        "NEOTASK_LLM_API_KEY": e2e_llm.api_key,
-        "NEOTASK_LLM_MODEL": "scripted",
-        "NEOTASK_TERMINAL_ENABLED": "true",
-        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env = app_env(
+        data,
+        NEOTASK_LLM_BASE_URL=e2e_llm.url,
+        NEOTASK_LLM_API_KEY=e2e_llm.api_key,
+        NEOTASK_LLM_MODEL="scripted",
+        NEOTASK_TERMINAL_ENABLED="true",
+        DJANGO_SUPERUSER_PASSWORD=PASSWORD,
+    )
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(
@@ -69,32 +56,8 @@ def live_app(e2e_llm, tmp_path_factory) -> Iterator[str]:
     )
     port = free_port()
     log = open(data / "daphne.log", "w")  # noqa: SIM115  (closed below)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "neotask_site.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    server = start_daphne(env, port, log)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/healthz", timeout=2).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((data / "daphne.log").read_text()) from None
-            time.sleep(0.2)
     yield url
     server.terminate()
     server.wait(timeout=15)
@@ -120,7 +83,7 @@ def browser():
 def page(browser, live_app):
     context = browser.new_context(base_url=live_app, viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(30_000)  # generous: CI machines are sometimes busy
     yield page
     context.close()
 

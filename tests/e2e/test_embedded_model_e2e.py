@@ -6,21 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 
-from tests.e2e.conftest import PASSWORD, ROOT, free_port, log_in
+from tests.e2e.conftest import PASSWORD, log_in
+from tests.processes import ROOT, app_env, free_port, wait_for_health
 
 
 def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
-    env = {
-        **os.environ,
-        "NEOTASK_DATA_DIR": str(tmp_path),
-        "NEOTASK_CONFIG": "",
-        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-    }
-    for variable in ("DJANGO_SETTINGS_MODULE", "NEOTASK_LLM_BASE_URL"):
-        env.pop(variable, None)
+    env = app_env(tmp_path, DJANGO_SUPERUSER_PASSWORD=PASSWORD)
+    env.pop("NEOTASK_LLM_BASE_URL", None)  # no LLM configured: the embedded one
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(
@@ -41,14 +34,7 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
-                break
-            except OSError:
-                assert serve.poll() is None and time.monotonic() < deadline
-                time.sleep(0.3)
+        wait_for_health(port, serve)
         context = browser.new_context(base_url=f"http://127.0.0.1:{port}")
         page = context.new_page()
         page.set_default_timeout(120_000)
