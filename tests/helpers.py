@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.db import models
@@ -64,3 +65,24 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
     }
+
+
+def take_queued_tasks() -> list[dict]:
+    """The jobs waiting in the django-q2 broker (ORM, or Redis on the team
+    profile), taken off it so that each test starts with an empty queue."""
+    from django.core.signing import BadSignature
+    from django_q.brokers import get_broker
+    from django_q.signing import SignedPackage
+
+    broker = get_broker()
+    waiting = broker.queue_size()
+    tasks: list[dict] = []
+    while len(tasks) < waiting:
+        batch = broker.dequeue()
+        if not batch:
+            break
+        for _, payload in batch:
+            with contextlib.suppress(BadSignature):  # another run's job (shared Redis)
+                tasks.append(SignedPackage.loads(payload))
+    broker.purge_queue()
+    return tasks

@@ -15,3 +15,6 @@ from neotask_site.settings import *  # noqa: E402, F403
 
 # Password hashing is deliberately slow; tests create many users.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Each test run has its own job queue, even on a Redis shared with other runs.
+Q_CLUSTER = {**Q_CLUSTER, "name": f"neotask-test-{os.getpid()}"}  # noqa: F405

@@ -10,7 +10,6 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
-from django_q.models import OrmQ
 
 from agent.macros import hint
 from agent.models import TerminalAllowedPrefix
@@ -19,6 +18,7 @@ from scheduler import runner
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from sessions_app.models import Agent, Session
+from tests.helpers import take_queued_tasks
 from tests.scripted_llm import Reply
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -213,11 +213,13 @@ def test_it_redirects_plain_actions_back_to_the_page(alice_client, alice):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_a_task_now_in_a_worker_and_answers_in_its_cron_chat(alice_client, alice, llm):
+    take_queued_tasks()
     task = make_task(alice, is_paused=True)
     page = text(alice_client.post(reverse("task-run", args=[task.pk]), **HTMX))
     assert f"Running now: the answer will appear in the chat cron:{task.pk}" in page
     assert f'href="/chat/cron:{task.pk}/"' in page
-    assert OrmQ.objects.count() == 1  # queued for the cluster, not run in the request
+    [queued] = take_queued_tasks()  # queued for the cluster, not run in the request
+    assert queued["args"] == (str(task.pk),)
 
     llm.script(Reply(text="You have 3 open todos."))
     run = runner.run_now(str(task.pk))  # what the worker calls
@@ -318,13 +320,14 @@ def test_it_shows_nobody_elses_tasks(alice, bob_client):
     ],
 )
 def test_it_answers_404_for_someone_elses_task(alice, bob_client, method, action):
+    take_queued_tasks()
     task = make_task(alice, is_paused=action == "task-resume")
     response = getattr(bob_client, method)(reverse(action, args=[task.pk]), **HTMX)
     assert response.status_code == 404
     assert "Report" not in text(response)
     after = ScheduledTask.objects.get(pk=task.pk)
     assert (after.is_paused, after.last_run_at) == (task.is_paused, None)
-    assert not OrmQ.objects.exists()
+    assert take_queued_tasks() == []
 
 
 def test_it_lets_two_users_use_the_same_task_name(alice_client, bob_client, alice, bob):

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
-from django_q.models import OrmQ, Schedule
+from django_q.models import Schedule
 
 from memory import tasks
 from memory.models import Event
 from memory.vectors import unpack
+from tests.helpers import take_queued_tasks
 
 
 def record(owner, text, event_type="user_message", session="s1"):
@@ -19,13 +20,13 @@ def record(owner, text, event_type="user_message", session="s1"):
 
 
 def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_on_commit_callbacks):
+    take_queued_tasks()
     with django_capture_on_commit_callbacks(execute=True):
-        record(alice, "I adopted a cat called Miso")
+        event = record(alice, "I adopted a cat called Miso")
         record(alice, "", event_type="assistant_response")  # nothing to embed
         Event.record(alice, "s1", "session_start", {"content": "New session"})
-    queued = list(OrmQ.objects.all())
-    assert len(queued) == 1
-    assert queued[0].task["func"] == "memory.tasks.embed_event"
+    [task] = take_queued_tasks()
+    assert (task["func"], task["args"]) == ("memory.tasks.embed_event", (event.pk,))
 
 
 def test_it_embeds_an_event(alice):
