@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test lint migrate clean chromium
+.PHONY: run test test-team lint migrate clean chromium
+
+# The team profile: the same suite on PostgreSQL and Redis.
+TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
+TEAM_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
@@ -13,6 +17,9 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-test chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+test-team: $(VENV)/.installed-test chromium
+	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

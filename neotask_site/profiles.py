@@ -124,9 +124,9 @@ def channel_layers(redis_url: str | None) -> dict[str, Any]:
     }
 
 
-def q_cluster(redis_url: str | None, workers: int) -> dict[str, Any]:
+def q_cluster(redis_url: str | None, workers: int, name: str = "neotask") -> dict[str, Any]:
     cluster: dict[str, Any] = {
-        "name": "neotask",
+        "name": name,
         "workers": workers,
         "timeout": 300,
         "retry": 360,

@@ -24,7 +24,10 @@ try:
     DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
     REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
     CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)
-    Q_CLUSTER = profiles.q_cluster(REDIS_URL, workers=2)
+    # Several installations sharing one Redis need a queue each.
+    Q_CLUSTER = profiles.q_cluster(
+        REDIS_URL, workers=2, name=os.environ.get("NEOTASK_QUEUE_NAME", "neotask")
+    )
 except ConfigError as exc:
     # One readable line instead of a traceback, for every entry point
     # (manage.py, daphne, the worker cluster).
