@@ -15,6 +15,7 @@
   let socket = null;
   let retries = 0;
   let streaming = null;
+  const pending = [];
 
   const lastEventId = () => {
     const items = events.querySelectorAll("[data-event-id]");
@@ -176,6 +177,7 @@
       connection.hidden = true;
       dropStreaming();
       catchUp();
+      while (pending.length) socket.send(JSON.stringify(pending.shift()));
     });
     socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
     socket.addEventListener("close", (closed) => {
@@ -193,7 +195,13 @@
       socket.send(JSON.stringify(frame));
       return true;
     }
-    note("Not connected — your message was kept; send it again when reconnected.", "error");
+    if (frame.type === "message") {
+      // Typed before the socket opened (or while reconnecting): sent on open.
+      pending.push(frame);
+      note("Connecting — your message will be sent in a moment.", "notice");
+      return true;
+    }
+    note("Not connected — try again in a moment.", "error");
     return false;
   }
 
