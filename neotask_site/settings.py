@@ -21,6 +21,7 @@ try:
     NEOTASK = load_config(config_path(os.environ, BASE_DIR), os.environ)
     SECRET_KEY = profiles.secret_key(os.environ.get("NEOTASK_SECRET_KEY"), DATA_DIR)
     DEBUG = profiles.env_bool(os.environ, "NEOTASK_DEBUG", False)
+    HTTPS = profiles.env_bool(os.environ, "NEOTASK_HTTPS", False)
     DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
     REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
     CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)
@@ -36,6 +37,18 @@ except ConfigError as exc:
 
 ALLOWED_HOSTS = profiles.env_list(os.environ, "NEOTASK_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = profiles.env_list(os.environ, "NEOTASK_CSRF_TRUSTED_ORIGINS", "")
+
+# Behind an HTTPS proxy (docs/deploy.md): secure cookies, HSTS, redirects.
+# Off by default, since `make run` serves plain HTTP on 127.0.0.1.
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the proxy's health checks speak HTTP
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = 60 * 60 * 24 * 365
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
 
 INSTALLED_APPS = [
     "daphne",

@@ -246,3 +246,24 @@ def test_it_rejects_a_data_dir_it_cannot_create(tmp_path):
 def test_it_rejects_a_bad_boolean_variable():
     with pytest.raises(ConfigError, match="NEOTASK_DEBUG must be true or false"):
         profiles.env_bool({"NEOTASK_DEBUG": "sure"}, "NEOTASK_DEBUG", False)
+
+
+def test_it_passes_the_deployment_checklist_with_the_documented_settings(tmp_path):
+    env = {
+        **os.environ,
+        "NEOTASK_DATA_DIR": str(tmp_path),
+        "NEOTASK_CONFIG": "",
+        "NEOTASK_HTTPS": "true",
+        "NEOTASK_ALLOWED_HOSTS": "neotask.example.org",
+        "NEOTASK_CSRF_TRUSTED_ORIGINS": "https://neotask.example.org",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    command = [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+    # Without HTTPS the checklist names what is missing.
+    env.pop("NEOTASK_HTTPS")
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "SECURE_HSTS_SECONDS" in result.stderr + result.stdout
