@@ -126,7 +126,11 @@ def parse(answer: str) -> Proposal:
         category, key, value = (str(item.get(k, "")).strip() for k in ("category", "key", "value"))
         if category and key and value:
             facts.append(
-                {"category": category.lower()[:100], "key": key.lower()[:255], "value": value}
+                {
+                    "category": Fact.normalise(category)[:100],
+                    "key": Fact.normalise(key)[:255],
+                    "value": value,
+                }
             )
     return Proposal(str(document["summary"]).strip(), facts)
 

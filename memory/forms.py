@@ -6,8 +6,6 @@ from django import forms
 
 from memory.models import Fact
 
-MAX_FACT_VALUE = 4000  # as the agent's remember_fact tool
-
 
 class FactForm(forms.ModelForm):
     """A fact the user adds or edits; category/key are normalised as the agent's
@@ -19,7 +17,7 @@ class FactForm(forms.ModelForm):
         widgets = {
             "category": forms.TextInput(attrs={"placeholder": "e.g. preference"}),
             "key": forms.TextInput(attrs={"placeholder": "e.g. favourite_color"}),
-            "value": forms.Textarea(attrs={"rows": 2, "maxlength": MAX_FACT_VALUE}),
+            "value": forms.Textarea(attrs={"rows": 2, "maxlength": Fact.MAX_VALUE}),
         }
 
     def __init__(self, *args: Any, owner: Any, **kwargs: Any) -> None:
@@ -28,16 +26,16 @@ class FactForm(forms.ModelForm):
         self.duplicate: Fact | None = None
 
     def clean_category(self) -> str:
-        return self.cleaned_data["category"].strip().lower()
+        return Fact.normalise(self.cleaned_data["category"])
 
     def clean_key(self) -> str:
-        return self.cleaned_data["key"].strip().lower()
+        return Fact.normalise(self.cleaned_data["key"])
 
     def clean_value(self) -> str:
         value = self.cleaned_data["value"].strip()
-        if len(value) > MAX_FACT_VALUE:
+        if len(value) > Fact.MAX_VALUE:
             raise forms.ValidationError(
-                f"A fact can be at most {MAX_FACT_VALUE:,} characters (this one has "
+                f"A fact can be at most {Fact.MAX_VALUE:,} characters (this one has "
                 f"{len(value):,}); keep longer notes in a memory file."
             )
         return value

@@ -153,6 +153,8 @@ class Fact(OwnedModel):
         AGENT = "agent", "Agent"
         USER = "user", "User"
 
+    MAX_VALUE = 4000  # longer notes belong in a memory file
+
     category = models.CharField(max_length=100)
     key = models.CharField(max_length=255)
     value = models.TextField()
@@ -171,6 +173,12 @@ class Fact(OwnedModel):
 
     def __str__(self) -> str:
         return f"{self.category}/{self.key}"
+
+    @staticmethod
+    def normalise(name: str) -> str:
+        """Category and key as stored: the agent, the page and consolidation
+        must all address the same fact."""
+        return name.strip().lower()
 
 
 class Macro(OwnedModel):

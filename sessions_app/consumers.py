@@ -36,8 +36,8 @@ def group_name(owner_id: int, key: str) -> str:
     return f"chat.{owner_id}.{digest}"
 
 
-def render_event(event_id: int) -> str:
-    event = Event.objects.get(pk=event_id)
+def render_event(owner: Any, event_id: int) -> str:
+    event = Event.objects.owned_by(owner).get(pk=event_id)
     return render_to_string("sessions_app/_event.html", {"event": event})
 
 
@@ -169,7 +169,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if frame["type"] == "event":
             # Rendered once, here, with the page's own template.
             frame["event"]["html"] = await database_sync_to_async(render_event)(
-                frame["event"]["id"]
+                self.user, frame["event"]["id"]
             )
         await self.channel_layer.group_send(self.group, {"type": "chat.frame", "frame": frame})
 

@@ -9,8 +9,8 @@ REMEMBERED_IMPORTANCE = 0.8
 
 
 def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
-    category = arguments["category"].strip().lower()
-    key = arguments["key"].strip().lower()
+    category = Fact.normalise(arguments["category"])
+    key = Fact.normalise(arguments["key"])
     value = arguments["value"].strip()
     fact, created = Fact.objects.update_or_create(
         owner=context.owner,
@@ -31,8 +31,8 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
 
 
 def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
-    category = arguments["category"].strip().lower()
-    key = arguments["key"].strip().lower()
+    category = Fact.normalise(arguments["category"])
+    key = Fact.normalise(arguments["key"])
     deleted, _ = Fact.objects.owned_by(context.owner).filter(category=category, key=key).delete()
     if not deleted:
         raise ToolError(f"There is no fact {category}/{key}.")
@@ -53,7 +53,7 @@ register(
         ),
         parameters={
             "type": "object",
-            "properties": {**FACT_KEY, "value": {"type": "string", "maxLength": 4000}},
+            "properties": {**FACT_KEY, "value": {"type": "string", "maxLength": Fact.MAX_VALUE}},
             "required": ["category", "key", "value"],
         },
         run=remember_fact,
