@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from django.test import override_settings
 from memory import files
 from memory.embeddings import embed_texts
 from memory.evaluation import throwaway_user
+from memory.management.commands.memory_bench import percentiles
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 
@@ -59,11 +59,6 @@ def markdown_file(rng: random.Random, number: int) -> str:
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines) + "\n"
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 class Command(BaseCommand):
@@ -121,9 +116,9 @@ class Command(BaseCommand):
                 for n in range(SAMPLES):
                     started = time.perf_counter()
                     files.search_files(user, "main", vectors[n % len(QUERIES)], 10)
-                    latencies.append((time.perf_counter() - started) * 1000)
-            searches[f"search_{backend}_p50_ms"] = round(statistics.median(latencies), 2)
-            searches[f"search_{backend}_p95_ms"] = round(percentile(latencies, 0.95), 2)
+                    latencies.append(time.perf_counter() - started)
+            for name, value in percentiles(latencies).items():
+                searches[f"search_{backend}_{name}"] = value
         return {
             "files": count,
             "workspace_mb": round(total / 1e6, 2),
