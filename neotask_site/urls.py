@@ -15,5 +15,6 @@ urlpatterns = [
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),
     path("settings/terminal/", include("agent.urls")),
+    path("import/", include("neotask_site.importing.urls")),
     path("", include("sessions_app.urls")),
 ]

@@ -104,18 +104,30 @@ def parse_command(text: str) -> Command | None:
 def check_message(text: Any) -> str:
     if not isinstance(text, str):
         raise ValueError("The message text must be a string.")
-    if len(text.encode()) > MAX_MESSAGE_BYTES:
+    # Neither can be stored (PostgreSQL refuses NUL; UTF-8 has no lone surrogates).
+    if "\x00" in text:
+        raise ValueError("The message cannot contain NUL characters.")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise ValueError("The message is not valid Unicode (it has a lone surrogate).") from None
+    if size > MAX_MESSAGE_BYTES:
         raise ValueError(f"The message is longer than {MAX_MESSAGE_BYTES // 1024} KB.")
     if not text.strip():
         raise ValueError("The message is empty.")
     return text.strip()
 
 
+def title_from(text: str) -> str:
+    """A chat's title: its first message, on one line, cut short."""
+    title = " ".join(text.split())
+    return title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
+
+
 def note_message(session: Session, text: str) -> None:
     fields: dict[str, Any] = {"last_activity_at": timezone.now(), "updated_at": timezone.now()}
     if not session.title:
-        title = " ".join(text.split())
-        session.title = title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
+        session.title = title_from(text)
         fields["title"] = session.title
     Session.objects.filter(pk=session.pk).update(**fields)
 

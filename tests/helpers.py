@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
+from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, Session
 
@@ -25,6 +26,7 @@ OWNED_MODELS = [
     TerminalAllowedPrefix,
     ApprovalRequest,
     ApiToken,
+    ImportJob,
 ]
 
 
@@ -64,6 +66,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
             owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
+        ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
     }
 
 

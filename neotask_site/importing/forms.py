@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.validators import RegexValidator
+
+from neotask_site.importing import uploads
+from neotask_site.importing.report import ImportRefused
+from neotask_site.models import ImportJob
+from sessions_app.keys import PART
+
+
+class ImportForm(forms.Form):
+    """One upload: an aidaemon database, or an OpenClaw agent folder as a zip.
+    What can be checked without importing is checked here, at once."""
+
+    file = forms.FileField()
+    agent = forms.CharField(
+        initial="main",
+        max_length=64,
+        validators=[RegexValidator(PART, "Use letters, digits, '.', '_' or '-'.")],
+        help_text="The agent the history and memory go to (created if missing).",
+    )
+    dry_run = forms.BooleanField(
+        required=False, label="Dry run: only report what would be imported"
+    )
+
+    def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, prefix=kind, **kwargs)
+        self.kind = kind
+        if kind == ImportJob.Kind.OPENCLAW:
+            self.fields["file"].widget.attrs["accept"] = ".zip,application/zip"
+            self.fields["file"].label = "OpenClaw agent folder, as a .zip"
+        else:
+            self.fields["file"].label = "aidaemon database (aidaemon.db)"
+
+    def clean_file(self) -> Any:
+        upload = self.cleaned_data["file"]
+        try:
+            uploads.check_size(upload.size)
+            if self.kind == ImportJob.Kind.OPENCLAW:
+                with uploads.open_zip(upload) as archive:
+                    uploads.check_zip(archive)
+            elif not uploads.looks_like_sqlite(upload.read(len(uploads.SQLITE_HEADER))):
+                raise ImportRefused(f"{upload.name} is not a SQLite database.")
+        except ImportRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
+        finally:
+            upload.seek(0)
+        return upload

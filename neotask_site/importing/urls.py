@@ -1,0 +1,8 @@
+from django.urls import path
+
+from neotask_site.importing import views
+
+urlpatterns = [
+    path("", views.import_page, name="import"),
+    path("<uuid:pk>/", views.import_job, name="import-job"),
+]

@@ -1,0 +1,67 @@
+"""The site's own rows: imports from other agents, run as background jobs.
+
+An import writes into every app (events, facts, tasks, prefixes, sessions,
+memory files), so its job lives with the site that wires the apps together,
+beside the importers (neotask_site/importing/).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+from neotask_site.ownership import OwnedModel, OwnedQuerySet
+
+
+class ImportJob(OwnedModel):
+    """One uploaded file being imported: its state, progress and report."""
+
+    class Kind(models.TextChoices):
+        AIDAEMON = "aidaemon", "aidaemon database"
+        OPENCLAW = "openclaw", "OpenClaw folder"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Waiting for a worker"
+        RUNNING = "running", "Importing"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    filename = models.CharField(max_length=255)  # as uploaded, for the page only
+    agent = models.CharField(max_length=64, default="main")
+    dry_run = models.BooleanField(default=False)
+    progress_done = models.PositiveBigIntegerField(default=0)
+    progress_total = models.PositiveBigIntegerField(null=True, blank=True)  # None: unknown
+    report = models.JSONField(null=True, blank=True)  # ImportReport.to_dict()
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.filename}"
+
+    @property
+    def upload_dir(self) -> Path:
+        """Where the upload waits for the job; removed when the job ends."""
+        return Path(settings.DATA_DIR) / "imports" / str(self.pk)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def percent(self) -> int | None:
+        if not self.progress_total:
+            return None
+        return min(100, self.progress_done * 100 // self.progress_total)
