@@ -37,7 +37,9 @@ class Entry:
 
 class WorkingMemory:
     def __init__(self) -> None:
-        self.sessions: OrderedDict[str, Entry] = OrderedDict()
+        # Keyed by owner too: two owners may hold events under the same session id
+        # (imported or legacy ids), and one's cached events must never serve the other.
+        self.sessions: OrderedDict[tuple[int, str], Entry] = OrderedDict()
         self.lock = threading.Lock()
         self.rebuilds = 0  # for tests and the benchmark
 
@@ -58,15 +60,16 @@ class WorkingMemory:
     def recent(self, owner: Any, session_id: str, limit: int) -> list[Event]:
         """The session's last `limit` conversation events, oldest first."""
         marker = self.marker(owner, session_id)
+        key = (owner.pk, session_id)
         with self.lock:
-            entry = self.sessions.get(session_id)
+            entry = self.sessions.get(key)
             if entry is not None and entry.marker == marker:
-                self.sessions.move_to_end(session_id)
+                self.sessions.move_to_end(key)
                 return list(entry.events)[-limit:] if limit else []
         events = list(reversed(self.rows(owner, session_id).order_by("-id")[: self.cap()]))
         with self.lock:
             self.rebuilds += 1
-            self.sessions[session_id] = Entry(marker, deque(events, maxlen=self.cap()))
+            self.sessions[key] = Entry(marker, deque(events, maxlen=self.cap()))
             while len(self.sessions) > MAX_SESSIONS:
                 self.sessions.popitem(last=False)
         return events[-limit:] if limit else []
@@ -75,8 +78,9 @@ class WorkingMemory:
         """Add a just-stored event, if the cached session is otherwise current."""
         if event.event_type not in CONVERSATION_TYPES:
             return
+        key = (event.owner_id, event.session_id)
         with self.lock:
-            entry = self.sessions.get(event.session_id)
+            entry = self.sessions.get(key)
             if entry is None:
                 return
             count, newest = entry.marker
@@ -84,7 +88,7 @@ class WorkingMemory:
                 entry.events.append(event)
                 entry.marker = (count + 1, event.pk)
             else:
-                del self.sessions[event.session_id]  # out of order: rebuild on next read
+                del self.sessions[key]  # out of order: rebuild on next read
 
     def clear(self) -> None:
         with self.lock:

@@ -54,6 +54,14 @@ class OwnedAdmin(admin.ModelAdmin):
             return queryset
         return queryset.owned_by(request.user)
 
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        # Django's owner filter lists every account; this one only the owners of
+        # rows the user may see.
+        return [
+            ("owner", admin.RelatedOnlyFieldListFilter) if spec == "owner" else spec
+            for spec in super().get_list_filter(request)
+        ]
+
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
 

@@ -25,7 +25,8 @@ class SessionAdmin(OwnedAdmin):
         "output_tokens",
         "last_activity_at",
     ]
-    list_filter = ["status", "channel", "agent__name", "owner"]
+    # Agents of the sessions shown: a filter on agent__name would list everyone's agents.
+    list_filter = ["status", "channel", ("agent", admin.RelatedOnlyFieldListFilter), "owner"]
     search_fields = ["key", "title", "=id"]
     list_select_related = ["owner", "agent"]
     autocomplete_fields = ["owner", "agent", "continues_from"]

@@ -1,0 +1,267 @@
+"""Isolation of memory: search, every branch of get_context, auto-recall, the prompt,
+the agent's tools and consolidation never bring alice's memories to bob, even when
+hers are the best match (real embeddings; alice's content is pinned and important)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+
+from agent import approvals, macros
+from agent.consolidation import run as consolidate
+from agent.context import build_messages
+from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from memory.embeddings import embed_text
+from memory.files import FileHit
+from memory.models import Event, Fact
+from memory.recall import recall
+from memory.retrieval import get_context
+from memory.search import BRANCHES, search_memory
+from memory.workspace import workspace_dir
+from sessions_app import chat
+from sessions_app.models import Session
+from tests.scripted_llm import Reply
+from tests.security.world import (
+    MEMORY_MD,
+    SISTER,
+    VAULT,
+    World,
+    build_alice,
+    build_bob,
+    leaks,
+    secret,
+    snapshot,
+)
+from tests.test_consolidation import answer, chat_yesterday
+
+# Bob's questions, and alice's very words: her memories are the best match for each.
+QUESTIONS = [
+    "What is the vault code of the lake house?",
+    "Where is the spare key hidden?",
+    "Where does my sister live?",
+    "When is the flight to Osaka?",
+    VAULT,
+    SISTER,
+    MEMORY_MD,
+]
+
+
+@pytest.fixture
+def world(alice, fresh_state) -> World:
+    return build_alice(alice)
+
+
+@pytest.fixture
+def bobs_session(bob) -> Session:
+    return build_bob(bob)
+
+
+@pytest.fixture
+def everything_recalled(configure):
+    """Similarity and recall as wide open as they go: any of alice's rows that slipped
+    through the owner scope would show. (Relevance keeps its bar: alice's pinned message
+    and summary are above it, and it must leave bob's other events to similarity.)"""
+    configure(
+        "memory",
+        similarity_threshold=-1.0,
+        similarity_limit=50,
+        recall_min_score=-1.0,
+        recall_limit=50,
+    )
+
+
+def owners(hits: list[Any]) -> set[int]:
+    return {hit.event.owner_id for hit in hits if not isinstance(hit, FileHit)}
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_it_searches_only_bobs_memory(world, bob, bobs_session, branch):
+    for question in QUESTIONS:
+        hits = search_memory(bob, question, k=50, branch=branch)
+        assert owners(hits) <= {bob.pk}, (branch, question)
+        assert not leaks(" ".join(str(vars(hit)) for hit in hits), world), (branch, question)
+    # Alice's own search finds what bob's could not.
+    hits = search_memory(world.user, QUESTIONS[0], k=5, branch=branch)
+    assert owners(hits) == {world.user.pk}
+
+
+def test_it_searches_only_bobs_memory_files(world, bob, bobs_session):
+    for question in QUESTIONS:
+        files = [hit for hit in search_memory(bob, question, k=50) if isinstance(hit, FileHit)]
+        assert {hit.path for hit in files} <= {"memory/bob.md"}, question
+    mine = search_memory(world.user, "Where is the spare key hidden?", k=3)
+    assert any(isinstance(hit, FileHit) and hit.path == "MEMORY.md" for hit in mine)
+
+
+@pytest.mark.usefixtures("everything_recalled")
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_it_builds_bobs_context_from_bobs_events_only(world, bob, bobs_session, question):
+    context = get_context(bob, str(bobs_session.pk), question)
+    for branch in ("recency", "relevance", "similarity"):
+        assert context.branch(branch), f"bob's own {branch} branch is empty"
+    assert {item.event.owner_id for item in context.items} == {bob.pk}
+    assert not leaks(" ".join(item.event.text for item in context.items), world)
+
+
+@pytest.mark.usefixtures("everything_recalled")
+def test_it_gives_bob_nothing_for_alices_session_ids(world, bob, bobs_session):
+    # Alice's chat is in working memory; bob naming its id gets none of it.
+    assert get_context(world.user, str(world.chat.pk), VAULT).recent
+    for session in (world.chat, world.archived, world.cron):
+        context = get_context(bob, str(session.pk), VAULT)
+        assert context.recent == [] and context.summary is None
+        assert context.session_recall == []
+        assert {item.event.owner_id for item in context.items} <= {bob.pk}
+
+
+def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, bob, fresh_state):
+    """Imported or legacy session ids are free text: two owners can share one. The
+    cached window of one must not answer for the other, even when the event counts
+    happen to line up."""
+    Event.record(bob, "imported-1", "user_message", {"content": "bob's first"})
+    Event.record(alice, "imported-1", "user_message", {"content": secret("shared-id")})
+    assert [e.text for e in get_context(alice, "imported-1", "").recent] == [secret("shared-id")]
+    Event.record(bob, "imported-1", "user_message", {"content": "bob's second"})
+    recent = get_context(bob, "imported-1", "").recent
+    assert [e.text for e in recent] == ["bob's first", "bob's second"]
+    assert [e.text for e in get_context(alice, "imported-1", "").recent] == [secret("shared-id")]
+
+
+@pytest.mark.usefixtures("everything_recalled")
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_it_auto_recalls_only_bobs_memories(world, bob, bobs_session, question):
+    items = recall(bob, "main", "a-new-session", embed_text(question))
+    assert items, "bob's own memories are recalled"
+    assert not leaks(json.dumps(items), world)
+    assert all("MEMORY.md" not in item["source"] for item in items)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("everything_recalled")
+def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_session, llm):
+    """The whole prompt: system prompt, facts, MEMORY.md through recall, recalled
+    memories and history, in a fresh session (auto-recall) and the next turn."""
+    fresh = chat.start_chat(bob)
+    frames: list[dict[str, Any]] = []
+
+    async def emit(frame: dict[str, Any]) -> None:
+        frames.append(frame)
+
+    llm.script(Reply(text="No idea."), Reply(text="Still no idea."))
+    async_to_sync(chat.run_chat_turn)(fresh, QUESTIONS[0], emit)
+    async_to_sync(chat.run_chat_turn)(fresh, QUESTIONS[1], emit)
+    assert len(llm.requests) == 2
+    for request in llm.requests:
+        prompt = json.dumps(request["messages"])
+        assert "Tea." in prompt or "gym" in prompt  # bob's own memory is there
+        assert not leaks(prompt, world)
+    assert not leaks(json.dumps(frames), world)
+    assert not leaks(chat.status_text(fresh), world)
+    assert Event.objects.filter(owner=bob, session_id=str(fresh.pk), event_type="recall").exists()
+
+
+@pytest.mark.usefixtures("everything_recalled")
+def test_it_builds_bobs_prompt_without_alices_facts_or_persona(world, bob, bobs_session):
+    messages = build_messages(bob, str(bobs_session.pk), "", query=VAULT)
+    prompt = json.dumps(messages)
+    assert "sport/gym: open late" in prompt
+    assert not leaks(prompt, world)
+
+
+# The agent's tools, run for bob ------------------------------------------------
+
+
+def use(bob: User, name: str, **arguments: Any) -> str:
+    tool = get_tool(name)
+    workspace = workspace_dir(bob.pk, "main")
+    context = ToolContext(owner=bob, session_id="bob-tools", agent_name="main", workspace=workspace)
+    return tool.run(context, parse_arguments(tool, json.dumps(arguments)))
+
+
+def test_it_keeps_alices_facts_from_bobs_fact_tools(world, bob, bobs_session):
+    before = snapshot(world.user)
+    with pytest.raises(ToolError, match="There is no fact"):
+        use(bob, "forget_fact", category=world.fact.category, key=world.fact.key)
+    # Same category and key: bob's own fact, alice's stays as it was.
+    use(bob, "remember_fact", category=world.fact.category, key=world.fact.key, value="bob's")
+    assert Fact.objects.get(owner=bob, key=world.fact.key).value == "bob's"
+    assert snapshot(world.user) == before
+
+
+def test_it_keeps_alices_memory_from_bobs_search_tool(world, bob, bobs_session):
+    for question in QUESTIONS:
+        assert not leaks(use(bob, "search_memory", query=question), world), question
+
+
+def test_it_keeps_alices_files_from_bobs_file_tools(world, bob, bobs_session):
+    before = snapshot(world.user)
+    paths = [
+        "MEMORY.md",
+        f"memory/{secret('notes')}.md",
+        f"../../{world.user.pk}/main/MEMORY.md",
+        str(world.workspace / "MEMORY.md"),
+    ]
+    for path in paths:
+        for name, extra in [
+            ("read_memory_file", {}),
+            ("append_memory_file", {"text": "bob was here"}),
+            ("write_memory_file", {"text": "bob was here"}),
+        ]:
+            try:
+                output = use(bob, name, path=path, **extra)
+            except ToolError as exc:
+                output = str(exc)
+            assert not leaks(output, world, asked=path), (name, path)
+    # Lists the files bob just wrote under alice's names in his own workspace.
+    assert not leaks(use(bob, "list_memory_files"), world, asked=" ".join(paths))
+    assert snapshot(world.user) == before
+    # What bob wrote to "MEMORY.md" went to his own workspace.
+    assert (workspace_dir(bob.pk, "main") / "MEMORY.md").read_text() == "bob was here"
+
+
+def test_it_keeps_alices_approvals_and_prefixes_from_bob(world, bob):
+    before = snapshot(world.user)
+    bob = User.objects.get(pk=bob.pk)
+    bob.is_superuser = True  # every permission: only ownership stands in the way
+    for decision in ("once", "always", "deny"):
+        with pytest.raises(approvals.ApprovalError, match="no such approval request"):
+            approvals.decide(bob, world.approval.pk, decision)
+    # Alice's "Allow always" does not let bob's commands run unasked.
+    assert approvals.is_allowed(world.user, f"{world.prefix.prefix} --x")
+    assert not approvals.is_allowed(bob, f"{world.prefix.prefix} --x")
+    assert snapshot(world.user) == before
+
+
+def test_it_gives_bob_no_hints_from_alices_macros(world, bob, configure):
+    configure("macros", hint_confidence=0.0, min_uses=0)
+    assert macros.hint(world.user, world.macro.trigger_tool, {}) is not None
+    assert macros.hint(bob, world.macro.trigger_tool, {}) is None
+
+
+# Consolidation -------------------------------------------------------------------
+
+
+def test_it_consolidates_each_users_conversation_apart(alice, bob, llm, fresh_state):
+    chat_yesterday(alice, "same-id", (f"My PIN is 4417 {secret('pin')}", "Noted."))
+    chat_yesterday(bob, "same-id", ("I moved to Porto", "Nice!"))
+    llm.script(answer("Bob moved to Porto.", ("place", "home_city", "Porto")))
+    report = consolidate(owner_id=bob.pk)  # `consolidate --user bob`
+    assert report.sessions == 1
+    [request] = llm.requests
+    assert "Porto" in json.dumps(request) and secret("pin") not in json.dumps(request)
+    assert Fact.objects.get(key="home_city").owner == bob
+    assert not Event.objects.filter(owner=alice, consolidated_at__isnull=False).exists()
+    summary = Event.objects.get(event_type="summary")
+    assert summary.owner == bob and "PIN" not in summary.text
+
+    llm.script(answer(f"Alice has a PIN. {secret('pin-summary')}", ("pin", "code", "4417")))
+    consolidate()  # everyone: one request per owner's session, each told only its own
+    assert secret("pin") in json.dumps(llm.requests[1]) and "Porto" not in json.dumps(
+        llm.requests[1]
+    )
+    assert Fact.objects.get(key="code").owner == alice
+    assert Event.objects.get(event_type="summary", owner=alice).session_id == "same-id"

@@ -1,0 +1,115 @@
+"""Isolation over the websocket: alice's chats refuse bob and anonymous visitors, and
+bob's frames in his own chat cannot approve, stop or read anything of alice's."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission, User
+
+from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from neotask_site.asgi import application
+from sessions_app import chat
+from sessions_app.routing import websocket_urlpatterns
+from tests.scripted_llm import Reply
+from tests.security.world import MARK, build_alice, leaks, snapshot
+from tests.test_chat_consumer import connect, receive, send, until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+router = URLRouter(websocket_urlpatterns)
+
+
+def test_it_has_an_isolation_case_for_every_websocket_route():
+    # The chat route is the only one, tried by the tests below; a new one needs its own.
+    routes = [str(route.pattern).split("(?P")[0] for route in websocket_urlpatterns]
+    assert routes == ["^ws/chat/"]
+
+
+@pytest.fixture
+def world(alice, fresh_state):
+    return build_alice(alice)
+
+
+async def closed_with(ws: WebsocketCommunicator) -> int:
+    await ws.connect()
+    message = await ws.receive_output(timeout=10)
+    assert message["type"] == "websocket.close", message
+    return message["code"]
+
+
+async def test_it_refuses_alices_chats_to_bob(world, bob):
+    for key in (world.chat.key, world.cron.key, world.archived.key):
+        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
+        ws.scope["user"] = bob
+        assert await closed_with(ws) == 4403, key
+        # Nothing was sent before the close: no event, no meter of hers.
+        assert await ws.receive_nothing(timeout=0.1)
+
+
+async def test_it_refuses_anonymous_visitors(world):
+    ws = WebsocketCommunicator(
+        application, f"/ws/chat/{world.chat.key}/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+    )
+    assert await closed_with(ws) == 4403
+
+
+async def test_it_ignores_bobs_approval_of_alices_request(world, bob):
+    # Bob may approve terminal commands: only the ownership check stands in his way.
+    await sync_to_async(bob.user_permissions.add)(
+        await Permission.objects.aget(codename="use_terminal")
+    )
+    bob = await User.objects.aget(pk=bob.pk)  # fresh permission cache
+    mine = await sync_to_async(chat.start_chat)(bob)
+    before = await sync_to_async(snapshot)(world.user)
+    ws = await connect(bob, mine.key)
+    for decision in ("always", "once", "deny"):
+        await send(ws, type="approval", request_id=str(world.approval.pk), decision=decision)
+        reply = await receive(ws)
+        assert reply == {"type": "error", "message": "There is no such approval request."}
+    await ws.disconnect()
+    approval = await ApprovalRequest.objects.aget(pk=world.approval.pk)
+    assert approval.status == ApprovalRequest.Status.PENDING
+    assert not await TerminalAllowedPrefix.objects.filter(owner=bob).aexists()
+    assert await sync_to_async(snapshot)(world.user) == before
+
+
+async def test_it_lets_bobs_stop_touch_only_his_own_chat(world, bob, llm):
+    """Alice's turn is running; bob's /stop and stop frame reach neither it nor her tabs."""
+    release = threading.Event()
+    llm.script(Reply(text=f"Still here {MARK}-stream", hold=release))
+    alices = await connect(world.user, world.chat.key)
+    mine = await sync_to_async(chat.start_chat)(bob)
+    bobs = await connect(bob, mine.key)
+    await send(alices, type="message", text="talk to me")
+    assert (await receive(alices))["event"]["event_type"] == "user_message"
+    await send(bobs, type="stop")
+    await send(bobs, type="message", text="/stop")
+    assert [await receive(bobs), await receive(bobs)] == [
+        {"type": "notice", "text": "Nothing is running."}
+    ] * 2
+    release.set()
+    frames = await until(alices)
+    assert frames[-1]["status"] == "completed"
+    # Bob's socket heard nothing of alice's turn.
+    assert await bobs.receive_nothing(timeout=0.5)
+    await alices.disconnect()
+    await bobs.disconnect()
+
+
+async def test_it_keeps_alices_memory_out_of_bobs_status(world, bob, llm):
+    mine = await sync_to_async(chat.start_chat)(bob)
+    llm.script(Reply(text="I don't know."))
+    ws = await connect(bob, mine.key)
+    await send(ws, type="message", text="What is the vault code of the lake house?")
+    frames = await until(ws)
+    await send(ws, type="message", text="/status")
+    status = await receive(ws)
+    for frame in [*frames, status]:
+        assert not leaks(str(frame), world), frame
+    prompt = str(llm.requests[0]["messages"])
+    assert not leaks(prompt, world)
+    await ws.disconnect()
