@@ -227,7 +227,6 @@ def test_it_unpacks_a_zip_into_its_top_folder(tmp_path):
 
 
 def test_it_imports_an_uploaded_openclaw_zip(alice, alice_client):
-    pytest.importorskip("neotask_site.importing.openclaw")
     take_queued_tasks()
     transcript = [
         {"type": "session", "id": "abc123", "timestamp": "2025-06-01T10:00:00Z"},
@@ -259,6 +258,8 @@ def test_it_imports_an_uploaded_openclaw_zip(alice, alice_client):
 
     job = ImportJob.objects.get(owner=alice)
     assert job.status == "done", job.error
+    transcript_bytes = len("\n".join(map(json.dumps, transcript)))
+    assert job.progress_total == transcript_bytes  # the page shows a real bar
     assert {"Where is Ana?", "In Lisbon."} <= set(
         Event.objects.owned_by(alice).values_list("text", flat=True)
     )

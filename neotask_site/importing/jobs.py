@@ -115,10 +115,12 @@ def run(job: ImportJob, progress: Progress) -> ImportReport:
         return import_aidaemon(
             path, job.owner, agent_name=job.agent, dry_run=job.dry_run, progress=progress
         )
-    from neotask_site.importing.openclaw import import_openclaw
+    from neotask_site.importing.openclaw import Folder, import_openclaw
 
     folder = uploads.unpack_zip(path, job.upload_dir / "unpacked")
     path.unlink()  # unpacked: half the disk space
+    total = Folder.locate(folder).transcript_bytes  # the importer counts transcript bytes
+    ImportJob.objects.filter(pk=job.pk).update(progress_total=total)
     return import_openclaw(
         folder, job.owner, agent_name=job.agent, dry_run=job.dry_run, progress=progress
     )
