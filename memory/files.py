@@ -46,6 +46,8 @@ MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"
 EMBED_BATCH = 256  # texts per embed_texts call: progress is stored batch by batch
 MAX_CACHED_INDEXES = 64
+MAX_PATH_CHARS = 512  # MemoryFile.path
+MAX_NAME_BYTES = 200  # of the file system's 255, less the temporary file's affixes
 AGENT_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(```|~~~)")
@@ -91,6 +93,16 @@ def resolve_memory_path(workspace: Path, path: str) -> tuple[str, Path]:
         )
     if ".." in relative.parts:
         raise MemoryPathError(f"{path!r} leads out of the workspace ('..' is not allowed).")
+    try:
+        name_bytes = max((len(part.encode()) for part in relative.parts), default=0)
+    except UnicodeEncodeError:  # a lone surrogate, from a model's JSON: no file can have it
+        raise MemoryPathError(f"{path!r} is not valid Unicode.") from None
+    # Longer names fail in the file system (with our temporary file's affixes) or the database.
+    if len(text) > MAX_PATH_CHARS or name_bytes > MAX_NAME_BYTES:
+        raise MemoryPathError(
+            f"The path is too long: at most {MAX_PATH_CHARS} characters, and "
+            f"{MAX_NAME_BYTES} bytes for each file or folder name."
+        )
     if not is_memory_path(relative):
         raise MemoryPathError(
             f"{path!r} is not a memory file: use MEMORY.md or a .md file under memory/."
@@ -169,7 +181,9 @@ def append_memory_file(workspace: Path, path: str, text: str) -> str:
 def new_file_path(name: str) -> str:
     """What the user typed as a new file's name, as a memory path: "ideas" is memory/ideas.md."""
     name = name.strip().replace("\\", "/")
-    if name and name != MEMORY_FILE and not name.startswith(f"{MEMORY_DIR}/"):
+    # An absolute name ("/etc/passwd", "C:/x", "~/x") stays one, for resolve_memory_path to refuse.
+    absolute = name.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", name)
+    if name and name != MEMORY_FILE and not name.startswith(f"{MEMORY_DIR}/") and not absolute:
         name = f"{MEMORY_DIR}/{name}"
     if name and not name.lower().endswith(".md"):
         name += ".md"
@@ -235,6 +249,10 @@ def scan_workspace(workspace: Path) -> dict[str, FileStat]:
         top = stat_entry(root, MEMORY_FILE, root / MEMORY_FILE)
         if top is not None:
             found[MEMORY_FILE] = top
+    # walk_markdown follows no symlinked folder, but memory/ itself may be one: if it
+    # leads out of the workspace, the files behind it are not the agent's to index.
+    if not (root / MEMORY_DIR).resolve().is_relative_to(root):
+        return found
     for relative, entry in walk_markdown(root / MEMORY_DIR, MEMORY_DIR):
         stat = stat_entry(root, relative, entry)
         if stat is not None:

@@ -154,7 +154,8 @@ def owned_facts(request: HttpRequest, query: str = "") -> QuerySet[Fact]:
 def fact_list(request: HttpRequest) -> HttpResponse:
     """The facts page; a POST adds one. htmx gets the part it replaces: the rows
     for a search, the form and the rows after an add."""
-    query = request.GET.get("q", "").strip()[:MAX_QUERY]
+    # NUL never matches a fact, and PostgreSQL refuses it in a query.
+    query = request.GET.get("q", "").replace("\x00", "").strip()[:MAX_QUERY]
     form = FactForm(request.POST if request.method == "POST" else None, owner=request.user)
     added = None
     if form.is_valid():

@@ -25,6 +25,7 @@ from django.views.decorators.csrf import csrf_exempt
 from memory.models import Event
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, views
+from sessions_app.keys import PART
 from sessions_app.models import DEFAULT_AGENT, Agent, ApiToken, Session
 
 SESSIONS_PER_PAGE = 50
@@ -109,6 +110,8 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError:
         raise ApiError(400, "The request body is not valid JSON.") from None
+    except RecursionError:  # e.g. "[[[[…": not a ValueError
+        raise ApiError(400, "The request body's JSON is nested too deeply.") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     return body
@@ -187,7 +190,7 @@ def list_sessions(request: HttpRequest) -> HttpResponse:
 
 def start_session(request: HttpRequest) -> HttpResponse:
     name = json_body(request).get("agent", DEFAULT_AGENT)
-    if not isinstance(name, str):
+    if not isinstance(name, str) or not PART.match(name):
         raise ApiError(400, "'agent' must be the name of one of your agents.")
     if name == DEFAULT_AGENT:
         agent = Agent.objects.default_for(request.user)

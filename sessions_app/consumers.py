@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import reprlib
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -19,6 +20,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agent.approvals import ApprovalError, decide
+from agent.llm import Usage
 from memory.models import Event
 from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
@@ -74,13 +76,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
             frame = json.loads(text_data)
         except ValueError:
             return await self.error("The frame is not valid JSON.")
+        except RecursionError:  # e.g. "[[[[…": not a ValueError, and it killed the consumer
+            return await self.error("The frame's JSON is nested too deeply.")
         if not isinstance(frame, dict):
             return await self.error("The frame must be a JSON object with a 'type'.")
         handlers = {"message": self.on_message, "approval": self.on_approval, "stop": self.on_stop}
-        handler = handlers.get(frame.get("type"))  # type: ignore[arg-type]
+        kind = frame.get("type")
+        # A list or object as "type" is unhashable: looking it up would kill the consumer.
+        handler = handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            return await self.error(
-                f"Unknown frame type {frame.get('type')!r}: use message, approval or stop."
+            return await self.error(  # reprlib: a short echo, however big or deep the value
+                f"Unknown frame type {reprlib.repr(kind)}: use message, approval or stop."
             )
         await handler(frame)
 
@@ -122,6 +128,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.broadcast(
                 {"type": "error", "message": "The server failed while answering; it was logged."}
             )
+            # The turn is over: without `done` the page would show it running forever.
+            await self.broadcast({"type": "done", "usage": Usage().as_dict(), "status": "error"})
         finally:
             RUNNING.pop(self.group, None)
 

@@ -155,8 +155,8 @@ class ApiToken(OwnedModel):
         unknown, wrong or revoked, or its owner is inactive."""
         scheme, _, rest = presented.partition("_")
         prefix, _, secret = rest.partition("_")
-        if scheme != TOKEN_SCHEME or not prefix or not secret:
-            return None
+        if scheme != TOKEN_SCHEME or not prefix or not secret or "\x00" in presented:
+            return None  # (PostgreSQL refuses NUL in a query)
         # Not owner-scoped: nobody is known yet, finding out who is the point.
         token = (
             cls.objects.select_related("owner")
