@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -17,7 +23,26 @@ from urllib.parse import urlsplit
 from neotask_site.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-__all__ = ["ROOT", "app_env", "free_port", "start_daphne", "wait_for_health"]
+__all__ = [
+    "ROOT",
+    "PrivatePostgres",
+    "PrivateRedis",
+    "app_env",
+    "chat_socket",
+    "free_port",
+    "logged_in_chat",
+    "manage",
+    "manage_json",
+    "postgres_bin_dir",
+    "say",
+    "spawn_daphne",
+    "start_daphne",
+    "start_qcluster",
+    "stop_process",
+    "stop_process_group",
+    "until_done",
+    "wait_for_health",
+]
 
 
 def app_env(data_dir: Path | str, **variables: str) -> dict[str, str]:
@@ -67,7 +92,15 @@ def wait_for_health(port: int, process: subprocess.Popen, seconds: float = 60) -
 
 def start_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess.DEVNULL):
     """daphne serving Neotask on 127.0.0.1:`port`, once it answers /healthz."""
-    server = subprocess.Popen(
+    server = spawn_daphne(env, port, log)
+    wait_for_health(port, server)
+    return server
+
+
+def spawn_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess.DEVNULL):
+    """daphne starting on 127.0.0.1:`port`, not yet waited for (a caller that
+    must stop it even if it never answers keeps it first)."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -83,5 +116,233 @@ def start_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    wait_for_health(port, server)
-    return server
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """Run `manage.py <args>` in `env` and return what it printed."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    ).stdout
+
+
+def manage_json(env: dict[str, str], code: str) -> Any:
+    """Run `code` in the app's own Django (`manage.py shell`) and parse the JSON
+    it printed last: the test reads the app's database through the app's ORM."""
+    return json.loads(manage(env, "shell", "-c", code).splitlines()[-1])
+
+
+MIGRATE = """
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+"""
+LOGGED_IN_CHAT = """
+import json
+from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from sessions_app.chat import start_chat
+user = get_user_model().objects.create_user({username!r})
+store = SessionStore()
+store[SESSION_KEY] = str(user.pk)
+store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+store["_auth_user_hash"] = user.get_session_auth_hash()
+store.create()
+print(json.dumps([store.session_key, start_chat(user).key]))
+"""
+
+
+def logged_in_chat(env: dict[str, str], username: str, *, migrate: bool = False) -> tuple[str, str]:
+    """A new user in `env`'s database, logged in: their session cookie and the key
+    of a fresh web chat of theirs. `migrate` first migrates the database, in the
+    same process (on a loaded machine each Django start-up costs seconds)."""
+    code = LOGGED_IN_CHAT.format(username=username)
+    if migrate:
+        code = MIGRATE + code
+    cookie, key = manage_json(env, code)
+    return cookie, key
+
+
+def start_qcluster(env: dict[str, str], log: IO[Any] | int = subprocess.DEVNULL):
+    """A django-q2 cluster of the app, as `manage.py serve` starts it."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its workers are stopped with it (see stop_process_group)
+    )
+
+
+def stop_process(process: subprocess.Popen, seconds: float = 30) -> None:
+    """SIGTERM, and SIGKILL if it is still there after `seconds`."""
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stop_process_group(process: subprocess.Popen, seconds: float = 30) -> None:
+    """SIGTERM to a process started with start_new_session, which stops its
+    children; SIGKILL to all of them if any is still there after `seconds`.
+    (A SIGTERM to every process of a django-q2 cluster at once left it hanging for
+    over 30 s; to the cluster process alone, it stops in about 1 s.)"""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=seconds)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def chat_socket(port: int, cookie: str, key: str):
+    """A websocket to the chat `key`, logged in with the session `cookie`, as the page opens it."""
+    import websockets
+
+    return websockets.connect(
+        f"ws://127.0.0.1:{port}/ws/chat/{key}/",
+        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": "http://127.0.0.1"},
+        open_timeout=30,
+    )
+
+
+async def until_done(socket: Any, seconds: float = 60) -> list[dict[str, Any]]:
+    """The frames of a turn, up to and including its `done`."""
+    frames = []
+    while True:
+        frame = json.loads(await asyncio.wait_for(socket.recv(), timeout=seconds))
+        frames.append(frame)
+        if frame["type"] == "done":
+            return frames
+
+
+async def say(port: int, cookie: str, key: str, text: str) -> list[dict[str, Any]]:
+    """Send one message on a new websocket and return the frames of its turn."""
+    async with chat_socket(port, cookie, key) as socket:
+        await socket.send(json.dumps({"type": "message", "text": text}))
+        return await until_done(socket)
+
+
+def postgres_bin_dir() -> Path | None:
+    """Where initdb, pg_ctl and postgres are (Debian keeps them off the PATH)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if found:
+        return found[-1].parent
+    pg_ctl = shutil.which("pg_ctl")
+    return Path(pg_ctl).parent if pg_ctl else None
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of one test's own, which it may stop and start without
+    disturbing anyone else: trust auth, 127.0.0.1 only, a free port, a temp dir."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="neotask-pg-"))
+        self.data = self.dir / "data"
+        # initdb refuses to run as root.
+        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_owner:
+            shutil.chown(self.dir, "postgres")
+        self.pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.running = False
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def pg(self, program: str, *args: str) -> None:
+        done = subprocess.run(
+            [*self.as_owner, str(self.bin_dir / program), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode:
+            raise RuntimeError(f"{program} failed: {done.stderr or done.stdout}")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self.pg(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
+        )
+        self.running = True
+
+    def stop(self) -> None:
+        """A fast shutdown: clients are disconnected, as in a restart by the admin."""
+        self.pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+        self.running = False
+
+    def close(self) -> None:
+        try:
+            if self.running:
+                self.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PrivateRedis:
+    """A Redis server of one test's own, on a free port, keeping nothing on disk."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, seconds: float = 30) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + seconds
+        while not self.answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.1)
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as probe:
+                probe.sendall(b"PING\r\n")
+                return probe.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing saved (there is nothing on disk anyway)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait()

@@ -51,12 +51,13 @@ def reply_with_tool(name: str, arguments: Any, text: str = "", **fields: Any) ->
 
 
 class ScriptedLLM:
-    def __init__(self, api_key: str = "test-key") -> None:
+    def __init__(self, api_key: str = "test-key", port: int = 0) -> None:
         self.api_key = api_key
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.server = Server(("127.0.0.1", 0), self.handler())
+        # A given port: a server that replaces a dead one where the app expects it.
+        self.server = Server(("127.0.0.1", port), self.handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

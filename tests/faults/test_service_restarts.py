@@ -1,0 +1,281 @@
+"""PostgreSQL or Redis restarts under a running chat: the chat carries on, and
+the database holds every message and answer exactly once.
+
+Each test brings its own server (the machine's shared ones serve other tests),
+so both run on either profile; the rest of the app follows the profile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+
+from tests.processes import (
+    PrivatePostgres,
+    PrivateRedis,
+    app_env,
+    chat_socket,
+    free_port,
+    logged_in_chat,
+    manage_json,
+    postgres_bin_dir,
+    say,
+    spawn_daphne,
+    stop_process,
+    until_done,
+    wait_for_health,
+)
+from tests.scripted_llm import Reply, ScriptedLLM
+
+CHAT_EVENTS = """
+import json
+from memory.models import Event
+print(json.dumps([[e.event_type, e.text] for e in Event.objects.order_by("id")]))
+"""
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip("the PostgreSQL server programs (initdb, pg_ctl) are not installed")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("initdb refuses root, and there is no postgres user to run it as")
+    server = PrivatePostgres(bin_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def scripted_llm() -> Iterator[ScriptedLLM]:
+    """The scripted LLM without the test process's settings: the app runs apart."""
+    with ScriptedLLM() as server:
+        yield server
+
+
+def serve(env: dict[str, str], log_dir: Path) -> tuple[int, subprocess.Popen]:
+    port = free_port()
+    server = spawn_daphne(env, port, open(log_dir / "daphne.log", "w"))  # noqa: SIM115
+    try:
+        wait_for_health(port, server)
+    except BaseException:
+        stop_process(server)
+        raise
+    return port, server
+
+
+def health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def page(port: int, cookie: str, path: str) -> tuple[int, str]:
+    """A page as the logged-in browser gets it."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", headers={"Cookie": f"sessionid={cookie}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def message(text: str) -> str:
+    return json.dumps({"type": "message", "text": text})
+
+
+def completed(frames: list[dict[str, Any]]) -> bool:
+    errors = [frame for frame in frames if frame["type"] == "error"]
+    return not errors and frames[-1]["status"] == "completed"
+
+
+def test_it_carries_on_after_postgresql_restarts_mid_chat(
+    private_postgres: PrivatePostgres, scripted_llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    env = app_env(
+        tmp_path,
+        DATABASE_URL=private_postgres.url,
+        NEOTASK_LLM_BASE_URL=scripted_llm.url,
+        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    )
+    cookie, key = logged_in_chat(env, "ada", migrate=True)
+    port, server = serve(env, tmp_path)
+    answer = threading.Event()
+    try:
+        scripted_llm.script(
+            Reply(text="Hello, Ada."),
+            Reply(text="Still here.", hold=answer),
+            Reply(text="You are Ada."),
+        )
+
+        async def conversation() -> list[list[dict[str, Any]]]:
+            async with chat_socket(port, cookie, key) as socket:
+                await socket.send(message("My name is Ada."))
+                first = await until_done(socket)
+                # The restart comes in the middle of the next turn: the question
+                # is stored and the model is writing the answer.
+                await socket.send(message("Are you still there?"))
+                await asyncio.wait_for(asked(scripted_llm, 2), 60)
+                await asyncio.to_thread(private_postgres.stop)
+                outage = await asyncio.to_thread(health, port)
+                await asyncio.to_thread(private_postgres.start)
+                answer.set()
+                second = await until_done(socket)
+            # The next message, after a reload (or from a second tab).
+            third = await say(port, cookie, key, "What is my name?")
+            assert outage == (503, {"db": "unavailable"})
+            return [first, second, third]
+
+        turns = asyncio.run(conversation())
+        assert health(port) == (200, {"db": "ok"})
+    finally:
+        answer.set()
+        stop_process(server)
+    assert all(completed(frames) for frames in turns), turns
+    assert scripted_llm.requests[-1]["messages"][1:] == [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hello, Ada."},
+        {"role": "user", "content": "Are you still there?"},
+        {"role": "assistant", "content": "Still here."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    events = manage_json(env, CHAT_EVENTS)
+    assert events == [
+        ["user_message", "My name is Ada."],
+        ["assistant_response", "Hello, Ada."],
+        ["user_message", "Are you still there?"],
+        ["assistant_response", "Still here."],
+        ["user_message", "What is my name?"],
+        ["assistant_response", "You are Ada."],
+    ]
+
+
+async def reconnect(port: int, cookie: str, key: str, seconds: float = 60) -> Any:
+    """A socket that works again, reconnecting with the chat page's backoff (a
+    socket that opens during an outage is closed at once by the server)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    for retries in itertools.count():
+        socket = None
+        with contextlib.suppress(websockets.WebSocketException, OSError, TimeoutError):
+            socket = await chat_socket(port, cookie, key)
+            # Answered only once the consumer joined the chat's group.
+            await socket.send(message("/help"))
+            if json.loads(await asyncio.wait_for(socket.recv(), 30))["type"] == "notice":
+                return socket
+        if socket is not None:
+            await socket.close()
+        assert asyncio.get_running_loop().time() < deadline, "the chat did not come back"
+        await asyncio.sleep(min(10.0, 0.3 * 2**retries))
+
+
+async def asked(llm: ScriptedLLM, count: int) -> None:
+    while len(llm.requests) < count:
+        await asyncio.sleep(0.05)
+
+
+def test_it_carries_on_after_redis_restarts_mid_chat(
+    private_redis: PrivateRedis, scripted_llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    env = app_env(
+        tmp_path,
+        REDIS_URL=private_redis.url,
+        NEOTASK_LLM_BASE_URL=scripted_llm.url,
+        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    )
+    cookie, key = logged_in_chat(env, "ada", migrate=True)
+    port, server = serve(env, tmp_path)
+    try:
+        scripted_llm.script(Reply(text="Hello, Ada."), Reply(text="You are Ada."))
+
+        async def conversation() -> tuple[list[dict], list[dict], list[str]]:
+            seen_in_outage: list[str] = []
+            async with chat_socket(port, cookie, key) as socket:
+                await socket.send(message("My name is Ada."))
+                first = await until_done(socket)
+                private_redis.kill()
+                # The socket must close: left open, it would miss the chat's frames
+                # for good (the restarted Redis knows none of its groups), while a
+                # closed one makes the page reconnect and catch up.
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    while True:
+                        seen_in_outage.append(await asyncio.wait_for(socket.recv(), 30))
+            seen_in_outage.append(str(closed.value))
+            # What a reconnecting page meets while Redis is down.
+            try:
+                async with chat_socket(port, cookie, key) as early:
+                    await early.send(message("/help"))
+                    seen_in_outage.append(await asyncio.wait_for(early.recv(), 30))
+            except (websockets.ConnectionClosed, websockets.InvalidStatus) as refused:
+                seen_in_outage.append(str(refused))
+            # The page itself needs no Redis: it loads, and says it is reconnecting.
+            status, html = await asyncio.to_thread(page, port, cookie, f"/chat/{key}/")
+            assert status == 200 and "My name is Ada." in html
+            private_redis.start()
+            socket = await reconnect(port, cookie, key)
+            try:
+                await socket.send(message("What is my name?"))
+                second = await until_done(socket)
+            finally:
+                await socket.close()
+            return first, second, seen_in_outage
+
+        first, second, seen_in_outage = asyncio.run(conversation())
+        # A page that saw the first turn catches up with exactly the events after it.
+        seen = [frame["event"]["id"] for frame in first if frame["type"] == "event"]
+        status, missed = page(port, cookie, f"/chat/{key}/events/?after={seen[-1]}")
+    finally:
+        stop_process(server)
+    assert completed(first) and completed(second), (first, second)
+    for seen in seen_in_outage:
+        assert "Traceback" not in seen and "500" not in seen and "Error 111" not in seen, seen
+    assert scripted_llm.requests[-1]["messages"][1:] == [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hello, Ada."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    assert manage_json(env, CHAT_EVENTS) == [
+        ["user_message", "My name is Ada."],
+        ["assistant_response", "Hello, Ada."],
+        ["user_message", "What is my name?"],
+        ["assistant_response", "You are Ada."],
+    ]
+    caught_up = [int(found) for found in re.findall(r'data-event-id="(\d+)"', missed)]
+    assert status == 200
+    assert caught_up == [frame["event"]["id"] for frame in second if frame["type"] == "event"]
