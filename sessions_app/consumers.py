@@ -18,6 +18,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
+from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError, decide
 from agent.llm import Usage
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 MAX_FRAME_BYTES = chat.MAX_MESSAGE_BYTES + 1024  # the message plus its JSON envelope
 # Turns running in this process, by chat group: one at a time per chat.
 RUNNING: dict[str, asyncio.Task] = {}
+# Like HTTP 503 (daphne allows only 1000 and 3000-4999 from an application): the
+# page reconnects, and catches up, once the layer is back.
+LAYER_DOWN = 4503
 
 
 def group_name(owner_id: int, key: str) -> str:
@@ -45,6 +49,16 @@ def render_event(owner: Any, event_id: int) -> str:
 
 class ChatConsumer(AsyncWebsocketConsumer):
     group = ""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # Without its channel layer (Redis down) a socket can neither join its chat
+        # nor hear it: close it so that the page reconnects, with one log line
+        # instead of a traceback per attempt.
+        try:
+            await super().__call__(scope, receive, send)
+        except (RedisError, OSError) as exc:
+            log.warning("chat socket closed: the channel layer is unreachable (%s)", exc)
+            await send({"type": "websocket.close", "code": LAYER_DOWN})
 
     async def connect(self) -> None:
         self.user = self.scope["user"]

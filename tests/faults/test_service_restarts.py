@@ -236,6 +236,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
                 with pytest.raises(websockets.ConnectionClosed) as closed:
                     while True:
                         seen_in_outage.append(await asyncio.wait_for(socket.recv(), 30))
+            assert closed.value.rcvd.code == 4503  # "unavailable", not a crash (1011)
             seen_in_outage.append(str(closed.value))
             # What a reconnecting page meets while Redis is down.
             try:
@@ -265,6 +266,8 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
     assert completed(first) and completed(second), (first, second)
     for seen in seen_in_outage:
         assert "Traceback" not in seen and "500" not in seen and "Error 111" not in seen, seen
+    log = (tmp_path / "daphne.log").read_text()
+    assert "Traceback" not in log and "the channel layer is unreachable" in log
     assert scripted_llm.requests[-1]["messages"][1:] == [
         {"role": "user", "content": "My name is Ada."},
         {"role": "assistant", "content": "Hello, Ada."},
