@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.db import IntegrityError, transaction
 
 from memory.models import Fact
 
@@ -58,3 +59,14 @@ class FactForm(forms.ModelForm):
         if commit:
             fact.save()
         return fact
+
+    def save_unless_taken(self) -> Fact | None:
+        """Save; None, with the form's error, when another tab or the agent took the
+        category/key between the check in clean() and this save."""
+        try:
+            with transaction.atomic():
+                return self.save()
+        except IntegrityError:
+            data = self.cleaned_data
+            self.add_error(None, f"You already have a fact {data['category']}/{data['key']}.")
+            return None

@@ -158,8 +158,7 @@ def fact_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").replace("\x00", "").strip()[:MAX_QUERY]
     form = FactForm(request.POST if request.method == "POST" else None, owner=request.user)
     added = None
-    if form.is_valid():
-        added = form.save()
+    if form.is_valid() and (added := form.save_unless_taken()):
         if not request.htmx:
             messages.success(request, f"Added {added}.")
             return redirect("fact-list")
@@ -188,8 +187,8 @@ def fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = FactForm(
         request.POST if request.method == "POST" else None, instance=fact, owner=request.user
     )
-    if form.is_valid():
-        fact = form.save()
+    if form.is_valid() and (saved := form.save_unless_taken()):
+        fact = saved
         if not request.htmx:
             messages.success(request, f"Saved {fact}.")
             return redirect("fact-list")

@@ -389,6 +389,24 @@ def test_it_offers_to_edit_the_existing_fact_instead_of_a_duplicate(alice_client
     assert list(Fact.objects.values_list("value", flat=True)) == ["green"]
 
 
+def test_it_reports_a_fact_another_tab_added_after_the_check(alice_client, alice, monkeypatch):
+    from memory.forms import FactForm
+
+    checked = FactForm.clean
+
+    def clean_then_race(form: FactForm) -> dict[str, Any]:
+        cleaned = checked(form)  # no duplicate yet; the agent adds one before the save
+        make_fact(alice, value="green")
+        return cleaned
+
+    monkeypatch.setattr(FactForm, "clean", clean_then_race)
+    data = {"category": "preference", "key": "color", "value": "blue"}
+    response = alice_client.post(reverse("fact-list"), data, **HTMX)
+    assert response.status_code == 200
+    assert "You already have a fact preference/color." in text(response)
+    assert list(Fact.objects.values_list("value", flat=True)) == ["green"]
+
+
 def test_it_refuses_an_empty_or_too_long_fact(alice_client, alice):
     page = text(alice_client.post(reverse("fact-list"), {"category": "a", "key": "b"}, **HTMX))
     assert "Value: This field is required." in page
