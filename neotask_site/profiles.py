@@ -113,13 +113,26 @@ def check_redis_url(url: str) -> str:
     return url
 
 
+# Frames waiting for a worker to send them. channels_redis queues the frames of
+# all the chats one process serves in a single Redis list, and both layers drop
+# what exceeds the capacity without a word: channels' default of 100 lost
+# streamed deltas at 100 chats on 2 workers (bench/load_chat.py). Still bounded:
+# unread frames expire after 60 s.
+CHANNEL_CAPACITY = 10_000
+
+
 def channel_layers(redis_url: str | None) -> dict[str, Any]:
     if not redis_url:
-        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        return {
+            "default": {
+                "BACKEND": "channels.layers.InMemoryChannelLayer",
+                "CONFIG": {"capacity": CHANNEL_CAPACITY},
+            }
+        }
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [check_redis_url(redis_url)]},
+            "CONFIG": {"hosts": [check_redis_url(redis_url)], "capacity": CHANNEL_CAPACITY},
         }
     }
 

@@ -6,7 +6,27 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from memory import files
+from memory.vector_index import forget_indexes
+from memory.working import working_memory
 from tests.scripted_llm import ScriptedLLM
+
+
+def forget_process_state() -> None:
+    files.forget_chunk_indexes()
+    forget_indexes()
+    working_memory.clear()
+
+
+@pytest.fixture(autouse=True)
+def own_process_state(settings, tmp_path_factory):
+    """User ids repeat between tests (rolled back), so each test gets its own data dir
+    (workspaces, uploads) and empty in-process indexes and working memory: a file or
+    cached row of one test never reaches the next."""
+    settings.DATA_DIR = tmp_path_factory.mktemp("data")  # apart from the test's tmp_path
+    forget_process_state()
+    yield
+    forget_process_state()
 
 
 @pytest.fixture

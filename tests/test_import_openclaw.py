@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from memory import files
 from memory.models import Event, MemoryFile
 from memory.search import search_memory
 from memory.tasks import embed_missing
-from memory.vector_index import forget_indexes
 from memory.workspace import workspace_dir
 from neotask_site.importing import openclaw
 from neotask_site.importing.openclaw import import_openclaw
@@ -151,17 +149,6 @@ def build_folder(root: Path) -> Path:
     (root / "workspace" / "MEMORY.md").write_text(MEMORY_MD, encoding="utf-8")
     (root / "workspace" / "memory" / "notes.md").write_text(NOTES_MD, encoding="utf-8")
     return root
-
-
-@pytest.fixture(autouse=True)
-def own_data_dir(settings, tmp_path):
-    # User ids repeat between tests (rolled back): own workspaces and in-process indexes.
-    settings.DATA_DIR = tmp_path / "data"
-    files.forget_chunk_indexes()
-    forget_indexes()
-    yield
-    files.forget_chunk_indexes()
-    forget_indexes()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from memory.files import chunk_markdown, index_all_workspaces, index_workspace, 
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
 from memory.tasks import FILES_SCHEDULE, install_schedules
-from memory.vector_index import forget_indexes
 from memory.vectors import EMBEDDING_DIM
 from memory.workspace import workspace_dir
 
@@ -44,18 +43,6 @@ class CountingEmbed:
 
     def reset(self) -> None:
         self.calls.clear()
-
-
-@pytest.fixture(autouse=True)
-def own_data_dir(settings, tmp_path):
-    # User ids repeat between tests (rolled back), so each test gets its own workspaces
-    # and in-process indexes.
-    settings.DATA_DIR = tmp_path / "data"
-    files.forget_chunk_indexes()
-    forget_indexes()
-    yield
-    files.forget_chunk_indexes()
-    forget_indexes()
 
 
 @pytest.fixture(params=["numpy", "lancedb"])

@@ -65,12 +65,9 @@ async def test_it_lists_the_recall_in_status(llm):
     assert "allergic to peanuts" in status
 
 
-async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client, settings, tmp_path):
+async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client):
     """Issue 7's scenario: edit MEMORY.md in the page, ask in a new session."""
     from memory import files
-
-    settings.DATA_DIR = tmp_path
-    await sync_to_async(files.forget_chunk_indexes)()
     from memory.workspace import workspace_dir
 
     owner = await User.objects.acreate(username="owner")

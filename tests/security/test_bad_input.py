@@ -29,13 +29,8 @@ NUL = "\x00"
 
 
 @pytest.fixture(autouse=True)
-def own_data_dir(settings, tmp_path, monkeypatch):
-    # Workspaces live under the data dir; user ids repeat between tests.
-    settings.DATA_DIR = tmp_path / "data"
+def counting_embed(monkeypatch):
     monkeypatch.setattr(files, "embed_texts", CountingEmbed())
-    files.forget_chunk_indexes()
-    yield
-    files.forget_chunk_indexes()
 
 
 @pytest.fixture

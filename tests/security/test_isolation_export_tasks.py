@@ -32,7 +32,7 @@ from tests.test_transcripts import export
 
 
 @pytest.fixture
-def world(alice, bob, fresh_state) -> World:
+def world(alice, bob) -> World:
     built = build_alice(alice)
     build_bob(bob)
     return built

@@ -317,7 +317,7 @@ def test_it_has_an_isolation_case_for_every_url():
 
 
 @pytest.fixture
-def world(alice, bob, fresh_state) -> World:
+def world(alice, bob) -> World:
     built = build_alice(alice)
     build_bob(bob)
     return built

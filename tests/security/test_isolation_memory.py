@@ -51,7 +51,7 @@ QUESTIONS = [
 
 
 @pytest.fixture
-def world(alice, fresh_state) -> World:
+def world(alice) -> World:
     return build_alice(alice)
 
 
@@ -118,7 +118,7 @@ def test_it_gives_bob_nothing_for_alices_session_ids(world, bob, bobs_session):
         assert {item.event.owner_id for item in context.items} <= {bob.pk}
 
 
-def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, bob, fresh_state):
+def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, bob):
     """Imported or legacy session ids are free text: two owners can share one. The
     cached window of one must not answer for the other, even when the event counts
     happen to line up."""
@@ -245,7 +245,7 @@ def test_it_gives_bob_no_hints_from_alices_macros(world, bob, configure):
 # Consolidation -------------------------------------------------------------------
 
 
-def test_it_consolidates_each_users_conversation_apart(alice, bob, llm, fresh_state):
+def test_it_consolidates_each_users_conversation_apart(alice, bob, llm):
     chat_yesterday(alice, "same-id", (f"My PIN is 4417 {secret('pin')}", "Noted."))
     chat_yesterday(bob, "same-id", ("I moved to Porto", "Nice!"))
     llm.script(answer("Bob moved to Porto.", ("place", "home_city", "Porto")))

@@ -30,7 +30,7 @@ def test_it_has_an_isolation_case_for_every_websocket_route():
 
 
 @pytest.fixture
-def world(alice, fresh_state):
+def world(alice):
     return build_alice(alice)
 
 

@@ -9,8 +9,6 @@ error naming his input) and is not a leak.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -24,8 +22,6 @@ from django.utils import timezone
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory import files, tasks
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
-from memory.vector_index import forget_indexes
-from memory.working import working_memory
 from memory.workspace import workspace_dir
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
@@ -47,27 +43,6 @@ VAULT = f"Remember this: the vault code of the lake house is 4417. {secret('vaul
 SISTER = f"My sister Marguerite moved to Lyon to study architecture. {secret('sister')}"
 MEMORY_MD = f"# Home\nThe spare key is hidden under the blue flower pot. {secret('memory-md')}\n"
 TRIP = f"# Trips\nFlight to Osaka on May 2nd, window seat. {secret('file-trip')}\n"
-
-
-@contextmanager
-def isolated_process_state(data_dir: Path) -> Iterator[None]:
-    """A fresh data dir and in-process indexes for one test, put back afterwards: user
-    ids repeat between tests (rolled back), and a cached index or workspace must not
-    carry one test's rows into the next."""
-    previous = settings.DATA_DIR
-    settings.DATA_DIR = data_dir
-    forget_process_state()
-    try:
-        yield
-    finally:
-        settings.DATA_DIR = previous
-        forget_process_state()
-
-
-def forget_process_state() -> None:
-    files.forget_chunk_indexes()
-    forget_indexes()
-    working_memory.clear()
 
 
 @dataclass

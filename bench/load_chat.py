@@ -1,0 +1,358 @@
+"""Load: many concurrent websocket chats against real daphne workers, scripted LLM.
+
+Every chat has a user of its own and sends its messages one after another,
+each after the previous answer's `done`. Chats are spread round-robin over the
+daphne workers; a job cluster embeds the stored messages meanwhile, as in a
+real deployment. Measured: completed turns per second of wall time, the time
+from sending a message to its first streamed delta (which includes the
+scripted LLM's --interval before its first delta), errors (error frames,
+turns not completed, disconnects), frames lost (each turn must stream all the
+scripted deltas and the events of its message and answer), and, counted in the
+database afterwards, stored events lost or duplicated (a user message and an
+answer per turn). Loopback only; bounded in count and by --timeout (exit code
+3 when exceeded). Exit code 1 when anything was an error, lost or duplicated.
+
+    .venv/bin/python bench/load_chat.py --profile team      # 100 chats x 20, 2 workers
+    .venv/bin/python bench/load_chat.py --profile embedded  # 20 chats x 20, 1 worker
+
+The team profile uses DATABASE_URL and REDIS_URL (default: the local
+PostgreSQL and Redis of `make test-team`) and creates a fresh database next to
+DATABASE_URL's, dropped at exit. The embedded profile uses SQLite in a
+temporary data dir and the in-memory channel layer, which serves one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TEAM_DEFAULTS = {
+    "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/neotask",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+}
+STORED_PER_TURN = ("user_message", "assistant_response")
+TURN_TIMEOUT = 120.0  # seconds without a frame before a chat counts as stalled
+
+
+class TimeUp(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Chat:
+    cookie: str
+    key: str
+
+
+@dataclass
+class ChatResult:
+    sent: list[str] = field(default_factory=list)
+    first_delta_ms: list[float] = field(default_factory=list)
+    completed: int = 0
+    frames_lost: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def message_text(chat: int, number: int) -> str:
+    # Unique per message, so the database count can tell lost from duplicated.
+    return f"Hello from chat {chat}, message {number}."
+
+
+def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
+    """A fresh database with one user, login cookie and chat per load chat, and
+    one more per worker for its warm-up turn."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.core.management import call_command
+    from django.db import connections
+
+    from sessions_app.chat import start_chat
+
+    call_command("migrate", verbosity=0)
+
+    def chat_for(name: str) -> Chat:
+        user = get_user_model().objects.create_user(name)  # no password: no slow hashing
+        store = SessionStore()
+        store[SESSION_KEY] = str(user.pk)
+        store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+        store["_auth_user_hash"] = user.get_session_auth_hash()
+        store.create()
+        return Chat(f"{settings.SESSION_COOKIE_NAME}={store.session_key}", start_chat(user).key)
+
+    load = [chat_for(f"load{number}") for number in range(chats)]
+    warm = [chat_for(f"warmup{number}") for number in range(warmups)]
+    connections.close_all()
+    return load, warm
+
+
+async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int) -> ChatResult:
+    import websockets
+
+    result = ChatResult()
+    waiting_for = "the connection"
+    try:
+        async with websockets.connect(
+            f"{url}/ws/chat/{chat.key}/",
+            additional_headers={"Cookie": chat.cookie, "Origin": "http://127.0.0.1"},
+            max_size=2**20,
+            open_timeout=TURN_TIMEOUT,  # a browser waits, too: slow is measured, not an error
+        ) as socket:
+            for message in range(messages):
+                text = message_text(number, message)
+                started = time.perf_counter()
+                await socket.send(json.dumps({"type": "message", "text": text}))
+                result.sent.append(text)
+                waiting_for = f"the answer to message {message}"
+                first_delta: float | None = None
+                streamed: set[str] = set()
+                stored: set[str] = set()
+                while True:
+                    frame = json.loads(await asyncio.wait_for(socket.recv(), TURN_TIMEOUT))
+                    if frame["type"] == "delta":
+                        if first_delta is None:
+                            first_delta = (time.perf_counter() - started) * 1000
+                        streamed.add(frame["text"])  # "[<number>@<time>]": each one unique
+                    elif frame["type"] == "event":
+                        stored.add(frame["event"]["event_type"])
+                    elif frame["type"] == "error":
+                        result.errors.append(f"error frame: {frame['message']}")
+                    elif frame["type"] == "done":
+                        break
+                # The scripted LLM streams exactly --deltas deltas; every turn
+                # must show its message and its answer as stored events.
+                missing = deltas - len(streamed) + len(set(STORED_PER_TURN) - stored)
+                result.frames_lost += max(0, missing)
+                if frame.get("status") != "completed":
+                    result.errors.append(f"turn ended {frame.get('status')!r}")
+                    continue
+                result.completed += 1
+                if first_delta is not None:
+                    result.first_delta_ms.append(first_delta)
+    except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+        result.errors.append(f"disconnected waiting for {waiting_for}: {exc!r}")
+    return result
+
+
+async def run_chats(
+    urls: list[str], chats: list[Chat], messages: int, deltas: int
+) -> list[ChatResult]:
+    return await asyncio.gather(
+        *(
+            one_chat(urls[number % len(urls)], chat, number, messages, deltas)
+            for number, chat in enumerate(chats)
+        )
+    )
+
+
+def count_events(chats: list[Chat], results: list[ChatResult]) -> tuple[int, int]:
+    """(lost, duplicated) stored events: each sent message must be stored once,
+    and answered once, in its chat (whatever session the chat is in now)."""
+    from memory.models import Event
+    from sessions_app.models import Session
+
+    lost = duplicated = 0
+    for chat, result in zip(chats, results, strict=True):
+        sessions = [
+            str(pk) for pk in Session.objects.filter(key=chat.key).values_list("pk", flat=True)
+        ]
+        events = Event.objects.filter(session_id__in=sessions, event_type__in=STORED_PER_TURN)
+        asked: Counter[str] = Counter()
+        answers = 0
+        for kind, text in events.values_list("event_type", "text"):
+            if kind == "user_message":
+                asked[text] += 1
+            else:
+                answers += 1
+        stored_once = sum(1 for text in result.sent if asked[text])
+        lost += len(result.sent) - stored_once + max(0, len(result.sent) - answers)
+        duplicated += asked.total() - stored_once + max(0, answers - len(result.sent))
+    return lost, duplicated
+
+
+def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: float) -> dict:
+    from memory.management.commands.memory_bench import percentiles
+
+    latencies = sorted(x / 1000 for result in results for x in result.first_delta_ms)
+    completed = sum(result.completed for result in results)
+    shares = percentiles(latencies) if latencies else {}
+    return {
+        "profile": options.profile,
+        "workers": options.workers,
+        "chats": options.chats,
+        "messages": options.messages,
+        "turns": completed,
+        "seconds": round(seconds, 1),
+        "messages_per_s": round(completed / seconds, 1) if seconds else 0.0,
+        "p50_ms": round(shares["p50_ms"]) if latencies else None,
+        "p95_ms": round(shares["p95_ms"]) if latencies else None,
+        "max_ms": round(latencies[-1] * 1000) if latencies else None,
+        "errors": sum(len(result.errors) for result in results),
+        "frames_lost": sum(result.frames_lost for result in results),
+        "error_samples": sorted({e for result in results for e in result.errors})[:5],
+    }
+
+
+def print_table(row: dict) -> None:
+    print(
+        "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
+        "errors  frames lost  events lost  duplicated"
+    )
+    print(
+        f"{row['profile']:<9} {row['workers']:>7}  "
+        f"{row['chats']:>5} x {row['messages']:<8}  {row['messages_per_s']:>10}  "
+        f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
+        f"{row['errors']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  {row['duplicated']:>10}"
+    )
+    print(
+        f"| {row['profile']} | {row['workers']} | "
+        f"{row['chats']} \N{MULTIPLICATION SIGN} {row['messages']} | "
+        f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
+        f"{row['errors']} | {row['frames_lost']} | {row['lost']} | {row['duplicated']} |"
+    )
+    for sample in row["error_samples"]:
+        print("  e.g.", sample, file=sys.stderr)
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    from tests.processes import stop_process, stop_process_group
+
+    for process in reversed(processes):  # the servers before the LLM they call
+        if process.args[-1] == "qcluster":
+            stop_process_group(process, seconds=15)  # with its workers
+        else:
+            stop_process(process, seconds=15)
+
+
+def parse_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", choices=["team", "embedded"], default="team")
+    parser.add_argument("--chats", type=int, help="default: 100 (team), 20 (embedded)")
+    parser.add_argument("--messages", type=int, default=20, help="per chat, one after another")
+    parser.add_argument("--workers", type=int, help="daphne processes; default 2 (team), 1")
+    parser.add_argument("--timeout", type=float, default=900, help="overall bound, seconds")
+    parser.add_argument("--deltas", type=int, default=5, help="deltas per scripted answer")
+    parser.add_argument("--interval", type=float, default=0.01, help="seconds before each delta")
+    parser.add_argument("--no-jobs", action="store_true", help="no job cluster (embeddings wait)")
+    parser.add_argument("--json", action="store_true")
+    options = parser.parse_args()
+    team = options.profile == "team"
+    options.chats = options.chats or (100 if team else 20)
+    options.workers = options.workers or (2 if team else 1)
+    if not team and options.workers != 1:
+        parser.error("the embedded profile's in-memory channel layer serves one daphne process")
+    if min(options.chats, options.messages, options.workers) < 1:
+        parser.error("--chats, --messages and --workers must be at least 1")
+    return options
+
+
+def main() -> int:
+    options = parse_options()
+    if options.profile == "team":
+        for name, default in TEAM_DEFAULTS.items():
+            os.environ.setdefault(name, default)
+    else:
+        for name in TEAM_DEFAULTS:
+            os.environ.pop(name, None)
+
+    def time_up(signum: int, frame: Any) -> None:
+        raise TimeUp
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, time_up)
+    signal.signal(signal.SIGTERM, terminated)
+    signal.setitimer(signal.ITIMER_REAL, options.timeout)
+    with tempfile.TemporaryDirectory() as data_dir:
+        processes: list[subprocess.Popen] = []
+        try:
+            code = run(options, Path(data_dir), processes)
+        except TimeUp:
+            print(f"load_chat: not done within --timeout {options.timeout:g} s", file=sys.stderr)
+            code = 3
+        except KeyboardInterrupt:
+            print("load_chat: interrupted", file=sys.stderr)
+            code = 130
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            stop(processes)
+        if code:
+            kept = tempfile.mkdtemp(prefix="load_chat-logs-")
+            for log in Path(data_dir).glob("*.log"):
+                shutil.copy(log, kept)
+            print(f"load_chat: the processes' logs are in {kept}", file=sys.stderr)
+        return code
+
+
+def run(options: argparse.Namespace, data_dir: Path, processes: list[subprocess.Popen]) -> int:
+    """Start everything (each process appended to `processes` at once, for
+    the caller to stop), load it, count, report; the exit code."""
+    from tests.processes import app_env, free_port, spawn_daphne, start_qcluster, wait_for_health
+
+    with (data_dir / "llm.log").open("w") as log:
+        llm = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tests.scripted_llm"),
+                *("--deltas", str(options.deltas), "--interval", str(options.interval)),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    processes.append(llm)
+    llm_url, llm_key = llm.stdout.readline().split()  # type: ignore[union-attr]
+    env = app_env(data_dir, NEOTASK_LLM_BASE_URL=llm_url, NEOTASK_LLM_API_KEY=llm_key)
+    os.environ.update(env, DJANGO_SETTINGS_MODULE="neotask_site.settings")
+    chats, warmups = prepare(options.chats, options.workers)
+
+    if not options.no_jobs:
+        with (data_dir / "qcluster.log").open("w") as log:
+            processes.append(start_qcluster(env, log))
+    workers = {}
+    for number in range(options.workers):
+        port = free_port()
+        with (data_dir / f"daphne-{number}.log").open("w") as log:
+            processes.append(spawn_daphne(env, port, log))
+        workers[port] = processes[-1]
+    for port, worker in workers.items():  # started side by side, then waited for
+        wait_for_health(port, worker)
+    urls = [f"ws://127.0.0.1:{port}" for port in workers]
+
+    # One turn per worker first: each loads the embedding model on first use.
+    warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
+    started = time.monotonic()
+    results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
+    row = summarise(options, results, time.monotonic() - started)
+    row["lost"], row["duplicated"] = count_events(chats, results)
+    row["warmup_errors"] = sum(len(result.errors) + result.frames_lost for result in warm)
+    failed = any(row[name] for name in ("errors", "frames_lost", "lost", "duplicated"))
+    failed = failed or row["warmup_errors"]
+    if options.json:
+        print(json.dumps(row, indent=2))
+    else:
+        print_table(row)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
