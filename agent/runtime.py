@@ -24,6 +24,7 @@ from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
 from memory.models import Event, EventType
 from memory.recall import record_recall
+from memory.tasks import keep_vector
 from memory.workspace import workspace_dir
 
 log = logging.getLogger(__name__)
@@ -63,18 +64,21 @@ class Turn:
         self.query_vector: Any = None
 
     async def run(self, text: str) -> TurnResult:
-        user_event = await self.store(EventType.USER_MESSAGE, {"content": text})
-        result = await self.answer(text)
+        # Embedded in answer(), for recall: that vector is also the message's own.
+        user_event = await self.store(EventType.USER_MESSAGE, {"content": text}, queue=False)
+        result = await self.answer(user_event)
         result.user_event_id = user_event.pk
         # The turn's usage (all its LLM calls) kept with the message that caused it.
         user_event.data["turn_usage"] = result.usage.as_dict()
         await database_sync_to_async(user_event.save)(update_fields=["data"])
         return result
 
-    async def answer(self, text: str) -> TurnResult:
+    async def answer(self, user_event: Event) -> TurnResult:
+        text = user_event.text
         try:
             # Once per turn: every round of tool calls recalls by the same question.
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
+            await database_sync_to_async(keep_vector)(user_event, self.query_vector)
             self.query = text if self.query_vector is not None else ""
             recalled = await database_sync_to_async(record_recall)(
                 self.request.owner,

@@ -112,9 +112,17 @@ class Event(OwnedModel):
 
     @classmethod
     def record(
-        cls, owner: Any, session_id: str, event_type: str, data: dict | None = None, **fields: Any
+        cls,
+        owner: Any,
+        session_id: str,
+        event_type: str,
+        data: dict | None = None,
+        *,
+        queue: bool = True,
+        **fields: Any,
     ) -> Event:
-        """Store an event with its default importance and searchable text."""
+        """Store an event with its default importance and searchable text, and queue
+        its embedding (`queue=False`: the caller embeds it, see tasks.keep_vector)."""
         from memory.tasks import queue_embedding
         from memory.working import working_memory
 
@@ -125,7 +133,8 @@ class Event(OwnedModel):
             owner=owner, session_id=session_id, event_type=event_type, data=data, **fields
         )
         working_memory.remember(event)
-        queue_embedding(event)
+        if queue:
+            queue_embedding(event)
         return event
 
     @property

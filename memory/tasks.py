@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
@@ -137,6 +138,16 @@ def queue_embedding(event: Event) -> None:
             log.warning("could not queue the embedding of event %s", event.pk, exc_info=True)
 
     transaction.on_commit(enqueue)
+
+
+def keep_vector(event: Event, vector: Any) -> None:
+    """Store a vector already computed for `event`'s text (a chat message's, embedded
+    for recall) so that no job embeds it again; without one, queue the job."""
+    if vector is None:
+        return queue_embedding(event)
+    Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
+        embedding=pack(vector), embedded_at=timezone.now()
+    )
 
 
 def analyze_database() -> None:

@@ -261,3 +261,21 @@ async def test_it_expires_a_pending_approval_when_stopped(owner, llm, terminal_o
         "tool_call_id": messages[-2]["tool_calls"][0]["id"],
         "content": "(not run: interrupted)",
     }
+
+
+async def test_it_keeps_the_recall_vector_as_the_messages_embedding(owner, llm):
+    from memory.embeddings import embed_text
+    from memory.vectors import unpack
+    from tests.helpers import take_queued_tasks
+
+    await sync_to_async(take_queued_tasks)()
+    llm.script(Reply(text="Noted."))
+    await run_turn(request_for(owner), "My sister Maya lives in Lisbon", Frames())
+
+    question, answer = await sync_to_async(stored)(owner)
+    # Embedded once, for recall, and stored: no job embeds the message again.
+    assert question.embedded_at is not None
+    expected = await sync_to_async(embed_text)("My sister Maya lives in Lisbon")
+    assert float(unpack(question.embedding) @ expected) > 0.999
+    queued = await sync_to_async(take_queued_tasks)()
+    assert [task["args"] for task in queued] == [(answer.pk,)]

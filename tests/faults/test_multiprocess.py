@@ -308,8 +308,11 @@ events = Event.objects.filter(event_type__in=EMBEDDED_TYPES).exclude(text="")
 jobs = {}
 for job in Success.objects.filter(func="memory.tasks.embed_event"):
     jobs.setdefault(str(job.args[0]), []).append(job.result)
+# A turn embeds its user message itself (for recall) and stores that vector.
+in_turn = events.filter(event_type="user_message", data__has_key="turn_usage")
 print(json.dumps({
     "events": [str(pk) for pk in events.values_list("id", flat=True)],
+    "in_turn": [str(pk) for pk in in_turn.values_list("id", flat=True)],
     "missing": events.filter(embedding__isnull=True).count(),
     "jobs": jobs,
     "swept": sum(r.result or 0 for r in Success.objects.filter(func="memory.tasks.embed_missing")),
@@ -323,9 +326,10 @@ def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
     assert frames[-1]["status"] == "completed"
 
     def accounted(report: dict[str, Any]) -> int:
-        # Each write of a vector is counted by the job that made it: a queued
-        # job answers 1 (or 0 if the sweep was first), the sweep its total.
-        return sum(sum(results) for results in report["jobs"].values()) + report["swept"]
+        # Each write of a vector is counted by what made it: a queued job answers
+        # 1 (or 0 if the sweep was first), the sweep its total, a turn 1.
+        jobs = sum(sum(results) for results in report["jobs"].values())
+        return jobs + report["swept"] + len(report["in_turn"])
 
     report = eventually(
         lambda: manage_json(stack.env, EMBEDDINGS),
@@ -335,7 +339,8 @@ def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
     # Every stored event counts, also those of the module's other tests.
     assert {str(f["event"]["id"]) for f in frames if f["type"] == "event"} <= set(report["events"])
     assert accounted(report) == len(report["events"])  # no event embedded twice
-    # Each event was queued once, and its job ran once.
+    # Each event was queued once, and its job ran once; a turn's message not at all.
+    assert report["in_turn"], "the chat turns' messages are embedded by the turns"
     runs = {event: len(report["jobs"].get(event, [])) for event in report["events"]}
-    assert runs == dict.fromkeys(report["events"], 1)
+    assert runs == {event: int(event not in report["in_turn"]) for event in report["events"]}
     assert report["failures"] == 0
