@@ -49,6 +49,8 @@ class TurnResult:
     answer: str = ""
     error: str = ""
     user_event_id: int | None = None
+    # A completed turn's last prompt and its answer: about the next prompt's size.
+    next_prompt: list[dict[str, Any]] | None = None
 
 
 class Turn:
@@ -124,7 +126,13 @@ class Turn:
             )
             self.partial = ""
             if not completion.tool_calls:
-                return TurnResult("completed", self.usage, answer=completion.content)
+                answered = {"role": "assistant", "content": completion.content}
+                return TurnResult(
+                    "completed",
+                    self.usage,
+                    answer=completion.content,
+                    next_prompt=[*messages, answered],
+                )
             for call in completion.tool_calls:
                 await self.execute(call)
         note = (

@@ -141,10 +141,18 @@ def add_usage(session: Session, usage: Usage) -> None:
     )
 
 
-def meter(session: Session) -> dict[str, Any]:
-    """Token totals and the estimated size of the next prompt."""
-    session.refresh_from_db()
-    messages = build_messages(session.owner, str(session.pk), session.agent.system_prompt)
+TOKEN_FIELDS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
+
+
+def meter(session: Session, next_prompt: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Token totals and the estimated size of the next prompt: `next_prompt` when
+    the caller has it (a turn's last prompt and answer), else built as a turn would."""
+    # Only the counters: a full refresh would also drop the cached agent and owner,
+    # which async callers (compaction) read next.
+    session.refresh_from_db(fields=TOKEN_FIELDS)
+    messages = next_prompt or build_messages(
+        session.owner, str(session.pk), session.agent.system_prompt
+    )
     endpoint = configured_endpoint()
     return {
         "input": session.input_tokens,
@@ -228,7 +236,7 @@ async def run_chat_turn(
     )
     result = await run_turn(request, text, emit)
     await database_sync_to_async(add_usage)(session, result.usage)
-    readings = await database_sync_to_async(meter)(session)
+    readings = await database_sync_to_async(meter)(session, result.next_prompt)
     if await database_sync_to_async(should_compact)(readings, session):
         share = readings["context_tokens"] / readings["context_window"]
         try:

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agent.context import message_tokens
 from agent.models import TerminalAllowedPrefix
 from memory.models import Event
 from neotask_site.asgi import application
@@ -87,7 +88,9 @@ async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
     assert done["usage"] == {"input": 30, "output": 3, "cache_read": 0, "cache_write": 0}
     assert done["meter"]["input"] == 30
     assert done["meter"]["context_window"] == settings.NEOTASK["llm"]["context_window"]
-    assert done["meter"]["context_tokens"] > 0
+    # The next prompt's size: the turn's last prompt and its answer, not rebuilt.
+    answered = [*llm.requests[-1]["messages"], {"role": "assistant", "content": "Hello there!"}]
+    assert done["meter"]["context_tokens"] == sum(map(message_tokens, answered))
     await session.arefresh_from_db()
     assert (session.input_tokens, session.output_tokens) == (30, 3)
     assert session.title == "Hi **agent**"
