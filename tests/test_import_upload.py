@@ -7,11 +7,13 @@ import json
 import sqlite3
 import stat
 import zipfile
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
 
 from memory.models import Event
 from neotask_site.importing import uploads
@@ -286,3 +288,21 @@ def test_it_lists_the_users_recent_imports(alice, alice_client):
 def test_it_asks_anonymous_visitors_to_log_in(alice, client):
     response = client.get("/import/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_it_says_a_job_whose_worker_died_failed(alice, alice_client):
+    started = timezone.now() - timedelta(seconds=JOB_TIMEOUT + 60)
+    dead = ImportJob.objects.create(
+        owner=alice, kind="aidaemon", filename="old.db", status="running", started_at=started
+    )
+    dead.upload_dir.mkdir(parents=True)
+    alive = ImportJob.objects.create(
+        owner=alice, kind="aidaemon", filename="new.db", status="running", started_at=timezone.now()
+    )
+
+    page = alice_client.get(f"/import/{dead.pk}/", **HTMX).content.decode()
+    assert "The import failed: The import stopped without finishing" in page
+    assert 'hx-trigger="every 1s"' not in page  # no more polling
+    assert not dead.upload_dir.exists()
+    alive.refresh_from_db()
+    assert alive.status == "running"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from datetime import timedelta
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -124,6 +125,25 @@ def run(job: ImportJob, progress: Progress) -> ImportReport:
     return import_openclaw(
         folder, job.owner, agent_name=job.agent, dry_run=job.dry_run, progress=progress
     )
+
+
+STOPPED = (
+    "The import stopped without finishing (its worker was stopped, or it ran past "
+    "the job timeout). Sessions it finished are kept; import the file again to add "
+    "the rest: nothing is imported twice."
+)
+
+
+def expire_stale(owner: Any) -> None:
+    """A job whose worker died stays "running" for ever; past the job timeout it
+    cannot still be running, so it failed."""
+    cutoff = timezone.now() - timedelta(seconds=JOB_TIMEOUT)
+    stale = ImportJob.objects.owned_by(owner).filter(
+        status=ImportJob.Status.RUNNING, started_at__lt=cutoff
+    )
+    for job in stale:
+        uploads.remove(job.upload_dir)
+    stale.update(status=ImportJob.Status.FAILED, error=STOPPED, finished_at=timezone.now())
 
 
 def finish(

@@ -49,6 +49,7 @@ def import_page(request: HttpRequest) -> HttpResponse:
             forms[kind], status = form, 400
         else:
             refused, status = "Choose what to import.", 400
+    jobs.expire_stale(request.user)
     recent = ImportJob.objects.owned_by(request.user)[:RECENT_JOBS]
     context = {
         "aidaemon_form": forms[ImportJob.Kind.AIDAEMON.value],
@@ -62,6 +63,7 @@ def import_page(request: HttpRequest) -> HttpResponse:
 
 def import_job(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """One job; htmx polls its partial while it runs."""
+    jobs.expire_stale(request.user)
     job = get_owned_or_404(ImportJob, request.user, pk=pk)
     template = "neotask_site/_import_job.html" if request.htmx else "neotask_site/import_job.html"
     return render(request, template, {"job": job})
