@@ -490,7 +490,7 @@ def test_it_refuses_what_it_cannot_import_with_one_line(alice, tmp_path, folder)
     ]:
         with pytest.raises(CommandError, match=message_part):
             run(path, "--user", "alice")
-    with pytest.raises(CommandError, match="There is no user 'nobody'"):
+    with pytest.raises(CommandError, match='There is no user "nobody"'):
         run(folder, "--user", "nobody")
     with pytest.raises(CommandError, match="agent"):
         run(folder, "--user", "alice", "--agent", "../x")

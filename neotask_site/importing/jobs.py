@@ -107,24 +107,16 @@ def run_import(job_id: str) -> None:
 
 
 def run(job: ImportJob, progress: Progress) -> ImportReport:
+    from neotask_site.importing.kinds import IMPORTERS
+
     path = upload_path(job)
-    if job.kind == ImportJob.Kind.AIDAEMON:
-        from neotask_site.importing.aidaemon import count_rows, import_aidaemon
-
-        total = count_rows(path)
-        ImportJob.objects.filter(pk=job.pk).update(progress_total=total)
-        return import_aidaemon(
-            path, job.owner, agent_name=job.agent, dry_run=job.dry_run, progress=progress
-        )
-    from neotask_site.importing.openclaw import Folder, import_openclaw
-
-    folder = uploads.unpack_zip(path, job.upload_dir / "unpacked")
-    path.unlink()  # unpacked: half the disk space
-    total = Folder.locate(folder).transcript_bytes  # the importer counts transcript bytes
-    ImportJob.objects.filter(pk=job.pk).update(progress_total=total)
-    return import_openclaw(
-        folder, job.owner, agent_name=job.agent, dry_run=job.dry_run, progress=progress
-    )
+    if job.kind == ImportJob.Kind.OPENCLAW:
+        folder = uploads.unpack_zip(path, job.upload_dir / "unpacked")
+        path.unlink()  # unpacked: half the disk space
+        path = folder
+    importer = IMPORTERS[job.kind]
+    ImportJob.objects.filter(pk=job.pk).update(progress_total=importer.total(path))
+    return importer(path, job.owner, job.agent, job.dry_run, progress)
 
 
 STOPPED = (

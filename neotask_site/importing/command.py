@@ -1,0 +1,49 @@
+"""What `import_aidaemon` and `import_openclaw` share: arguments, progress bar, report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from neotask_site.importing.kinds import IMPORTERS
+from neotask_site.importing.report import ImportRefused
+
+
+class ImportCommand(BaseCommand):
+    kind = ""  # a key of IMPORTERS
+    path_help = ""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", help=self.path_help)
+        parser.add_argument("--user", required=True, help="the username that gets the data")
+        parser.add_argument("--agent", default="main", help="the agent it belongs to (main)")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="report what would be imported, write nothing"
+        )
+
+    def handle(
+        self, *args: Any, path: str, user: str, agent: str, dry_run: bool, **options: Any
+    ) -> None:
+        users = get_user_model()
+        owner = users.objects.filter(**{users.USERNAME_FIELD: user}).first()
+        if owner is None:
+            raise CommandError(f'There is no user "{user}".')
+        importer = IMPORTERS[self.kind]
+        try:
+            total = importer.total(path)
+            bar = tqdm(
+                total=total,
+                unit=importer.unit,
+                unit_scale=importer.unit == "B",
+                desc=importer.label,
+                file=self.stderr._out,
+                ascii=True,
+            )
+            with bar:
+                report = importer(path, owner, agent, dry_run, bar.update)
+        except ImportRefused as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(report.table())
