@@ -61,9 +61,8 @@ def memory_files(request: HttpRequest) -> HttpResponse:
     return render(request, "memory/files.html", {"agent": agent, "files": rows})
 
 
-def memory_file(request: HttpRequest) -> HttpResponse:
-    """View a file and edit it; saving refuses to overwrite changes made meanwhile."""
-    agent, workspace = workspace_of(request)
+def existing_file(request: HttpRequest, workspace: Path) -> str:
+    """The memory path the request names (?path= or the form), or 404."""
     path = request.GET.get("path") or request.POST.get("path", "")
     try:
         shown, full = files.resolve_memory_path(workspace, path)
@@ -71,6 +70,13 @@ def memory_file(request: HttpRequest) -> HttpResponse:
         raise Http404(str(exc)) from None
     if not full.is_file():
         raise Http404("No such memory file")
+    return shown
+
+
+def memory_file(request: HttpRequest) -> HttpResponse:
+    """View a file and edit it; saving refuses to overwrite changes made meanwhile."""
+    agent, workspace = workspace_of(request)
+    shown = existing_file(request, workspace)
     context: dict[str, Any] = {"agent": agent, "path": shown}
     status = 200
     if request.method == "POST":
@@ -120,13 +126,7 @@ def memory_file_new(request: HttpRequest) -> HttpResponse:
 def memory_file_delete(request: HttpRequest) -> HttpResponse:
     """A confirmation page; deleting takes a POST from it."""
     agent, workspace = workspace_of(request)
-    path = request.GET.get("path") or request.POST.get("path", "")
-    try:
-        shown, full = files.resolve_memory_path(workspace, path)
-    except files.MemoryPathError as exc:
-        raise Http404(str(exc)) from None
-    if not full.is_file():
-        raise Http404("No such memory file")
+    shown = existing_file(request, workspace)
     if request.method == "POST":
         files.delete_memory_file(workspace, shown)
         files.index_path(request.user, agent, shown)
