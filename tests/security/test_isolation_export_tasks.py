@@ -20,22 +20,12 @@ from scheduler.runner import run_due_tasks, run_now
 from sessions_app.models import Agent, Session
 from tests.scripted_llm import Reply
 from tests.security.world import (
-    World,
-    build_alice,
-    build_bob,
     leaks,
     secret,
     snapshot,
 )
 from tests.test_scheduler import use_tool
 from tests.test_transcripts import export
-
-
-@pytest.fixture
-def world(alice, bob) -> World:
-    built = build_alice(alice)
-    build_bob(bob)
-    return built
 
 
 def exported_text(out_dir: Path) -> str:

@@ -32,8 +32,6 @@ from tests.helpers import OWNED_MODELS, take_queued_tasks
 from tests.security.world import (
     MARK,
     World,
-    build_alice,
-    build_bob,
     leaks,
     secret,
     snapshot,
@@ -314,13 +312,6 @@ def test_it_has_an_isolation_case_for_every_url():
     assert not missing, f"URLs without an isolation case in CASES: {missing}"
     stale = sorted(set(CASES) - set(urls.values()))
     assert not stale, f"CASES for URLs that no longer exist: {stale}"
-
-
-@pytest.fixture
-def world(alice, bob) -> World:
-    built = build_alice(alice)
-    build_bob(bob)
-    return built
 
 
 def body(response: HttpResponseBase) -> str:
