@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test test-team lint migrate clean chromium
+.PHONY: run test test-team lint migrate clean chromium bubblewrap
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -14,11 +14,11 @@ run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 	NEOTASK_PORT=$(PORT) $(BIN)/python manage.py serve
 
-test: $(VENV)/.installed-test chromium
+test: $(VENV)/.installed-test chromium bubblewrap
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
-test-team: $(VENV)/.installed-test chromium
+test-team: $(VENV)/.installed-test chromium bubblewrap
 	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
@@ -55,6 +55,15 @@ chromium:
 		echo "Installing Chromium for the browser tests (apt-get)..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The terminal tool runs every command in a bubblewrap sandbox, and the escape
+# suite (tests/security/test_sandbox.py) needs the real one. Installed once,
+# when missing; needs root or sudo. `make run` only needs it with the terminal on.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "Installing bubblewrap for the terminal sandbox (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
 
 clean:
 	rm -rf $(VENV) *.egg-info
