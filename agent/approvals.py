@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.rules import covers, refusal, rule_for
 
-# Anything that chains, substitutes or redirects: a prefix approved for `ls`
-# must never let `ls; rm -rf ~` or `ls $(rm -rf ~)` through.
-CONTROL_OPERATORS = re.compile(r"[;&|`<>\n\r]|\$\(")
-SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_-]*$")
-# Programs whose second word picks what they do: allowing `git status` must
-# not allow `git push`.
-WITH_SUBCOMMANDS = frozenset(
-    {
-        *("apt", "apt-get", "brew", "cargo", "docker", "gh", "git", "go", "helm", "kubectl"),
-        *("make", "npm", "pip", "pip3", "pnpm", "poetry", "systemctl", "uv", "yarn"),
-    }
-)
 POLL_SECONDS = 0.2
 PERMISSION = "agent.use_terminal"
 
@@ -35,34 +24,27 @@ class ApprovalError(Exception):
     """A decision that cannot be applied; the message is for the user."""
 
 
-def normalize(command: str) -> str:
-    return " ".join(command.split())
-
-
-def has_control_operators(command: str) -> bool:
-    return bool(CONTROL_OPERATORS.search(command))
-
-
-def suggested_prefix(command: str) -> str:
-    """What "Allow always" allows: the program, plus its subcommand for tools
-    that have them (`git status`, `npm run`), never paths, options or values."""
-    words = normalize(command).split(" ")
-    if len(words) > 1 and words[0] in WITH_SUBCOMMANDS and SUBCOMMAND.match(words[1]):
-        return " ".join(words[:2])
-    return words[0]
+def has_terminal_permission(user: Any) -> bool:
+    """Read afresh: the caller's user object may be hours old (a websocket's),
+    and its permission cache with it."""
+    fresh = get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+    return fresh is not None and fresh.has_perm(PERMISSION)
 
 
 def is_allowed(owner: Any, command: str) -> bool:
-    if has_control_operators(command):
+    if refusal(command):
         return False
-    text = normalize(command)
-    prefixes = TerminalAllowedPrefix.objects.owned_by(owner).values_list("prefix", flat=True)
-    return any(text == prefix or text.startswith(prefix + " ") for prefix in prefixes)
+    prefixes = (
+        TerminalAllowedPrefix.objects.owned_by(owner)
+        .filter(active=True)
+        .values_list("prefix", flat=True)
+    )
+    return any(covers(prefix, command) for prefix in prefixes)
 
 
 def create_request(owner: Any, session_id: str, command: str) -> ApprovalRequest:
     return ApprovalRequest.objects.create(
-        owner=owner, session_id=session_id, command=command, prefix=suggested_prefix(command)
+        owner=owner, session_id=session_id, command=command, prefix=rule_for(command).prefix or ""
     )
 
 
@@ -74,8 +56,11 @@ def decide(user: Any, request_id: str | uuid.UUID, decision: str) -> ApprovalReq
         request = ApprovalRequest.objects.owned_by(user).get(pk=request_id)
     except (ApprovalRequest.DoesNotExist, ValidationError, ValueError, TypeError):
         raise ApprovalError("There is no such approval request.") from None
-    if not user.has_perm(PERMISSION):
+    if not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
+    rule = rule_for(request.command)
+    if decision == ApprovalRequest.Decision.ALWAYS and rule.prefix is None:
+        raise ApprovalError(rule.reason)
     status = (
         ApprovalRequest.Status.DENIED if decision == "deny" else ApprovalRequest.Status.APPROVED
     )
@@ -86,10 +71,10 @@ def decide(user: Any, request_id: str | uuid.UUID, decision: str) -> ApprovalReq
         ).update(status=status, decision=decision, decided_at=timezone.now())
         if not changed:
             raise ApprovalError("This request was already answered or has expired.")
-        if decision == ApprovalRequest.Decision.ALWAYS and not has_control_operators(
-            request.command
-        ):
-            TerminalAllowedPrefix.objects.get_or_create(owner=request.owner, prefix=request.prefix)
+        if decision == ApprovalRequest.Decision.ALWAYS:
+            TerminalAllowedPrefix.objects.update_or_create(
+                owner=request.owner, prefix=rule.prefix, defaults={"active": True}
+            )
     request.refresh_from_db()
     return request
 

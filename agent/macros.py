@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from agent.approvals import suggested_prefix
+from agent.rules import command_prefix
 from memory.models import Macro
 
 ToolUse = tuple[str, dict[str, Any]]
@@ -23,7 +23,7 @@ def args_pattern(tool: str, arguments: dict[str, Any]) -> str | None:
     """What of A's arguments the chain depends on: for the terminal, the
     command's prefix (`git status`); for other tools, nothing."""
     if tool == "terminal" and isinstance(arguments.get("command"), str):
-        return suggested_prefix(arguments["command"])
+        return command_prefix(arguments["command"])
     return None
 
 

@@ -4,6 +4,7 @@ import uuid
 
 from django.db import models
 
+from agent.rules import Rule, rule_for
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 
 
@@ -11,6 +12,9 @@ class TerminalAllowedPrefix(OwnedModel):
     """A command prefix its owner chose to "Allow always" for the terminal tool."""
 
     prefix = models.CharField(max_length=500)
+    # Off for prefixes that arrived with an import: only their owner, holding
+    # the terminal permission, switches them on.
+    active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = OwnedQuerySet.as_manager()
@@ -48,7 +52,11 @@ class ApprovalRequest(OwnedModel):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     session_id = models.CharField(max_length=255)
     command = models.TextField()
-    prefix = models.CharField(max_length=500, help_text="What 'Allow always' would allow.")
+    prefix = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="What 'Allow always' would store; empty when it is not offered.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     decision = models.CharField(max_length=16, choices=Decision.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -62,3 +70,8 @@ class ApprovalRequest(OwnedModel):
 
     def __str__(self) -> str:
         return self.command
+
+    @property
+    def rule(self) -> Rule:
+        """What "Allow always" stores for this command, or why it is not offered."""
+        return rule_for(self.command)

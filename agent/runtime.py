@@ -226,7 +226,10 @@ class Turn:
                 "type": "approval_request",
                 "request_id": str(request.pk),
                 "command": command,
-                "prefix": request.prefix,
+                # The exact rule "Allow always" stores; none: the card offers only
+                # "Allow once" and "Deny", and says why.
+                "prefix": request.prefix or None,
+                "always_refused": request.rule.reason if not request.prefix else "",
             }
         )
         timeout = self.request.approval_timeout

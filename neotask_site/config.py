@@ -108,6 +108,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "timeout_seconds": Option(30.0, at_least(1)),
         "output_limit_bytes": Option(16384, at_least(256)),
         "approval_timeout_seconds": Option(300.0, at_least(1)),
+        "sandbox": Option("bwrap", one_of("bwrap", "none")),
+        "network": Option(False),
+        "cpu_seconds": Option(30, at_least(1)),
+        "memory_mb": Option(1024, at_least(64)),
+        "file_size_mb": Option(100, at_least(1)),
+        "max_processes": Option(64, at_least(8)),
+        "tmp_size_mb": Option(64, at_least(1)),
     },
     "macros": {
         "hint_confidence": Option(0.7, between(0.0, 1.0)),

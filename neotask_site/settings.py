@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from agent import sandbox
 from neotask_site import profiles
 from neotask_site.config import ConfigError, config_path, load_config
 
@@ -19,6 +20,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 try:
     DATA_DIR = profiles.data_dir(os.environ.get("NEOTASK_DATA_DIR"), BASE_DIR)
     NEOTASK = load_config(config_path(os.environ, BASE_DIR), os.environ)
+    # No sandbox, no terminal: found at start-up, not at the first command.
+    if sandbox_problem := sandbox.problem(NEOTASK["terminal"]):
+        raise ConfigError(sandbox_problem)
     SECRET_KEY = profiles.secret_key(os.environ.get("NEOTASK_SECRET_KEY"), DATA_DIR)
     DEBUG = profiles.env_bool(os.environ, "NEOTASK_DEBUG", False)
     HTTPS = profiles.env_bool(os.environ, "NEOTASK_HTTPS", False)

@@ -1,10 +1,11 @@
-"""One row of every owned model, for tests that must cover them all."""
+"""One row of every owned model, for tests that must cover them all; granting the terminal."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+from django.contrib.auth.models import Permission, User
 from django.db import models
 from django.utils import timezone
 
@@ -89,3 +90,9 @@ def take_queued_tasks() -> list[dict]:
                 tasks.append(SignedPackage.loads(payload))
     broker.purge_queue()
     return tasks
+
+
+def allow_terminal(user: User) -> User:
+    """Give `user` the permission to run and approve terminal commands."""
+    user.user_permissions.add(Permission.objects.get(codename="use_terminal"))
+    return user

@@ -25,6 +25,7 @@ from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
+from tests.helpers import allow_terminal
 from tests.scripted_llm import Reply, reply_with_tool
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -188,7 +189,7 @@ def test_it_runs_a_task_once_when_two_clusters_claim_it(alice, llm):
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_a_trusted_tasks_command_without_approval(alice, llm, configure):
     configure("terminal", enabled=True)
-    task = make_task(alice, is_trusted=True)
+    task = make_task(allow_terminal(alice), is_trusted=True)
     llm.script(reply_with_tool("terminal", {"command": "echo trusted-run"}), Reply(text="Ran."))
     assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
     results = texts(cron_events(task.pk), EventType.TOOL_RESULT)
@@ -197,9 +198,19 @@ def test_it_runs_a_trusted_tasks_command_without_approval(alice, llm, configure)
 
 
 @pytest.mark.django_db(transaction=True)
+def test_it_runs_no_trusted_command_once_the_permission_is_gone(alice, llm, configure):
+    configure("terminal", enabled=True)
+    task = make_task(alice, is_trusted=True)
+    llm.script(reply_with_tool("terminal", {"command": "echo trusted-run"}), Reply(text="No."))
+    assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
+    [result] = texts(cron_events(task.pk), EventType.TOOL_RESULT)
+    assert "needs the permission" in result and "trusted-run" not in result
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_asks_the_owner_instead_of_blocking_on_an_untrusted_command(alice, llm, configure):
     configure("terminal", enabled=True, approval_timeout_seconds=300.0)
-    task = make_task(alice)
+    task = make_task(allow_terminal(alice))
     llm.script(reply_with_tool("terminal", {"command": "echo hi"}), Reply(text="Could not run."))
     started = time.monotonic()
     assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"

@@ -1,20 +1,22 @@
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from typing import Any
 
 from django.conf import settings
 
-from agent.approvals import is_allowed
+from agent import sandbox
+from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools import Tool, ToolContext, ToolError, register, terminal_enabled
-
-# Commands see a minimal environment: never the app's secrets or service URLs.
-SAFE_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "TERM")
 
 
 def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | None:
+    # Checked at every use, trusted tasks included: revoking the permission
+    # stops the terminal at once, not at the next approval.
+    if not has_terminal_permission(context.owner):
+        raise ToolError(
+            "Running terminal commands needs the permission “Can approve terminal commands”, "
+            "which this user does not have."
+        )
     command = arguments["command"]
     if context.trusted or is_allowed(context.owner, command):
         return None
@@ -23,38 +25,36 @@ def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | Non
 
 def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
     options = settings.NEOTASK["terminal"]
-    env = {name: os.environ[name] for name in SAFE_VARIABLES if name in os.environ}
-    env["HOME"] = str(context.workspace)
-    process = subprocess.Popen(
-        ["/bin/sh", "-c", arguments["command"]],
-        cwd=context.workspace,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # so a timeout can stop the whole process group
-    )
+    limits = sandbox.Limits.from_options(options)
+    command = arguments["command"]
     try:
-        output, _ = process.communicate(timeout=options["timeout_seconds"])
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        if options["sandbox"] == "none":
+            outcome = sandbox.run_unconfined(context.workspace, command, limits)
+        else:
+            outcome = sandbox.run_sandboxed(
+                context.workspace, command, limits, network=options["network"]
+            )
+    except sandbox.SandboxError as exc:
+        raise ToolError(str(exc)) from None
+    text = outcome.output.decode("utf-8", errors="replace")
+    if outcome.timed_out:
         raise ToolError(
-            f"The command did not finish within {options['timeout_seconds']:g} s and was stopped."
-        ) from None
-    limit = options["output_limit_bytes"]
-    text = output[:limit].decode("utf-8", errors="replace")
-    if len(output) > limit:
-        text += f"\n[output cut at {limit} bytes of {len(output)}]"
-    return f"exit code {process.returncode}\n{text}"
+            f"The command did not finish within {limits.wall_seconds:g} s and was stopped."
+            + (f" Its output so far:\n{text}" if text else "")
+        )
+    if outcome.output_cut:
+        note = f"[output cut at {limits.output_bytes} bytes; the command was stopped]"
+        return f"exit code: stopped\n{text}\n{note}"
+    return f"exit code {outcome.exit_code}\n{text}"
 
 
 register(
     Tool(
         name="terminal",
         description=(
-            "Run a shell command in the agent's workspace directory. The user must approve "
-            "each command unless they allowed its prefix always."
+            "Run a shell command (/bin/sh) in the agent's workspace, which is the current "
+            "directory and $HOME, in a sandbox that sees nothing else of the server. The user "
+            "must approve each command unless they allowed it always."
         ),
         parameters={
             "type": "object",
