@@ -1,20 +1,40 @@
-"""The terminal's "Allow always" prefixes: list and revoke."""
+"""The terminal's "Allow always" prefixes: list, switch on, revoke."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
 from neotask_site.ownership import get_owned_or_404
 
 
 def terminal_prefixes(request: HttpRequest) -> HttpResponse:
-    prefixes = TerminalAllowedPrefix.objects.owned_by(request.user)
+    context = {
+        "prefixes": TerminalAllowedPrefix.objects.owned_by(request.user),
+        "can_use_terminal": has_terminal_permission(request.user),
+        "terminal": settings.NEOTASK["terminal"],
+    }
     template = "agent/_prefix_rows.html" if request.htmx else "agent/terminal.html"
-    return render(request, template, {"prefixes": prefixes})
+    return render(request, template, context)
+
+
+@require_POST
+def activate_prefix(request: HttpRequest, pk: int) -> HttpResponse:
+    """Switch on a prefix that arrived inactive (with an import): only its
+    owner, holding the terminal permission, grants that trust."""
+    prefix = get_owned_or_404(TerminalAllowedPrefix, request.user, pk=pk)
+    if not has_terminal_permission(request.user):
+        messages.error(request, "Switching on a prefix needs the terminal permission.")
+        return redirect("terminal-prefixes")
+    prefix.active = True
+    prefix.save(update_fields=["active"])
+    messages.success(request, f"“{prefix.prefix}” is on: those commands run without asking.")
+    return redirect("terminal-prefixes")
 
 
 @require_POST

@@ -40,6 +40,21 @@ def test_it_shows_the_conversation_sidebar_meter_and_pending_approvals(alice, al
     assert "ls -la" in content and 'data-decision="always"' in content
 
 
+def test_it_shows_the_rule_allow_always_stores_or_why_it_is_not_offered(alice, alice_client):
+    session = chat.start_chat(alice)
+    git = create_request(alice, str(session.pk), "git status -s")
+    python = create_request(alice, str(session.pk), "python3 -c 'print(1)'")
+    page = alice_client.get(f"/chat/{session.key}/").content.decode()
+
+    def card(request):
+        return page.split(f'id="approval-{request.pk}"')[1].split('<div class="approval"')[0]
+
+    assert '<code class="prefix">git status</code>' in card(git)
+    assert "hidden" not in card(git).split('data-decision="always"')[1].split(">")[0]
+    assert 'data-decision="always" hidden' in card(python)
+    assert "python3 is an interpreter: it runs whatever code it is given" in card(python)
+
+
 def test_it_sends_the_events_a_reconnecting_page_missed(alice, alice_client):
     session = chat.start_chat(alice)
     first = Event.record(alice, str(session.pk), "user_message", {"content": "one"})

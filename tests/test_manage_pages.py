@@ -18,7 +18,7 @@ from scheduler import runner
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from sessions_app.models import Agent, Session
-from tests.helpers import take_queued_tasks
+from tests.helpers import allow_terminal, take_queued_tasks
 from tests.scripted_llm import Reply
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -573,6 +573,37 @@ def test_it_revokes_a_prefix_without_htmx(alice_client, alice):
     response = alice_client.post(reverse("terminal-prefix-revoke", args=[allowed.pk]))
     assert response.status_code == 302
     assert "Revoked “ls”" in text(alice_client.get(reverse("terminal-prefixes")))
+
+
+def test_it_lets_only_a_user_with_the_permission_switch_on_an_imported_prefix(alice_client, alice):
+    imported = TerminalAllowedPrefix.objects.create(owner=alice, prefix="git log", active=False)
+    url = reverse("terminal-prefix-activate", args=[imported.pk])
+    page = text(alice_client.get(reverse("terminal-prefixes")))
+    assert "not yet switched on" in page and url not in page
+    alice_client.post(url)
+    imported.refresh_from_db()
+    assert not imported.active
+    allow_terminal(alice)
+    assert url in text(alice_client.get(reverse("terminal-prefixes")))
+    assert alice_client.post(url).status_code == 302
+    imported.refresh_from_db()
+    assert imported.active
+
+
+def test_it_answers_404_to_switching_on_someone_elses_prefix(alice, bob, bob_client):
+    imported = TerminalAllowedPrefix.objects.create(owner=alice, prefix="ls", active=False)
+    allow_terminal(bob)
+    response = bob_client.post(reverse("terminal-prefix-activate", args=[imported.pk]))
+    assert response.status_code == 404
+    imported.refresh_from_db()
+    assert not imported.active
+
+
+def test_it_warns_on_the_approvals_page_when_the_sandbox_is_off(alice_client, configure):
+    configure("terminal", enabled=True)
+    assert "sandbox is off" not in text(alice_client.get(reverse("terminal-prefixes")))
+    configure("terminal", enabled=True, sandbox="none")
+    assert "sandbox is off" in text(alice_client.get(reverse("terminal-prefixes")))
 
 
 def test_it_escapes_prefixes(alice_client, alice):

@@ -98,7 +98,12 @@
     card.id = `approval-${frame.request_id}`;
     card.dataset.requestId = frame.request_id;
     card.querySelector(".command").textContent = frame.command;
-    card.querySelector(".prefix").textContent = frame.prefix || frame.command;
+    // Without a rule to store, only "Allow once" and "Deny", and the reason why.
+    card.querySelector(".prefix").textContent = frame.prefix || "";
+    card.querySelector("[data-decision=always]").hidden = !frame.prefix;
+    const refused = card.querySelector(".always-refused");
+    refused.textContent = frame.always_refused || "";
+    refused.hidden = !!frame.prefix;
     bindApproval(card);
     live.appendChild(card);
     scrollDown();
