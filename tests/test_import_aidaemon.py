@@ -15,6 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from agent.approvals import is_allowed
 from agent.models import TerminalAllowedPrefix
 from memory.embeddings import embed_text
 from memory.models import Event, Fact, Macro
@@ -357,14 +358,19 @@ def test_it_imports_a_whole_aidaemon_database(alice, aidaemon_db, neotask_facts)
     assert briefing.original_schedule == "weekdays at 9am"
     assert briefing.next_run_at > timezone.now()  # recomputed, not aidaemon's old one
     assert briefing.next_run_at == next_run("0 9 * * 1-5", briefing.created_at, "UTC")
-    assert (review.is_paused, review.is_trusted, review.is_oneshot) == (True, True, False)
+    # Trusted in aidaemon, untrusted here: trust is not carried in by a file.
+    assert (review.is_paused, review.is_trusted, review.is_oneshot) == (True, False, False)
+    assert not any(task.is_trusted for task in tasks.values())
+    assert "Task 'Weekly review' was trusted in aidaemon: imported untrusted" in report.table()
     assert dentist.is_oneshot and not dentist.is_paused
     assert dentist.next_run_at == datetime(2099, 3, 5, 14, 30, tzinfo=UTC)
     assert briefing.agent == Agent.objects.get(owner=alice, name="main")
     assert "is not a valid cron expression" in reasons(report, "scheduled tasks")
 
-    prefixes = TerminalAllowedPrefix.objects.owned_by(alice).values_list("prefix", flat=True)
-    assert sorted(prefixes) == ["git status", "ls"]
+    prefixes = TerminalAllowedPrefix.objects.owned_by(alice).values_list("prefix", "active")
+    assert sorted(prefixes) == [("git status", False), ("ls", False)]
+    assert "2 terminal prefix(es) imported switched off" in report.table()
+    assert not is_allowed(alice, "ls")
 
 
 def test_it_imports_nothing_twice(alice, aidaemon_db):

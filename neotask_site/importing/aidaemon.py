@@ -20,8 +20,10 @@ What comes over:
   (task_start, llm_call, thinking_start, ...) is skipped with its type as reason.
 - facts (by category/key: a fact you set yourself in Neotask wins over the
   imported value, one from the agent is replaced), macros, scheduled tasks
-  (cron, original schedule, paused/trusted/one-time kept, next run recomputed;
-  a one-time task whose time has passed comes paused), terminal prefixes.
+  (cron, original schedule, paused/one-time kept, next run recomputed; a
+  one-time task whose time has passed comes paused; every task arrives
+  untrusted), terminal prefixes (switched off). Trust comes from a person
+  with the permission, never from a file: the report says what was not kept.
 
 Everything is idempotent: a second import of the same file adds nothing.
 """
@@ -690,6 +692,12 @@ class Importer:
                     self.report.note(
                         f"One-time task {name!r}: its time has passed, imported paused."
                     )
+                if row["is_trusted"]:
+                    # Trust is granted by a person with the permission, never by a file.
+                    self.report.note(
+                        f"Task {name!r} was trusted in aidaemon: imported untrusted, so its "
+                        "terminal commands ask first; mark it trusted in Neotask if you want."
+                    )
                 if row["source"] == ScheduledTask.Source.CONFIG:
                     self.report.note(
                         f"Task {name!r} came from aidaemon's config: imported as a task you "
@@ -707,26 +715,34 @@ class Importer:
                     time_zone=zone,
                     is_oneshot=oneshot,
                     is_paused=paused,
-                    is_trusted=bool(row["is_trusted"]),
+                    is_trusted=False,
                     next_run_at=following,
                 )
                 self.report.added(kind)
 
     def prefixes(self) -> None:
         kind = KIND["terminal_allowed_prefixes"]
+        switched_off = 0
         for row in self.each("terminal_allowed_prefixes"):
             prefix = storable(str(row["prefix"] or "").strip())
             if not prefix or len(prefix) > 500:
                 self.report.skip(kind, "empty or longer than 500 characters")
                 continue
             with self.row_unit(kind):
+                # Off until their owner, holding the terminal permission, switches them on.
                 _, created = TerminalAllowedPrefix.objects.get_or_create(
-                    owner=self.owner, prefix=prefix
+                    owner=self.owner, prefix=prefix, defaults={"active": False}
                 )
                 if created:
                     self.report.added(kind)
+                    switched_off += 1
                 else:
                     self.report.skip(kind, ALREADY)
+        if switched_off:
+            self.report.note(
+                f"{switched_off} terminal prefix(es) imported switched off: "
+                "review them on the terminal approvals page and switch on the ones you want."
+            )
 
 
 def task_id(raw: Any, owner: Any) -> uuid.UUID:
