@@ -86,7 +86,7 @@ def ingest(user: Any, conversation: dict[str, Any]) -> None:
                 f"{conversation['id']}:{session}",
                 EventType.USER_MESSAGE,
                 {
-                    "content": f"{turn['speaker']}: {turn['text']}",
+                    "content": turn["text"],
                     "speaker": turn["speaker"],
                     "turn_id": turn["id"],
                 },

@@ -25,38 +25,79 @@ STOPWORDS = frozenset(
     ).split()
 )
 
+# An event is matched by its key (or, before it has one, its text) and by its
+# context, the previous turn, which counts for less (memory.keys).
+KEY_SQL = "COALESCE(NULLIF({row}.search_key, ''), {row}.text)"
+CONTEXT_WEIGHT = 0.5
+
+# Contentless (content=''): the indexed key is an expression, not a column, so
+# FTS5 cannot read it back from the table; the triggers hand it the old values
+# to delete.
+SQLITE_TABLE = "events_search"
 SQLITE_SETUP = [
-    "CREATE VIRTUAL TABLE IF NOT EXISTS events_fts USING fts5("
-    "text, content='events', content_rowid='id', tokenize='porter unicode61')",
-    "CREATE TRIGGER IF NOT EXISTS events_fts_insert AFTER INSERT ON events BEGIN "
-    "INSERT INTO events_fts(rowid, text) VALUES (new.id, new.text); END",
-    "CREATE TRIGGER IF NOT EXISTS events_fts_delete AFTER DELETE ON events BEGIN "
-    "INSERT INTO events_fts(events_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
-    "CREATE TRIGGER IF NOT EXISTS events_fts_update AFTER UPDATE OF text ON events BEGIN "
-    "INSERT INTO events_fts(events_fts, rowid, text) VALUES ('delete', old.id, old.text); "
-    "INSERT INTO events_fts(rowid, text) VALUES (new.id, new.text); END",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {SQLITE_TABLE} USING fts5("
+    "key, context, content='', tokenize='porter unicode61')",
+    f"CREATE TRIGGER IF NOT EXISTS {SQLITE_TABLE}_insert AFTER INSERT ON events BEGIN "
+    f"INSERT INTO {SQLITE_TABLE}(rowid, key, context) "
+    f"VALUES (new.id, {KEY_SQL.format(row='new')}, new.search_context); END",
+    f"CREATE TRIGGER IF NOT EXISTS {SQLITE_TABLE}_delete AFTER DELETE ON events BEGIN "
+    f"INSERT INTO {SQLITE_TABLE}({SQLITE_TABLE}, rowid, key, context) "
+    f"VALUES ('delete', old.id, {KEY_SQL.format(row='old')}, old.search_context); END",
+    f"CREATE TRIGGER IF NOT EXISTS {SQLITE_TABLE}_update "
+    f"AFTER UPDATE OF text, search_key, search_context ON events BEGIN "
+    f"INSERT INTO {SQLITE_TABLE}({SQLITE_TABLE}, rowid, key, context) "
+    f"VALUES ('delete', old.id, {KEY_SQL.format(row='old')}, old.search_context); "
+    f"INSERT INTO {SQLITE_TABLE}(rowid, key, context) "
+    f"VALUES (new.id, {KEY_SQL.format(row='new')}, new.search_context); END",
 ]
+SQLITE_REBUILD = [
+    f"INSERT INTO {SQLITE_TABLE}({SQLITE_TABLE}) VALUES ('delete-all')",
+    f"INSERT INTO {SQLITE_TABLE}(rowid, key, context) "
+    f"SELECT id, {KEY_SQL.format(row='events')}, search_context FROM events",
+]
+# The index of the first release: the event's text alone.
+SQLITE_RETIRED = [
+    "DROP TRIGGER IF EXISTS events_fts_insert",
+    "DROP TRIGGER IF EXISTS events_fts_delete",
+    "DROP TRIGGER IF EXISTS events_fts_update",
+    "DROP TABLE IF EXISTS events_fts",
+]
+
+
+def postgres_document(row: str) -> str:
+    """The weighted text search document of an event (key A, context B)."""
+    return (
+        f"(setweight(to_tsvector('english', {KEY_SQL.format(row=row)}), 'A') || "
+        f"setweight(to_tsvector('english', {row}.search_context), 'B'))"
+    )
+
+
 POSTGRES_SETUP = [
-    "CREATE INDEX IF NOT EXISTS events_text_search ON events "
-    "USING GIN (to_tsvector('english', text))",
+    "DROP INDEX IF EXISTS events_text_search",
+    "CREATE INDEX IF NOT EXISTS events_search_document ON events "
+    f"USING GIN ({postgres_document('events')})",
 ]
 
 
 def ensure_index(using: str = "default") -> None:
     connection = connections[using]
     with connection.cursor() as cursor:
+        columns = {c.name for c in connection.introspection.get_table_description(cursor, "events")}
+        if "search_key" not in columns:
+            return  # migrated back before keys existed: nothing to index them by
         if connection.vendor == "sqlite":
             cursor.execute(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE "
-                "'events_fts_%%'"
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE %s",
+                [f"{SQLITE_TABLE}_%"],
             )
             complete = cursor.fetchone()[0] == 3
-            for statement in SQLITE_SETUP:
+            for statement in [*SQLITE_RETIRED, *SQLITE_SETUP]:
                 cursor.execute(statement)
             if not complete:
                 # Triggers were missing (new index, or a rebuilt table): rows
                 # written meanwhile are not indexed yet.
-                cursor.execute("INSERT INTO events_fts(events_fts) VALUES ('rebuild')")
+                for statement in SQLITE_REBUILD:
+                    cursor.execute(statement)
         elif connection.vendor == "postgresql":
             for statement in POSTGRES_SETUP:
                 cursor.execute(statement)
@@ -95,17 +136,20 @@ def search(
         # Each word quoted: the user's text is never FTS5 query syntax.
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
         sql = (
-            "SELECT e.id, -bm25(events_fts) FROM events_fts JOIN events e "
-            "ON e.id = events_fts.rowid WHERE events_fts MATCH %s AND e.owner_id = %s "
-            f"AND e.agent = %s AND e.event_type IN ({types}){restrict} "
-            "ORDER BY bm25(events_fts) LIMIT %s"
+            f"SELECT e.id, -bm25({SQLITE_TABLE}, 1.0, {CONTEXT_WEIGHT}) FROM {SQLITE_TABLE} "
+            f"JOIN events e ON e.id = {SQLITE_TABLE}.rowid WHERE {SQLITE_TABLE} MATCH %s "
+            f"AND e.owner_id = %s AND e.agent = %s AND e.event_type IN ({types}){restrict} "
+            f"ORDER BY bm25({SQLITE_TABLE}, 1.0, {CONTEXT_WEIGHT}) LIMIT %s"
         )
         params = [match, owner_id, agent, *event_types, *restrict_params, limit]
     elif connection.vendor == "postgresql":
+        # Weights {D, C, B, A}: the key (A) counts fully, the context (B) as much
+        # as in SQLite.
+        document = postgres_document("e")
         sql = (
-            "SELECT e.id, ts_rank_cd(to_tsvector('english', e.text), q) AS rank "
+            f"SELECT e.id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', {document}, q) AS rank "
             "FROM events e, to_tsquery('english', %s) q "
-            "WHERE to_tsvector('english', e.text) @@ q AND e.owner_id = %s AND e.agent = %s "
+            f"WHERE {document} @@ q AND e.owner_id = %s AND e.agent = %s "
             f"AND e.event_type IN ({types}){restrict} ORDER BY rank DESC LIMIT %s"
         )
         params = [" | ".join(words), owner_id, agent, *event_types, *restrict_params, limit]

@@ -7,6 +7,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 
 
@@ -34,6 +35,8 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
     EventType.COMPACTION: 0.8,
 }
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
+# The turns of a conversation: what a later turn's search context is taken from.
+TURN_TYPES = (EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE)
 
 
 def default_importance(event_type: str) -> float:
@@ -55,6 +58,14 @@ class Event(OwnedModel):
     # The event's searchable words (message content, tool output), kept beside
     # `data` so that full-text search and embedding need no JSON parsing.
     text = models.TextField(blank=True, default="")
+    # How memory search finds the event (memory.keys): kept apart from what is
+    # shown. An empty key means "the text" (rows written before keys existed,
+    # bulk imports); `key_version` names the recipe the key and the vector
+    # were made with, so that a new recipe re-keys in the background.
+    speaker = models.CharField(max_length=100, blank=True, default="")
+    search_key = models.TextField(blank=True, default="")
+    search_context = models.TextField(blank=True, default="")
+    key_version = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     consolidated_at = models.DateTimeField(null=True, blank=True)
     # Set while a consolidation job works on the event, so that two workers
@@ -129,13 +140,48 @@ class Event(OwnedModel):
         data = data or {}
         fields.setdefault("importance", default_importance(event_type))
         fields.setdefault("text", data.get("content") or "")
-        event = cls.objects.create(
-            owner=owner, session_id=session_id, event_type=event_type, data=data, **fields
-        )
+        event = cls(owner=owner, session_id=session_id, event_type=event_type, data=data, **fields)
+        event.set_keys(cls.last_turn_text(owner, session_id))
+        event.save(force_insert=True)
         working_memory.remember(event)
         if queue:
             queue_embedding(event)
         return event
+
+    def set_keys(self, previous_text: str | None) -> None:
+        """The search fields (memory.keys), given the text of the session's turn
+        before this one."""
+        self.speaker = speaker_of(self.data)
+        self.search_key = key_for(self.text, self.speaker)
+        self.search_context = context_for(previous_text)
+        self.key_version = KEY_VERSION
+
+    @classmethod
+    def last_turn_text(
+        cls, owner: Any, session_id: str, before_id: int | None = None
+    ) -> str | None:
+        turns = cls.objects.filter(
+            owner=owner, session_id=session_id, event_type__in=TURN_TYPES
+        ).exclude(text="")
+        if before_id is not None:
+            turns = turns.filter(pk__lt=before_id)
+        return turns.order_by("-id").values_list("text", flat=True).first()
+
+    @classmethod
+    def set_keys_in_order(cls, events: list[Event]) -> None:
+        """Key new events of one session (bulk writers), in the order they are written."""
+        if not events:
+            return
+        previous = cls.last_turn_text(events[0].owner_id, events[0].session_id)
+        for event in events:
+            event.set_keys(previous)
+            if event.event_type in TURN_TYPES and event.text:
+                previous = event.text
+
+    @property
+    def key_text(self) -> str:
+        """What the event's vector is the embedding of."""
+        return self.search_key or self.text
 
     @property
     def has_embedding(self) -> bool:

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
 from memory.vectors import pack
 
@@ -32,6 +33,7 @@ EMBEDDED_TYPES = [
     EventType.COMPACTION,
 ]
 BATCH_SIZE = 32
+KEY_FIELDS = ("speaker", "search_key", "search_context", "key_version")
 MAX_ATTEMPTS = 8
 SWEEP_SCHEDULE = "memory: embed missing events"
 FILES_SCHEDULE = "memory: re-index changed memory files"
@@ -43,9 +45,12 @@ def backoff(attempts: int) -> timedelta:
 
 
 def needs_embedding() -> QuerySet[Event]:
+    """Events without a vector, or keyed by an older recipe (memory.keys): the
+    latter keep their old key and vector until the new ones are stored."""
     now = timezone.now()
     return (
-        Event.objects.filter(embedding__isnull=True, event_type__in=EMBEDDED_TYPES)
+        Event.objects.filter(event_type__in=EMBEDDED_TYPES)
+        .filter(Q(embedding__isnull=True) | Q(key_version__lt=KEY_VERSION))
         .exclude(text="")
         .filter(embedding_attempts__lt=MAX_ATTEMPTS)
         .filter(Q(embedding_retry_at__isnull=True) | Q(embedding_retry_at__lte=now))
@@ -53,14 +58,23 @@ def needs_embedding() -> QuerySet[Event]:
 
 
 def embed_events(ids: list[int]) -> int:
-    """Embed these events (those still without a vector); returns how many."""
+    """Embed these events (those without a vector or with a stale key, which
+    is made anew first); returns how many."""
     from memory.embeddings import embed_texts
 
-    events = list(Event.objects.filter(pk__in=ids, embedding__isnull=True).only("id", "text"))
+    events = list(
+        Event.objects.filter(pk__in=ids)
+        .filter(Q(embedding__isnull=True) | Q(key_version__lt=KEY_VERSION))
+        .only("id", "owner_id", "session_id", "text", "data", *KEY_FIELDS)
+    )
     if not events:
         return 0
+    stale = {event.pk: event.key_version for event in events if event.key_version < KEY_VERSION}
+    for event in events:
+        if event.pk in stale:
+            event.set_keys(Event.last_turn_text(event.owner_id, event.session_id, event.pk))
     try:
-        vectors = embed_texts([event.text for event in events])
+        vectors = embed_texts([event.key_text for event in events])
     except Exception as exc:
         log.exception("embedding %d events failed", len(events))
         for event in Event.objects.filter(pk__in=[e.pk for e in events]):
@@ -74,12 +88,19 @@ def embed_events(ids: list[int]) -> int:
     now = timezone.now()
     done = 0
     for event, vector in zip(events, vectors, strict=True):
-        # Conditional: two workers on the same event write it once.
-        done += Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
+        # Conditional: two workers on the same event write it once. A new key
+        # and its vector are stored together, in place of the old ones.
+        if event.pk in stale:
+            unchanged: dict[str, Any] = {"key_version": stale[event.pk]}
+            keys = {field: getattr(event, field) for field in KEY_FIELDS}
+        else:
+            unchanged, keys = {"embedding__isnull": True}, {}
+        done += Event.objects.filter(pk=event.pk, **unchanged).update(
             embedding=pack(vector),
             embedded_at=now,
             embedding_error=None,
             embedding_retry_at=None,
+            **keys,
         )
     return done
 
@@ -143,7 +164,7 @@ def queue_embedding(event: Event) -> None:
 def keep_vector(event: Event, vector: Any) -> None:
     """Store a vector already computed for `event`'s text (a chat message's, embedded
     for recall) so that no job embeds it again; without one, queue the job."""
-    if vector is None:
+    if vector is None or event.key_text != event.text:
         return queue_embedding(event)
     Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
         embedding=pack(vector), embedded_at=timezone.now()

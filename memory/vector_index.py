@@ -4,10 +4,20 @@
 owner-and-agent's vectors in process memory (384 float32 each: 150 MB per
 100k events), loaded once and then synced incrementally from `embedded_at`,
 so a query costs one small indexed query plus a matrix-vector product.
+
+Contextual scores: a turn is also found by what its speaker said just before and
+just after it in the same session. An event's contextual vector is its own plus
+`NEIGHBOUR_WEIGHT` times each of those two neighbours', normalised; the index keeps
+only the neighbours' rows and the norms, and computes the cosine to that vector
+from the plain scores (q·(v + w·a + w·b) = s_v + w·s_a + w·s_b), so it costs two
+gathers instead of a second matrix. Measured by `memory_eval` (README, "Memory"):
+the same speaker's neighbours help on both datasets; the other speaker's turns
+(the immediate neighbours) hurt, so they are left to the full-text context.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections import OrderedDict
@@ -22,13 +32,22 @@ from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 log = logging.getLogger(__name__)
 Hits = list[tuple[int, float]]
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
+NEIGHBOUR_WEIGHT = 0.5
+NO_ROW = -1
 
 
 class VectorIndex(Protocol):
     def search(
-        self, vector: np.ndarray, k: int, min_score: float = -1.0
+        self, vector: np.ndarray, k: int, min_score: float = -1.0, contextual: bool = False
     ) -> list[tuple[int, float]]:
-        """(event id, cosine similarity) of the k nearest, best first."""
+        """(event id, cosine similarity) of the k nearest, best first; `contextual`
+        compares with the events' contextual vectors instead of their own."""
+        ...
+
+    def scores(
+        self, event_ids: list[int], vector: np.ndarray, contextual: bool = False
+    ) -> dict[int, float]:
+        """The similarity of these events (those with a vector) to `vector`."""
         ...
 
 
@@ -39,8 +58,13 @@ class NumpyIndex:
         self.lock = threading.Lock()
         self.ids = np.empty(0, dtype=np.int64)
         self.matrix = np.empty((0, EMBEDDING_DIM), dtype=np.float32)
+        self.before = np.empty(0, dtype=np.int64)  # row of the speaker's previous turn
+        self.after = np.empty(0, dtype=np.int64)  # ...and next turn, or NO_ROW
+        self.norms = np.empty(0, dtype=np.float32)  # of each contextual vector
         self.size = 0
         self.position: dict[int, int] = {}
+        # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
+        self.threads: dict[tuple[str, str, str], list[int]] = {}
         self.synced_to: datetime | None = None
 
     def sync(self) -> None:
@@ -50,9 +74,9 @@ class NumpyIndex:
         )
         if self.synced_to is not None:
             rows = rows.filter(embedded_at__gt=self.synced_to)
-        for event_id, blob, embedded_at in (
+        for event_id, blob, embedded_at, session_id, event_type, speaker in (
             rows.order_by("embedded_at")
-            .values_list("id", "embedding", "embedded_at")
+            .values_list("id", "embedding", "embedded_at", "session_id", "event_type", "speaker")
             .iterator(chunk_size=2000)
         ):
             self.synced_to = embedded_at
@@ -67,34 +91,96 @@ class NumpyIndex:
                     embedding=None, embedded_at=None, embedding_error="corrupt vector replaced"
                 )
                 continue
-            self.put(event_id, vector)
+            self.put(event_id, vector, (session_id, event_type, speaker))
 
-    def put(self, event_id: int, vector: np.ndarray) -> None:
+    def put(
+        self, event_id: int, vector: np.ndarray, thread: tuple[str, str, str] | None = None
+    ) -> None:
         row = self.position.get(event_id)
         if row is None:
             if self.size == len(self.ids):  # grow by doubling: appends stay cheap
-                capacity = max(1024, 2 * len(self.ids))
-                self.ids = np.resize(self.ids, capacity)
-                matrix = np.zeros((capacity, EMBEDDING_DIM), dtype=np.float32)
-                matrix[: self.size] = self.matrix[: self.size]
-                self.matrix = matrix
+                self.grow(max(1024, 2 * len(self.ids)))
             row = self.position[event_id] = self.size
             self.size += 1
-        self.ids[row] = event_id
+            self.ids[row] = event_id
+            self.before[row] = self.after[row] = NO_ROW
+            if thread is not None:
+                self.link(row, event_id, thread)
         self.matrix[row] = vector
+        for touched in (row, self.before[row], self.after[row]):
+            if touched != NO_ROW:
+                self.renorm(int(touched))
+
+    def grow(self, capacity: int) -> None:
+        matrix = np.zeros((capacity, EMBEDDING_DIM), dtype=np.float32)
+        matrix[: self.size] = self.matrix[: self.size]
+        self.matrix = matrix
+        self.ids = np.resize(self.ids, capacity)
+        self.before = np.resize(self.before, capacity)
+        self.after = np.resize(self.after, capacity)
+        self.norms = np.resize(self.norms, capacity)
+
+    def link(self, row: int, event_id: int, thread: tuple[str, str, str]) -> None:
+        """Place the event among its speaker's turns of the session (they may be
+        embedded in any order)."""
+        turns = self.threads.setdefault(thread, [])
+        place = bisect.bisect_left(turns, event_id)
+        if place > 0:
+            previous = self.position[turns[place - 1]]
+            self.before[row], self.after[previous] = previous, row
+        if place < len(turns):
+            following = self.position[turns[place]]
+            self.after[row], self.before[following] = following, row
+        turns.insert(place, event_id)
+
+    def renorm(self, row: int) -> None:
+        contextual = self.matrix[row].copy()
+        for neighbour in (self.before[row], self.after[row]):
+            if neighbour != NO_ROW:
+                contextual += NEIGHBOUR_WEIGHT * self.matrix[neighbour]
+        self.norms[row] = max(float(np.linalg.norm(contextual)), 1e-6)
+
+    def contextual(self, plain_of, rows: np.ndarray) -> np.ndarray:
+        """Cosine to the contextual vectors of `rows`, given `plain_of(rows)`, the
+        plain scores of any rows."""
+        scores = plain_of(rows).copy()
+        for neighbours in (self.before[rows], self.after[rows]):
+            has = neighbours != NO_ROW
+            scores[has] += NEIGHBOUR_WEIGHT * plain_of(neighbours[has])
+        return scores / self.norms[rows]
 
     def search(
-        self, vector: np.ndarray, k: int, min_score: float = -1.0
+        self, vector: np.ndarray, k: int, min_score: float = -1.0, contextual: bool = False
     ) -> list[tuple[int, float]]:
         with self.lock:
             self.sync()
             if k <= 0 or self.size == 0:
                 return []
             scores = self.matrix[: self.size] @ np.asarray(vector, dtype=np.float32)
+            if contextual:
+                plain = scores
+                scores = self.contextual(lambda rows: plain[rows], np.arange(self.size))
             k = min(k, self.size)
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.argsort(-scores[top])]
             return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
+
+    def scores(
+        self, event_ids: list[int], vector: np.ndarray, contextual: bool = False
+    ) -> dict[int, float]:
+        query = np.asarray(vector, dtype=np.float32)
+        with self.lock:
+            self.sync()
+            known = [i for i in event_ids if i in self.position]
+            if not known:
+                return {}
+            rows = np.array([self.position[i] for i in known], dtype=np.int64)
+
+            def plain_of(some: np.ndarray) -> np.ndarray:
+                return self.matrix[some] @ query
+
+            chosen = self.contextual(plain_of, rows) if contextual else plain_of(rows)
+            return {event_id: float(score) for event_id, score in zip(known, chosen, strict=True)}
 
 
 _indexes: OrderedDict[tuple[int, str], NumpyIndex] = OrderedDict()

@@ -93,12 +93,15 @@ def test_it_never_returns_another_users_or_agents_memories(alice, bob, history):
     assert all(hit.event.agent == "main" for hit in search_memory(alice, "research dogs"))
 
 
-def test_it_fuses_vector_ranking_with_words_of_unembedded_events(alice, history):
+def test_it_fuses_both_branches_and_finds_unembedded_events_by_words(alice, history):
     old, _ = history
     fresh = say(alice, "The plumber Zoltan comes on Tuesday", session="new")  # no vector yet
     hits = search_memory(alice, "golden retriever")
     assert hits[0].event == old[0]
-    assert set(hits[0].branches) == {"vector"}
+    assert set(hits[0].branches) == {"vector", "lexical"}
+    assert hits[0].score == pytest.approx(1.0)  # the best of both branches
+    # Found by meaning only: no word in common, so the lexical branch adds nothing.
+    assert set(search_memory(alice, "canine pet breed")[0].branches) == {"vector"}
     hits = search_memory(alice, "when does Zoltan come?")
     assert fresh in [hit.event for hit in hits[:3]]
     assert next(h for h in hits if h.event == fresh).branches.keys() == {"lexical"}

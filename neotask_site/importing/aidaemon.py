@@ -539,8 +539,10 @@ class Importer:
                 batch_bytes += len(event.text)
                 added[kind] += 1
                 if len(batch) >= BATCH or batch_bytes >= BATCH_BYTES:
+                    Event.set_keys_in_order(batch)
                     Event.objects.bulk_create(batch)
                     batch, batch_bytes = [], 0
+        Event.set_keys_in_order(batch)
         Event.objects.bulk_create(batch)
         if first is None:
             if created:

@@ -689,6 +689,7 @@ class SessionImport:
             events += pending.events
         if not events:
             return
+        Event.set_keys_in_order(events)
         Event.objects.bulk_create(events)
         self.embed_ids += [
             event.pk for event in events if event.event_type in EMBEDDED_TYPES and event.text

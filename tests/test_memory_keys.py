@@ -1,0 +1,171 @@
+"""Search keys (memory.keys): what an event is found by, apart from what it shows."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from memory import keys, tasks
+from memory.embeddings import embed_text
+from memory.models import Event
+from memory.search import search_memory
+from memory.vector_index import NumpyIndex, index_for
+from memory.vectors import pack, unpack
+
+
+def say(owner, text, session="s1", event_type="user_message", **data):
+    return Event.record(owner, session, event_type, {"content": text, **data})
+
+
+def test_it_keys_an_event_by_its_speaker_and_the_turn_before(alice):
+    say(alice, "How old is Lily turning this year?", speaker="Ben")
+    answer = say(alice, "Six, on April 9th.", event_type="assistant_response", speaker="Tom")
+    assert answer.text == "Six, on April 9th."  # what is shown stays the text
+    assert answer.speaker == "Tom"
+    assert answer.search_key == "Tom: Six, on April 9th."
+    assert answer.search_context == "How old is Lily turning this year?"
+    assert answer.key_version == keys.KEY_VERSION
+    # Without a named speaker the key is the text itself.
+    plain = say(alice, "thanks!")
+    assert plain.search_key == "thanks!" and plain.search_context == "Six, on April 9th."
+
+
+def test_it_finds_an_answer_by_the_question_it_answered(alice):
+    say(alice, "How old is your daughter turning this year?")
+    answer = say(alice, "Six, on April 9th.", event_type="assistant_response")
+    say(alice, "Lovely, I baked a lemon cake yesterday", session="other")
+    tasks.embed_missing()
+    hits = search_memory(alice, "How old is the daughter turning?", branch="lexical")
+    assert answer in [hit.event for hit in hits]
+    fused = search_memory(alice, "How old is the daughter turning?")
+    assert answer in [hit.event for hit in fused[:2]]
+
+
+def test_it_never_takes_the_context_from_another_user(alice, bob):
+    say(bob, "Bob's secret: the vault code is 7781", session="shared-id")
+    first = say(alice, "Hello there", session="shared-id")
+    assert first.search_context == ""
+    assert not search_memory(alice, "vault code", branch="lexical")
+
+
+def test_it_keys_bulk_writes_in_order(alice):
+    say(alice, "the turn before the import")
+    events = [
+        Event(owner=alice, session_id="s1", event_type="user_message", text="first imported"),
+        Event(owner=alice, session_id="s1", event_type="tool_result", text="tool output"),
+        Event(owner=alice, session_id="s1", event_type="assistant_response", text="second"),
+    ]
+    Event.set_keys_in_order(events)
+    Event.objects.bulk_create(events)
+    contexts = [e.search_context for e in Event.objects.filter(pk__in=[e.pk for e in events])]
+    # Tool output is no turn of the conversation: the answer's context is the question.
+    assert contexts == ["the turn before the import", "first imported", "first imported"]
+
+
+def test_it_stores_the_vector_of_the_key(alice):
+    event = say(alice, "I finally ran the Lisbon half marathon", speaker="Maya")
+    tasks.embed_missing()
+    event.refresh_from_db()
+    stored = unpack(event.embedding)
+    assert np.dot(stored, embed_text("Maya: I finally ran the Lisbon half marathon")) > 0.999
+    assert np.dot(stored, embed_text(event.text)) < 0.99
+
+
+def test_it_does_not_keep_the_text_vector_for_a_named_speaker(alice):
+    event = say(alice, "My sister lives in Oslo", speaker="Maya")
+    tasks.keep_vector(event, embed_text(event.text))
+    event.refresh_from_db()
+    assert event.embedding is None  # queued instead: the vector must be the key's
+
+
+def old_recipe(owner, text, session="s1", **data):
+    """An event as written before keys existed: no key, version 0, a vector of its text."""
+    event = say(owner, text, session, **data)
+    Event.objects.filter(pk=event.pk).update(
+        speaker="",
+        search_key="",
+        search_context="",
+        key_version=0,
+        embedding=pack(embed_text(text)),
+        embedded_at=timezone.now(),
+    )
+    return Event.objects.get(pk=event.pk)
+
+
+def test_it_rekeys_an_old_recipe_in_the_background_keeping_the_old_vector_meanwhile(alice):
+    old_recipe(alice, "What did the vet say about Biscuit?", speaker="Ben")
+    answer = old_recipe(alice, "Biscuit needs a lighter diet, nothing else.", speaker="Alice")
+    old_vector = bytes(answer.embedding)
+    # Before the sweep: found by its text's words and by its old vector.
+    assert answer in [h.event for h in search_memory(alice, "lighter diet", branch="lexical")]
+    assert answer in [h.event for h in search_memory(alice, "lighter diet", branch="vector")]
+    assert tasks.needs_embedding().count() == 2
+
+    assert tasks.embed_missing() == 2
+    answer.refresh_from_db()
+    assert answer.key_version == keys.KEY_VERSION
+    assert answer.search_key == "Alice: Biscuit needs a lighter diet, nothing else."
+    assert answer.search_context == "What did the vet say about Biscuit?"
+    assert bytes(answer.embedding) != old_vector
+    assert not tasks.needs_embedding().exists()
+    hits = search_memory(alice, "what did the vet say", branch="lexical")
+    assert answer in [h.event for h in hits]  # now also by the question before it
+
+
+def test_it_leaves_every_event_searchable_when_rekeying_stops_halfway(alice):
+    events = [old_recipe(alice, f"note {n} about the zebra{n} project") for n in range(40)]
+    stopped_after = tasks.embed_missing(limit=tasks.BATCH_SIZE)  # then the worker dies
+    assert stopped_after == tasks.BATCH_SIZE
+    versions = set(Event.objects.values_list("key_version", flat=True))
+    assert versions == {0, keys.KEY_VERSION}  # halfway
+    assert not Event.objects.filter(embedding__isnull=True).exists()
+    for event in events:
+        by_words = search_memory(alice, f"zebra{events.index(event)}", branch="lexical")
+        assert event in [h.event for h in by_words]
+    vector = embed_text("zebra project")
+    assert len(index_for(alice.pk).search(vector, 100)) == 40
+
+
+def test_embed_backfill_counts_stale_keys(alice):
+    old_recipe(alice, "an old note")
+    out, err = StringIO(), StringIO()
+    call_command("embed_backfill", stdout=out, stderr=err)
+    assert "Embedded 1 events." in out.getvalue()
+    assert "1/1" in err.getvalue()  # the progress bar
+
+
+def test_the_contextual_index_is_the_same_whatever_the_embedding_order(alice):
+    turns = [
+        say(alice, text, speaker=speaker)
+        for text, speaker in [
+            ("I started pottery classes", "Ann"),
+            ("Nice, which studio?", "Bo"),
+            ("The one on Elm street, Tuesdays", "Ann"),
+            ("I might join you", "Bo"),
+            ("Bring clay-proof clothes", "Ann"),
+        ]
+    ]
+    for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1]):
+        index = NumpyIndex(alice.pk, "main")
+        for position in order:
+            event = Event.objects.get(pk=turns[position].pk)
+            if event.embedding is None:
+                tasks.embed_events([event.pk])
+                event.refresh_from_db()
+            thread = (event.session_id, event.event_type, event.speaker)
+            index.put(event.pk, unpack(event.embedding), thread)
+        query = embed_text("where are the pottery classes?")
+        ranked = index.search(query, 5, contextual=True)
+        if order[0] == 0:
+            expected = ranked
+        assert [i for i, _ in ranked] == [i for i, _ in expected]
+        assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-5)
+        scored = index.scores([turns[2].pk], query, contextual=True)
+        assert scored[turns[2].pk] == pytest.approx(dict(ranked)[turns[2].pk], abs=1e-5)
+    # Ann's middle turn carries her turns around it, not Bo's.
+    plain = dict(index.search(query, 5))
+    assert dict(ranked)[turns[2].pk] != pytest.approx(plain[turns[2].pk])
