@@ -1,20 +1,45 @@
-from django.contrib import admin
+from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from agent.approvals import PERMISSION
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from neotask_site.ownership import OwnedAdmin
 
 
+class TerminalTrustAdmin(OwnedAdmin):
+    """Fields that let terminal commands run unasked change only in the hands
+    of staff holding the terminal permission, not with model permissions alone."""
+
+    trust_fields: list[str] = []
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        if not request.user.has_perm(PERMISSION):
+            readonly += [name for name in self.trust_fields if name not in readonly]
+        return readonly
+
+
 @admin.register(TerminalAllowedPrefix)
-class TerminalAllowedPrefixAdmin(OwnedAdmin):
-    list_display = ["prefix", "owner", "created_at"]
-    list_filter = ["owner"]
+class TerminalAllowedPrefixAdmin(TerminalTrustAdmin):
+    list_display = ["prefix", "active", "owner", "created_at"]
+    list_filter = ["active", "owner"]
     search_fields = ["prefix"]
     readonly_fields = ["created_at"]
+    trust_fields = ["prefix", "active"]
+
+    # A new prefix is trust in itself.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and request.user.has_perm(PERMISSION)
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(OwnedAdmin):
+class ApprovalRequestAdmin(TerminalTrustAdmin):
     list_display = ["command", "status", "decision", "owner", "created_at", "decided_at"]
     list_filter = ["status", "decision", "owner"]
     search_fields = ["command", "session_id"]
     readonly_fields = ["id", "created_at", "decided_at"]
+    trust_fields = ["status", "decision", "command", "prefix"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Self, TypeVar
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.db import models
@@ -42,9 +43,26 @@ def get_owned_or_404(model: type[M] | models.QuerySet[M], user: Any, **lookups: 
     return get_object_or_404(queryset.owned_by(user), **lookups)
 
 
+class OwnedAdminForm(forms.ModelForm):
+    """A row may point only at rows of its own owner: a forged id (or a
+    superuser's slip) in a foreign key is a form error, not a link across users."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        owner = cleaned.get("owner") or getattr(self.instance, "owner", None)
+        if owner is None:  # the owner field has its own error
+            return cleaned
+        for name in self.fields:
+            value = cleaned.get(name)
+            if name != "owner" and isinstance(value, OwnedModel) and value.owner_id != owner.pk:
+                self.add_error(name, f"Choose one of {owner}'s own; this one is someone else's.")
+        return cleaned
+
+
 class OwnedAdmin(admin.ModelAdmin):
     """Superusers curate everyone's rows; other staff see and edit their own."""
 
+    form = OwnedAdminForm
     list_select_related = ["owner"]
     autocomplete_fields = ["owner"]
 
@@ -66,7 +84,11 @@ class OwnedAdmin(admin.ModelAdmin):
         return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        # Non-superusers may only file rows under themselves.
-        if db_field.name == "owner" and not request.user.is_superuser:
-            kwargs["queryset"] = db_field.related_model.objects.filter(pk=request.user.pk)
+        # Non-superusers may only file rows under themselves, pointing at their own rows.
+        related = db_field.related_model
+        if not request.user.is_superuser:
+            if db_field.name == "owner":
+                kwargs["queryset"] = related.objects.filter(pk=request.user.pk)
+            elif issubclass(related, OwnedModel):
+                kwargs["queryset"] = related._default_manager.owned_by(request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)

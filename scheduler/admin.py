@@ -1,11 +1,16 @@
-from django.contrib import admin
+from __future__ import annotations
 
-from neotask_site.ownership import OwnedAdmin
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from agent.admin import TerminalTrustAdmin
 from scheduler.models import ScheduledTask
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(OwnedAdmin):
+class ScheduledTaskAdmin(TerminalTrustAdmin):
     list_display = [
         "name",
         "original_schedule",
@@ -21,3 +26,11 @@ class ScheduledTaskAdmin(OwnedAdmin):
     list_filter = ["is_paused", "is_trusted", "is_oneshot", "source", "owner"]
     search_fields = ["name", "prompt", "original_schedule", "cron_expr"]
     readonly_fields = ["id", "created_at", "updated_at", "last_run_at"]
+    trust_fields = ["is_trusted"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        # A trusted task's prompt and agent decide what runs unattended.
+        if obj is not None and obj.is_trusted and "is_trusted" in readonly:
+            readonly += ["prompt", "agent"]
+        return readonly

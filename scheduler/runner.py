@@ -216,10 +216,13 @@ def ask_owner(task: ScheduledTask, session_id: str, agent_name: str, frame: dict
     ApprovalRequest.objects.filter(
         pk=frame["request_id"], status=ApprovalRequest.Status.EXPIRED
     ).update(status=ApprovalRequest.Status.PENDING, decided_at=None)
+    if frame["prefix"]:
+        always = f"“Allow always” lets later runs run `{frame['prefix']}` commands"
+    else:
+        always = frame["always_refused"].rstrip(".")
     note = (
         f'"{task.name}" wanted to run `{frame["command"]}`, which needs your approval, so this '
-        f"run went on without it. Answer the request here: “Allow always” lets later runs "
-        f"run `{frame['prefix']}` commands. Or mark the task trusted."
+        f"run went on without it. Answer the request here: {always}. Or mark the task trusted."
     )
     record(task, session_id, agent_name, EventType.SYSTEM, note, "approval_needed")
 

@@ -210,6 +210,9 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     # Terminal prefixes.
     "terminal-prefixes": lambda w, bob: get("/settings/terminal/", 200),
     "terminal-prefix-revoke": lambda w, bob: post(pk("terminal-prefix-revoke", w.prefix.pk), 404),
+    "terminal-prefix-activate": lambda w, bob: post(
+        pk("terminal-prefix-activate", w.prefix.pk), 404
+    ),
     # Chats and sessions.
     "home": lambda w, bob: get("/", 302, htmx=False),
     "chat-new": lambda w, bob: post("/chat/new/", 302, htmx=False),
