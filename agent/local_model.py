@@ -53,7 +53,8 @@ def model_path(configured: str) -> Path:
 
 
 def start_server(path: Path, port: int, api_key: str, context_window: int) -> Any:
-    """Load the model and serve it on 127.0.0.1:`port`; returns the running server."""
+    """Load the model and serve it on 127.0.0.1:`port` (0: a port the kernel
+    picks); returns the running server, whose `listening_address` says where."""
     try:
         import xllamacpp
     except ImportError as exc:

@@ -52,11 +52,16 @@ def data_dir(raw: str | None, base_dir: Path) -> Path:
     if not path.is_absolute():
         path = base_dir / path
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"NEOTASK_DATA_DIR: cannot create {path} ({exc.strerror})") from None
     if not os.access(path, os.W_OK):
         raise ConfigError(f"NEOTASK_DATA_DIR: {path} is not writable")
+    # A data dir an older version (or a loose umask) left open is made private;
+    # only one that is surely Neotask's, never a directory merely pointed at.
+    if (path / "secret_key").exists():
+        with contextlib.suppress(PermissionError):
+            path.chmod(0o700)
     return path
 
 

@@ -17,6 +17,10 @@ from neotask_site.config import ConfigError, config_path, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# Everything Neotask writes (the data dir, the database, secret key, workspaces,
+# uploads) is its user's alone, whatever the umask of the shell that started it.
+os.umask(0o077)
+
 try:
     DATA_DIR = profiles.data_dir(os.environ.get("NEOTASK_DATA_DIR"), BASE_DIR)
     NEOTASK = load_config(config_path(os.environ, BASE_DIR), os.environ)

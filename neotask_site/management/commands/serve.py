@@ -7,20 +7,21 @@ others are stopped too, so nothing is left half-running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
-from neotask_site.ports import free_port, port_is_free
+from neotask_site.ports import port_is_free
 from scheduler.config_sync import SyncError, sync_config_tasks
 
 STOP_GRACE_SECONDS = 10.0
@@ -55,12 +56,11 @@ class Command(BaseCommand):
         # Parts that may fail without taking the rest down: without the
         # embedded model the chat says what to configure; everything else works.
         optional = set()
-        llm_port = 0
+        address_file = Path(settings.DATA_DIR) / "local_llm.address"
         if not settings.NEOTASK["llm"]["base_url"]:
-            llm_port = free_port()
-            env[LOCAL_URL_VARIABLE] = f"http://127.0.0.1:{llm_port}/v1"
+            address_file.unlink(missing_ok=True)  # a previous run's port is not ours
             env[LOCAL_KEY_VARIABLE] = secrets.token_urlsafe(32)
-            local_llm = [sys.executable, manage, "local_llm", "--port", str(llm_port)]
+            local_llm = [sys.executable, manage, "local_llm", "--address-file", str(address_file)]
             commands["embedded model"] = local_llm
             optional.add("embedded model")
         commands |= {
@@ -93,8 +93,11 @@ class Command(BaseCommand):
                 children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env)
                 if name == "embedded model":
                     # Ready before the web server starts, so the first message
-                    # does not race the model's loading.
-                    self.wait_for_port(llm_port, children[name])
+                    # does not race the model's loading; the model's server
+                    # bound its own port, and says which.
+                    address = self.wait_for_address(address_file, children[name])
+                    if address:
+                        env[LOCAL_URL_VARIABLE] = f"{address}/v1"
             self.stdout.write(
                 self.style.SUCCESS(f"Neotask is running at http://{host}:{port}/")
                 + "  (Ctrl-C to stop)"
@@ -120,15 +123,19 @@ class Command(BaseCommand):
             raise CommandError("Neotask stopped because a part of it failed.", returncode=exit_code)
         self.stdout.write("Neotask stopped.")
 
-    def wait_for_port(self, port: int, child: subprocess.Popen) -> None:
-        deadline = time.monotonic() + MODEL_START_SECONDS
-        while time.monotonic() < deadline and child.poll() is None:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return
+    def wait_for_address(self, address_file: Path, child: subprocess.Popen) -> str:
+        """The embedded model's address once it serves; "" if it failed to start."""
+        warn_at = time.monotonic() + MODEL_START_SECONDS
+        while child.poll() is None:
+            with contextlib.suppress(FileNotFoundError):
+                return address_file.read_text().strip()
+            if warn_at and time.monotonic() > warn_at:
+                self.stderr.write(
+                    f"The embedded model is still loading after {MODEL_START_SECONDS} s."
+                )
+                warn_at = 0
             time.sleep(0.1)
-        if child.poll() is None:
-            self.stderr.write(f"The embedded model is still loading after {MODEL_START_SECONDS} s.")
+        return ""
 
     def stop(self, children: dict[str, subprocess.Popen]) -> None:
         for child in children.values():

@@ -1,0 +1,94 @@
+"""What other local users and the network can reach of a running Neotask:
+file modes, the embedded model's port, login guessing, the first-run page."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from neotask_site import profiles
+from tests.processes import ROOT, app_env, free_port, wait_for_health
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_it_creates_the_data_dir_private(tmp_path):
+    assert mode(profiles.data_dir(str(tmp_path / "new" / "data"), tmp_path)) == 0o700
+
+
+def test_it_makes_an_open_neotask_data_dir_private_but_no_other_directory(tmp_path):
+    ours, shared = tmp_path / "ours", tmp_path / "shared"
+    for directory in (ours, shared):
+        directory.mkdir(mode=0o755)
+        directory.chmod(0o755)
+    (ours / "secret_key").write_text("x" * 50)
+    profiles.data_dir(str(ours), tmp_path)
+    profiles.data_dir(str(shared), tmp_path)
+    assert (mode(ours), mode(shared)) == (0o700, 0o755)
+
+
+def test_it_writes_private_files_whatever_the_umask(tmp_path):
+    env = app_env(tmp_path / "data")
+    code = (
+        "from django.contrib.auth.models import User; from memory.workspace import workspace_dir; "
+        "(workspace_dir(User.objects.create_user('u').pk, 'main') / 'MEMORY.md').write_text('x')"
+    )
+    for command in (["migrate", "--noinput", "-v0"], ["shell", "-c", code]):
+        subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            preexec_fn=lambda: os.umask(0o022),  # a typical shell's: world-readable
+        )
+    data = tmp_path / "data"
+    assert mode(data) == 0o700
+    assert mode(data / "secret_key") == 0o600
+    workspace = next((data / "workspaces").iterdir()) / "main"
+    assert (mode(workspace), mode(workspace / "MEMORY.md")) == (0o700, 0o600)
+    if not env.get("DATABASE_URL"):
+        assert mode(data / "neotask.sqlite3") == 0o600
+
+
+def test_it_lets_the_embedded_model_bind_its_own_port(tmp_path):
+    """No port is probed and released for another local user to take first:
+    llama.cpp binds port 0 and serve hands its address to the web server."""
+    env = app_env(tmp_path)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    address_file = tmp_path / "local_llm.address"
+    try:
+        wait_for_health(port, server)
+        address = address_file.read_text()
+        assert address.startswith("http://127.0.0.1:")
+        assert mode(address_file) == 0o600
+        children = subprocess.run(
+            ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
+        ).stdout
+        [local_llm] = [line for line in children.splitlines() if "local_llm" in line]
+        assert "--port" not in local_llm
+        with socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), 5):
+            pass  # the model serves where it said
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+        assert not address_file.exists()  # a stopped model's port is nobody's to trust
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            time.sleep(0.1)
