@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agent.llm import Endpoint
 from memory.models import Event, EventType, Fact
-from memory.retrieval import Context, get_context
+from memory.retrieval import estimate_tokens, get_context
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
@@ -27,16 +27,8 @@ CONVERSATION_TYPES = [
     EventType.ASSISTANT_RESPONSE,
     EventType.TOOL_RESULT,
 ]
-SPEAKER = {EventType.USER_MESSAGE: "user", EventType.ASSISTANT_RESPONSE: "assistant"}
-RECALLED_CHARS = 400
 # The share of the window left for the answer.
 ANSWER_RESERVE = 0.25
-
-
-def estimate_tokens(text: str) -> int:
-    """~4 characters per token for English text with the usual BPE tokenizers,
-    plus the per-message overhead of the chat format."""
-    return len(text) // 4 + 4
 
 
 def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> int:
@@ -132,15 +124,6 @@ def fit_to_window(
     return [system, *history[start:]]
 
 
-def recalled_block(context: Context) -> str:
-    lines = [
-        f"- [{item.event.created_at:%Y-%m-%d}] {SPEAKER.get(item.event.event_type, 'note')}: "
-        f"{' '.join(item.event.text.split())[:RECALLED_CHARS]}"
-        for item in context.recalled
-    ]
-    return "Memories from earlier conversations (use them if relevant):\n" + "\n".join(lines)
-
-
 def build_messages(
     owner: Any,
     session_id: str,
@@ -158,14 +141,8 @@ def build_messages(
     while events and events[0].event_type != EventType.USER_MESSAGE:
         events.pop(0)
     facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
-    prompt = system_prompt(agent_prompt, facts, timezone.localtime())
-    if context.summary is not None:
-        prompt += "\n\nSummary of this conversation so far:\n" + context.summary.text
-    if context.session_recall:
-        prompt += "\n\nRecalled from earlier conversations when this session started:\n" + (
-            "\n".join(f"- [{item['date']}] {item['text']}" for item in context.session_recall)
-        )
-    if context.recalled:
-        prompt += "\n\n" + recalled_block(context)
+    prompt = "\n\n".join(
+        [system_prompt(agent_prompt, facts, timezone.localtime()), *context.memory_blocks()]
+    )
     system = {"role": "system", "content": prompt}
     return fit_to_window(system, history_messages(events), options["llm"]["context_window"])

@@ -86,6 +86,7 @@ class Turn:
                 self.request.owner,
                 self.request.agent_name,
                 self.request.session_id,
+                text,
                 self.query_vector,
             )
             if recalled is not None:

@@ -37,6 +37,8 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
 # The turns of a conversation: what a later turn's search context is taken from.
 TURN_TYPES = (EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE)
+# What memory search and recall may bring back: things said, and summaries.
+MEMORY_TYPES = [*TURN_TYPES, EventType.SUMMARY, EventType.COMPACTION]
 
 
 def default_importance(event_type: str) -> float:

@@ -10,57 +10,58 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.files import search_files
+from memory.files import FileHit
 from memory.models import Event, EventType
-from memory.retrieval import MEMORY_TYPES
-from memory.vector_index import index_for
+from memory.retrieval import RECALLED_CHARS
+from memory.search import search_memory
 
 
 def recall(
-    owner: Any, agent: str, session_id: str, query_vector: np.ndarray
+    owner: Any, agent: str, session_id: str, query: str, query_vector: np.ndarray
 ) -> list[dict[str, Any]]:
-    """The most similar memories from other sessions and from the memory files,
-    best first, above the similarity floor."""
+    """The best memories from other sessions and from the memory files by the
+    fused memory search, best first: events sharing a word with the message or
+    at least `recall_min_score` similar to it, file chunks at least that similar."""
     options = settings.NEOTASK["memory"]
     limit = options["recall_limit"]
     if not limit:
         return []
-    hits = index_for(owner.pk, agent).search(
-        query_vector, limit * 3, min_score=options["recall_min_score"]
-    )
-    scores = dict(hits)
-    events = (
-        Event.objects.owned_by(owner)
-        .filter(pk__in=scores, agent=agent, event_type__in=MEMORY_TYPES)
-        .exclude(session_id=session_id)
-    )
-    items = [
-        {
-            "source": f"session {event.session_id}, event {event.pk}",
-            "event_id": event.pk,
-            "date": f"{event.created_at:%Y-%m-%d}",
-            "text": " ".join(event.text.split())[:400],
-            "score": round(scores[event.pk], 3),
-        }
-        for event in events
-    ]
-    for hit in search_files(
-        owner, agent, query_vector, limit, min_score=options["recall_min_score"]
-    ):
-        items.append(
-            {
-                "source": hit.source,
-                "date": "memory file",
-                "text": " ".join(hit.text.split())[:400],
-                "score": round(hit.score, 3),
-            }
-        )
-    items.sort(key=lambda item: -item["score"])
+    floor = options["recall_min_score"]
+    items = []
+    for hit in search_memory(owner, query, k=limit * 3, agent=agent, query_vector=query_vector):
+        if isinstance(hit, FileHit):
+            if hit.score < floor:
+                continue
+            items.append(
+                {
+                    "source": hit.source,
+                    "date": "memory file",
+                    "text": clip(hit.text),
+                    "score": round(hit.score, 3),
+                }
+            )
+        elif hit.event.session_id != session_id and (
+            "lexical" in hit.branches or hit.branches.get("vector", -1.0) >= floor
+        ):
+            items.append(
+                {
+                    "source": hit.source,
+                    "event_id": hit.event.pk,
+                    "date": f"{hit.event.created_at:%Y-%m-%d}",
+                    "text": clip(hit.event.text, hit.event.speaker),
+                    "score": round(hit.score, 3),
+                }
+            )
     return items[:limit]
 
 
+def clip(text: str, speaker: str = "") -> str:
+    said = " ".join(text.split())[:RECALLED_CHARS]
+    return f"{speaker}: {said}" if speaker else said
+
+
 def record_recall(
-    owner: Any, agent: str, session_id: str, query_vector: np.ndarray | None
+    owner: Any, agent: str, session_id: str, query: str, query_vector: np.ndarray | None
 ) -> Event | None:
     """At the first message of a session, store what was recalled (if anything)."""
     if query_vector is None:
@@ -70,7 +71,7 @@ def record_recall(
         return None  # not the session's first message
     if session_events.filter(event_type=EventType.RECALL).exists():
         return None
-    items = recall(owner, agent, session_id, query_vector)
+    items = recall(owner, agent, session_id, query, query_vector)
     if not items:
         return None
     return Event.record(

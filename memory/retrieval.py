@@ -1,11 +1,16 @@
-"""`get_context`: what the agent remembers for one turn (tri-hybrid retrieval).
+"""`get_context`: what the agent remembers for one turn (tri-hybrid retrieval, and more).
 
-Three branches (plus, in a compacted session, its summary), de-duplicated by
-event id, each item tagged with the branch
-that brought it (so /status can show why a memory was included):
-recency (the session's last messages, from working memory), relevance
-(important events: importance at or above a bar) and similarity (events
-whose embedding is close to the query's). All scoped to the owner and agent.
+aidaemon's three branches — recency (the session's last messages, from working
+memory), relevance (important events: importance at or above a bar) and
+similarity (events whose embedding is close to the query's) — plus, in a
+compacted session, its summary, what auto-recall brought in when the session
+started, and a fourth branch, search: the top of the fused memory search
+(memory.search) for the message. The similarity branch alone rarely reaches an
+earlier conversation (all-MiniLM-L6-v2 seldom gives a question and its answer a
+cosine above its 0.65 floor); the search branch is what makes the agent
+remember (`memory_eval`'s context figures, README "Memory"). Items are
+de-duplicated by event id, each tagged with the branch that brought it (so
+/status can show why a memory was included), all scoped to the owner and agent.
 """
 
 from __future__ import annotations
@@ -16,24 +21,32 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.models import Event, EventType
+from memory.models import MEMORY_TYPES, Event, EventType
+from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
 from memory.vector_index import index_for
 from memory.working import working_memory
 
-# What relevance and similarity may bring back: things said, and summaries.
-MEMORY_TYPES = [
-    EventType.USER_MESSAGE,
-    EventType.ASSISTANT_RESPONSE,
-    EventType.SUMMARY,
-    EventType.COMPACTION,
-]
-MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
+RECALLED_BRANCHES = ("relevance", "similarity", "search")
+ROLE = {EventType.USER_MESSAGE: "user", EventType.ASSISTANT_RESPONSE: "assistant"}
+RECALLED_CHARS = 400
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters per token for English text with the usual BPE tokenizers,
+    plus the per-message overhead of the chat format."""
+    return len(text) // 4 + 4
+
+
+def recalled_line(event: Event) -> str:
+    """A remembered event as the model reads it: its date, who said it, what was said."""
+    who = event.speaker or ROLE.get(event.event_type, "note")
+    return f"- [{event.created_at:%Y-%m-%d}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
 
 
 @dataclass(frozen=True)
 class ContextItem:
     event: Event
-    branch: str  # summary | recall | recency | relevance | similarity
+    branch: str  # summary | recall | recency | relevance | similarity | search
     score: float | None = None
 
 
@@ -62,9 +75,27 @@ class Context:
 
     @property
     def recalled(self) -> list[ContextItem]:
-        """Older memories brought back by relevance or similarity, oldest first."""
-        older = [item for item in self.items if item.branch in ("relevance", "similarity")]
+        """Older memories brought back by relevance, similarity or search, oldest first."""
+        older = [item for item in self.items if item.branch in RECALLED_BRANCHES]
         return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
+
+    def memory_blocks(self) -> list[str]:
+        """What the system prompt says of memory: the summary, what was recalled
+        when the session started, and what was recalled for this message."""
+        blocks = []
+        if self.summary is not None:
+            blocks.append("Summary of this conversation so far:\n" + self.summary.text)
+        if self.session_recall:
+            blocks.append(
+                "Recalled from earlier conversations when this session started:\n"
+                + "\n".join(f"- [{item['date']}] {item['text']}" for item in self.session_recall)
+            )
+        if self.recalled:
+            blocks.append(
+                "Memories from earlier conversations (use them if relevant):\n"
+                + "\n".join(recalled_line(item.event) for item in self.recalled)
+            )
+        return blocks
 
 
 def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:
@@ -154,4 +185,26 @@ def get_context(
         ranked = sorted(found, key=lambda event: -scores[event.pk])
         for event in ranked[: limits["similarity_limit"]]:
             context.items.append(ContextItem(event, "similarity", scores[event.pk]))
+            seen.add(event.pk)
+
+    if limits["search_limit"] and text:
+        hits = search_memory(
+            owner,
+            text,
+            k=limits["search_limit"] + len(seen),
+            agent=agent,
+            query_vector=query_vector,
+            files=False,
+        )
+        fresh = [hit for hit in hits if hit.event.pk not in seen and worth_recalling(hit, limits)]
+        for hit in fresh[: limits["search_limit"]]:
+            context.items.append(ContextItem(hit.event, "search", hit.score))
     return context
+
+
+def worth_recalling(hit: SearchHit, limits: dict[str, Any]) -> bool:
+    """A search hit close enough in meaning, or sharing words with the message."""
+    return (
+        "lexical" in hit.branches
+        or hit.branches.get("vector", -1.0) >= limits["search_min_similarity"]
+    )

@@ -29,10 +29,10 @@ import numpy as np
 
 from memory import fulltext
 from memory.files import FileHit, search_files
-from memory.models import Event
-from memory.retrieval import MAX_QUERY_CHARS, MEMORY_TYPES
+from memory.models import MEMORY_TYPES, Event
 from memory.vector_index import index_for
 
+MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing
 VECTOR_WEIGHT = 0.6
 BRANCHES = ("fused", "vector", "lexical", "recency")

@@ -78,6 +78,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "relevance_min_importance": Option(0.8, between(0.0, 1.0)),
         "similarity_limit": Option(5, at_least(0)),
         "similarity_threshold": Option(0.65, between(-1.0, 1.0)),
+        "search_limit": Option(6, at_least(0)),
+        "search_min_similarity": Option(0.3, between(-1.0, 1.0)),
         "file_chunk_chars": Option(1000, at_least(100)),
         "file_chunk_overlap_chars": Option(200, at_least(0)),
         "file_max_bytes": Option(1_000_000, at_least(1024)),

@@ -197,7 +197,7 @@ def recalled_lines(session: Session) -> list[str]:
     if context.session_recall:
         lines.append("Recalled when this session started:")
         lines += [
-            f"- similarity {item['score']:.2f}: [{item['date']}] {item['text'][:80]}"
+            f"- recall {item['score']:.2f}: [{item['date']}] {item['text'][:80]}"
             for item in context.session_recall
         ]
     recalled = context.recalled

@@ -45,13 +45,19 @@ async def test_it_recalls_memories_when_a_session_starts(llm):
     assert "golden retriever" in llm.requests[1]["messages"][0]["content"]
 
 
-async def test_it_recalls_nothing_below_the_floor(llm, configure):
+async def test_it_recalls_nothing_below_the_floor_that_shares_no_word(llm, configure):
     configure("memory", recall_min_score=0.95)
     owner = await User.objects.acreate(username="owner")
     await sync_to_async(past)(owner, "My dog Biscuit is a golden retriever")
-    llm.script(Reply(text="ok"))
-    await run_turn(TurnRequest(owner=owner, session_id="new"), "Tell me about Biscuit", ignore)
+    llm.script(Reply(text="ok"), Reply(text="ok"))
+    await run_turn(TurnRequest(owner=owner, session_id="new"), "Tell me about my pet", ignore)
     assert not await Event.objects.filter(event_type="recall").aexists()
+    # A word in common is reason enough, whatever the similarity.
+    await run_turn(TurnRequest(owner=owner, session_id="newer"), "And Biscuit?", ignore)
+    recall = await Event.objects.aget(session_id="newer", event_type="recall")
+    assert [item["text"] for item in recall.data["items"]] == [
+        "My dog Biscuit is a golden retriever"
+    ]
 
 
 async def test_it_lists_the_recall_in_status(llm):

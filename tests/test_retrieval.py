@@ -82,9 +82,12 @@ def test_it_never_returns_another_users_or_agents_memories(alice, bob, history):
     say(bob, "Bob's dog is a golden retriever named Biscuit too", session="b", importance=1.0)
     say(alice, "The research agent knows about dogs", session="r", agent="research", importance=1.0)
     tasks.embed_missing()
+    say(bob, "My dog sleeps all day on the beach", session="b2")
+    tasks.embed_missing()
     context = get_context(bob, "b", "What breed is my dog?")
     owners = {item.event.owner_id for item in context.items}
     assert owners == {bob.pk}
+    assert context.branch("search"), "the search branch ran, on bob's memories only"
     for branch in ("fused", "vector", "lexical", "recency"):
         hits = search_memory(bob, "golden retriever dog Biscuit", branch=branch)
         assert hits and {hit.event.owner_id for hit in hits} == {bob.pk}, branch
@@ -132,3 +135,23 @@ def test_it_caps_working_memory(alice, configure):
     assert [e.text for e in working_memory.recent(alice, "s1", 50)] == [
         f"m{n}" for n in range(3, 8)
     ]
+
+
+def test_it_recalls_the_top_of_memory_search_as_a_fourth_branch(alice, history, configure):
+    old, recent = history
+    configure("memory", similarity_limit=0, relevance_limit=0)
+    context = get_context(alice, "s1", "When do we fly to Lisbon?")
+    found = [item.event for item in context.branch("search")]
+    assert found[0] == old[1]
+    assert not set(found) & set(recent[-10:])  # what recency holds is not repeated
+    assert len(found) <= 6  # search_limit
+    assert context.recalled[0].branch == "search"  # shown to the model, with its date
+    configure("memory", search_limit=0)
+    assert not get_context(alice, "s1", "When do we fly to Lisbon?").branch("search")
+
+
+def test_it_leaves_out_search_hits_that_share_nothing_with_the_message(alice, history, configure):
+    configure("memory", search_min_similarity=0.99)
+    assert not get_context(alice, "s1", "Quantum chromodynamics?").branch("search")
+    configure("memory", search_min_similarity=-1.0)
+    assert get_context(alice, "s1", "Quantum chromodynamics?").branch("search")

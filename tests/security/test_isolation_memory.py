@@ -134,7 +134,7 @@ def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, 
 @pytest.mark.usefixtures("everything_recalled")
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_it_auto_recalls_only_bobs_memories(world, bob, bobs_session, question):
-    items = recall(bob, "main", "a-new-session", embed_text(question))
+    items = recall(bob, "main", "a-new-session", question, embed_text(question))
     assert items, "bob's own memories are recalled"
     assert not leaks(json.dumps(items), world)
     assert all("MEMORY.md" not in item["source"] for item in items)

@@ -43,3 +43,8 @@ class Command(BaseCommand):
         self.stdout.write("branch    " + "".join(f"recall@{k:<5}" for k in ks))
         for branch, recalls in report["recall"].items():
             self.stdout.write(f"{branch:<10}" + "".join(f"{recalls[str(k)]:<12.3f}" for k in ks))
+        context = report["context"]
+        self.stdout.write(
+            f"context: recall {context['recall']:.3f} with {context['mean_items']:.1f} memory "
+            f"items, about {context['mean_tokens']:.0f} tokens (a fresh session's first turn)"
+        )
