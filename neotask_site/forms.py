@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from django.contrib.auth.forms import UserCreationForm
+from typing import Any
+
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.core.exceptions import ValidationError
+
+from neotask_site import throttle
 
 
 class AdminAccountForm(UserCreationForm):
@@ -13,3 +18,13 @@ class AdminAccountForm(UserCreationForm):
         if commit:
             user.save()
         return user
+
+
+class ThrottledAuthenticationForm(AuthenticationForm):
+    """Says so when the login throttle refuses, instead of "wrong password"."""
+
+    def clean(self) -> dict[str, Any]:
+        username = str(self.data.get("username", ""))
+        if throttle.is_throttled(username, throttle.address_of(self.request)):
+            raise ValidationError(throttle.REFUSED, code="throttled")
+        return super().clean()

@@ -126,6 +126,20 @@ def check_redis_url(url: str) -> str:
 CHANNEL_CAPACITY = 10_000
 
 
+def caches(redis_url: str | None, prefix: str) -> dict[str, Any]:
+    """Redis when there is one, so that every web process shares the login
+    throttle's counts; else the one web process's memory."""
+    if not redis_url:
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": check_redis_url(redis_url),
+            "KEY_PREFIX": prefix,
+        }
+    }
+
+
 def channel_layers(redis_url: str | None) -> dict[str, Any]:
     if not redis_url:
         return {

@@ -33,6 +33,7 @@ try:
     DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
     REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
     CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)
+    CACHES = profiles.caches(REDIS_URL, prefix=os.environ.get("NEOTASK_QUEUE_NAME", "neotask"))
     # Several installations sharing one Redis need a queue each.
     Q_CLUSTER = profiles.q_cluster(
         REDIS_URL, workers=2, name=os.environ.get("NEOTASK_QUEUE_NAME", "neotask")
@@ -126,6 +127,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "neotask_site.throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

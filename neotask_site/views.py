@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from neotask_site import first_run
 from neotask_site.forms import AdminAccountForm
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,8 @@ def setup(request: HttpRequest) -> HttpResponse:
     User = get_user_model()
     if User.objects.exists():
         return redirect("login")
+    if not first_run.may_set_up(request):
+        return render(request, "neotask_site/setup_refused.html", status=403)
     form = AdminAccountForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
@@ -29,9 +32,11 @@ def setup(request: HttpRequest) -> HttpResponse:
             if User.objects.exists():
                 return redirect("login")
             user = form.save()
+        first_run.discard_token()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("home")
-    return render(request, "neotask_site/setup.html", {"form": form})
+    token = request.POST.get("token") or request.GET.get("token") or ""
+    return render(request, "neotask_site/setup.html", {"form": form, "token": token})
 
 
 @login_not_required

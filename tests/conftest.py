@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import uuid
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,9 +22,15 @@ def forget_process_state() -> None:
 @pytest.fixture(autouse=True)
 def own_process_state(settings, tmp_path_factory):
     """User ids repeat between tests (rolled back), so each test gets its own data dir
-    (workspaces, uploads) and empty in-process indexes and working memory: a file or
-    cached row of one test never reaches the next."""
+    (workspaces, uploads), cache and empty in-process indexes and working memory: a
+    file or cached row of one test never reaches the next."""
     settings.DATA_DIR = tmp_path_factory.mktemp("data")  # apart from the test's tmp_path
+    # A cache of its own (login throttle counts): a key prefix, not a flush,
+    # since on the team profile the Redis is shared.
+    cache = settings.CACHES["default"]
+    settings.CACHES = {
+        "default": {**cache, "KEY_PREFIX": f"{cache['KEY_PREFIX']}-{uuid.uuid4().hex}"}
+    }
     forget_process_state()
     yield
     forget_process_state()

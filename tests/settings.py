@@ -18,3 +18,4 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Each test run has its own job queue, even on a Redis shared with other runs.
 Q_CLUSTER = {**Q_CLUSTER, "name": f"neotask-test-{os.getpid()}"}  # noqa: F405
+CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": Q_CLUSTER["name"]}}  # noqa: F405

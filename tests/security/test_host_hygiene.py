@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from neotask_site import profiles
+from django.contrib.auth.models import User
+from django.test import Client
+
+from neotask_site import first_run, profiles, throttle
 from tests.processes import ROOT, app_env, free_port, wait_for_health
 
 
@@ -92,3 +95,89 @@ def test_it_lets_the_embedded_model_bind_its_own_port(tmp_path):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             time.sleep(0.1)
+
+
+# Login throttling ----------------------------------------------------------------
+
+
+def attempt(client: Client, username: str, password: str) -> str:
+    return client.post(
+        "/accounts/login/", {"username": username, "password": password}
+    ).content.decode()
+
+
+def test_it_throttles_guessing_one_accounts_password(alice):
+    guesser = Client(REMOTE_ADDR="198.51.100.7")
+    for _ in range(throttle.PER_USERNAME):
+        assert "enter a correct username and password" in attempt(guesser, "alice", "guess")
+    # Now even the right password is refused, from anywhere, and says why.
+    elsewhere = Client(REMOTE_ADDR="198.51.100.8")
+    assert "Too many failed logins" in attempt(elsewhere, "alice", "alice-password")
+    assert "_auth_user_id" not in elsewhere.session
+    # The admin's login is guarded by the same counts.
+    admin_login = elsewhere.post(
+        "/admin/login/", {"username": "alice", "password": "alice-password"}
+    )
+    assert "_auth_user_id" not in elsewhere.session and admin_login.status_code == 200
+
+
+def test_it_throttles_one_address_trying_many_accounts(bob):
+    sprayer = Client(REMOTE_ADDR="198.51.100.9")
+    for number in range(throttle.PER_ADDRESS):
+        attempt(sprayer, f"user{number}", "password1")
+    assert "Too many failed logins" in attempt(sprayer, "bob", "bob-password")
+    # bob, from his own address, is not locked out by someone else's spraying.
+    own = Client(REMOTE_ADDR="198.51.100.10")
+    own.post("/accounts/login/", {"username": "bob", "password": "bob-password"})
+    assert own.session["_auth_user_id"] == str(bob.pk)
+
+
+# The first-run page --------------------------------------------------------------
+
+
+def test_it_answers_setup_only_from_loopback_or_with_the_token(db, settings):
+    remote = Client(REMOTE_ADDR="203.0.113.5")
+    response = remote.get("/setup/")
+    assert response.status_code == 403 and b"Create the admin account" not in response.content
+    account = {"username": "intruder", "password1": "p4ss-phrase!", "password2": "p4ss-phrase!"}
+    assert remote.post("/setup/", account).status_code == 403
+    assert remote.post("/setup/?token=guess", account).status_code == 403
+    assert not User.objects.exists()
+
+    token = first_run.issue_token()
+    assert mode(first_run.token_file()) == 0o600
+    page = remote.get(f"/setup/?token={token}").content.decode()
+    assert "Create the admin account" in page and f'value="{token}"' in page
+    owner = {**account, "username": "owner", "token": token}
+    assert remote.post("/setup/", owner)["Location"] == "/"
+    assert User.objects.get().username == "owner"
+    assert not first_run.token_file().exists()  # used once
+
+
+def test_it_trusts_no_address_behind_a_proxy(db, settings):
+    settings.HTTPS = True
+    assert Client().get("/setup/", secure=True).status_code == 403
+
+
+def test_it_prints_the_setup_link_when_serving_a_fresh_instance(tmp_path):
+    env = app_env(tmp_path, NEOTASK_LLM_BASE_URL="http://127.0.0.1:9/v1")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        line = server.stdout.readline()
+        token = (tmp_path / "setup_token").read_text()
+        assert line.strip() == (
+            f"First run: create the admin account at http://127.0.0.1:{port}/setup/?token={token}"
+        )
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
+from neotask_site import first_run
 from neotask_site.ports import port_is_free
 from scheduler.config_sync import SyncError, sync_config_tasks
 
@@ -50,6 +52,12 @@ class Command(BaseCommand):
             raise CommandError(f"configuration error: {exc}") from None
         if synced.created or synced.updated or synced.deleted:
             self.stdout.write(str(synced))
+        if not get_user_model().objects.exists():
+            # From another machine the first-run page needs this link.
+            self.stdout.write(
+                f"First run: create the admin account at "
+                f"http://{host}:{port}/setup/?token={first_run.issue_token()}"
+            )
         manage = str(settings.BASE_DIR / "manage.py")
         env = dict(os.environ)
         commands: dict[str, list[str]] = {}

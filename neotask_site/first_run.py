@@ -1,0 +1,55 @@
+"""Who may create the first (admin) account: a browser on this machine, or
+whoever holds the one-time token that `manage.py serve` prints. Otherwise the
+first visitor of a fresh instance reachable from the network would become its
+superuser."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.http import HttpRequest
+
+
+def token_file() -> Path:
+    return Path(settings.DATA_DIR) / "setup_token"
+
+
+def issue_token() -> str:
+    """The token, made once and kept (0600, in the data dir) until setup is done."""
+    path = token_file()
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(24))
+    return path.read_text().strip()
+
+
+def discard_token() -> None:
+    token_file().unlink(missing_ok=True)
+
+
+def holds_token(given: str) -> bool:
+    try:
+        expected = token_file().read_text().strip()
+    except OSError:
+        return False
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def from_loopback(request: HttpRequest) -> bool:
+    # Behind a proxy (NEOTASK_HTTPS) every request comes from the proxy's
+    # loopback address, so the address proves nothing there.
+    if settings.HTTPS:
+        return False
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+def may_set_up(request: HttpRequest) -> bool:
+    return from_loopback(request) or holds_token(
+        request.POST.get("token") or request.GET.get("token") or ""
+    )

@@ -1,0 +1,62 @@
+"""Login throttling: after repeated failures an account, or an address, is
+refused for a while, whatever the password (login page and admin alike).
+
+Counted in the cache, which is Redis on the team profile: every web process
+sees the same counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.contrib.auth.backends import BaseBackend
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+
+WINDOW_SECONDS = 15 * 60
+PER_USERNAME = 5  # guessing one account's password
+PER_ADDRESS = 20  # trying many accounts from one address
+REFUSED = (
+    "Too many failed logins for this account or from this address. Wait 15 minutes, then try again."
+)
+
+
+def address_of(request: HttpRequest | None) -> str:
+    return (request.META.get("REMOTE_ADDR") or "") if request is not None else ""
+
+
+def keys(username: str, address: str) -> tuple[str, str]:
+    # Hashed: a username may hold characters a cache key may not.
+    user = hashlib.sha256(username.strip().lower().encode()).hexdigest()
+    return f"login-failures:user:{user}", f"login-failures:address:{address}"
+
+
+def is_throttled(username: str, address: str) -> bool:
+    by_user, by_address = keys(username, address)
+    counts = cache.get_many([by_user, by_address])
+    return counts.get(by_user, 0) >= PER_USERNAME or counts.get(by_address, 0) >= PER_ADDRESS
+
+
+def record_failure(
+    sender: Any, credentials: dict[str, Any], request: Any = None, **kw: Any
+) -> None:
+    """The `user_login_failed` receiver."""
+    for key in keys(str(credentials.get("username", "")), address_of(request)):
+        cache.add(key, 0, WINDOW_SECONDS)
+        try:
+            cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.set(key, 1, WINDOW_SECONDS)
+
+
+class LoginThrottleBackend(BaseBackend):
+    """First in AUTHENTICATION_BACKENDS: refuses a throttled attempt before any
+    password is checked (PermissionDenied stops the next backends), and
+    authenticates nobody itself."""
+
+    def authenticate(self, request: Any, username: str | None = None, **kwargs: Any) -> None:
+        if request is not None and is_throttled(username or "", address_of(request)):
+            raise PermissionDenied(REFUSED)
+        return None
