@@ -85,24 +85,32 @@ def search_memory(
             index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)
         )
     scores = fuse(vector, lexical)
-    events = owned.in_bulk(list(scores))  # drops ids of other owners, agents or types
-    hits = [
-        SearchHit(
-            events[i],
-            scores[i],
-            {
-                name: found[i]
-                for name, found in (("vector", vector), ("lexical", lexical))
-                if i in found
-            },
-        )
-        for i in scores
-        if i in events
-    ]
-    hits.sort(key=lambda hit: -hit.score)  # stable: ties keep the branches' order
+    hits: list[SearchHit] = []
+    for event in best_events(owned, scores, k):
+        own = {
+            name: found[event.pk]
+            for name, found in (("vector", vector), ("lexical", lexical))
+            if event.pk in found
+        }
+        hits.append(SearchHit(event, scores[event.pk], own))
     if branch == "fused" and files and query_vector is not None:
         return merge_by_similarity(hits, search_files(owner, agent, query_vector, k), k)
-    return hits[:k]
+    return [*hits]
+
+
+def best_events(owned: Any, scores: dict[int, float], k: int) -> list[Event]:
+    """The `k` best-scored events of `owned`, best first (ties keep the branches'
+    order), fetched a few at a time: only what is shown is read, without its vector.
+    `owned` drops the ids of other owners, agents or types."""
+    ranked = sorted(scores, key=lambda i: -scores[i])
+    found: list[Event] = []
+    start, step = 0, max(k, 10)
+    while len(found) < k and start < len(ranked):
+        chunk = ranked[start : start + step]
+        events = owned.defer("embedding").in_bulk(chunk)
+        found += [events[i] for i in chunk if i in events]
+        start += step
+    return found[:k]
 
 
 def fuse(vector: dict[int, float], lexical: dict[int, float]) -> dict[int, float]:

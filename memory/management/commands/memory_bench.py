@@ -1,8 +1,9 @@
 """`python manage.py memory_bench --events N [--json]`: memory latency at scale.
 
 Builds N events for one throw-away user, then times get_context (the query
-already embedded, as in a turn), memory search (with and without embedding
-the query), embedding throughput at batch 1 and 32, and the process RSS.
+already embedded, as in a turn; with and without its search branch), memory
+search (with and without embedding the query) and each of its branches alone,
+embedding throughput at batch 1 and 32, and the process RSS.
 
 Embedding N texts for real would take minutes at 100k, so the events reuse
 the real embeddings of a pool of distinct generated sentences, each with a
@@ -14,6 +15,7 @@ little noise so that no two vectors are equal. Run it on a scratch data dir:
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import statistics
@@ -22,15 +24,19 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.test import override_settings
 from django.utils import timezone
 from tqdm import tqdm
 
+from memory import fulltext
 from memory.embeddings import embed_text, embed_texts, get_model
 from memory.evaluation import throwaway_user
-from memory.models import Event, EventType
+from memory.keys import KEY_VERSION
+from memory.models import MEMORY_TYPES, Event, EventType
 from memory.retrieval import get_context
-from memory.search import search_memory
+from memory.search import CANDIDATES, search_memory
 from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import pack
@@ -72,6 +78,13 @@ def sentence(rng: random.Random) -> str:
     return rng.choice(TEMPLATES).format(
         p=rng.choice(PEOPLE), c=rng.choice(PLACES), t=rng.choice(THINGS), d=rng.choice(DAYS)
     )
+
+
+def without_search_branch() -> dict[str, Any]:
+    """The settings with aidaemon's three branches only."""
+    neotask = copy.deepcopy(settings.NEOTASK)
+    neotask["memory"]["search_limit"] = 0
+    return neotask
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -131,6 +144,19 @@ class Command(BaseCommand):
                 get_context(user, session, QUERIES[n % 8], query_vector=vectors[n % 8])
 
             report["get_context"] = percentiles(timed(context, SAMPLES))
+            with override_settings(NEOTASK=without_search_branch()):
+                report["get_context_without_search"] = percentiles(timed(context, SAMPLES))
+            report["vector_branch"] = percentiles(
+                timed(lambda n: index.search(vectors[n % 8], CANDIDATES, contextual=True), SAMPLES)
+            )
+            report["lexical_branch"] = percentiles(
+                timed(
+                    lambda n: fulltext.search(
+                        user.pk, "main", QUERIES[n % 8], MEMORY_TYPES, CANDIDATES
+                    ),
+                    SAMPLES,
+                )
+            )
             report["search_with_embedding"] = percentiles(
                 timed(lambda n: search_memory(user, QUERIES[n % 8] + f" {n}"), SAMPLES)
             )
@@ -173,6 +199,7 @@ class Command(BaseCommand):
                     vector = vectors[pick] + noise.normal(0, 0.02, vectors.shape[1])
                     vector /= np.linalg.norm(vector)
                     when = start + timedelta(minutes=number)
+                    previous = batch[-1].text if batch and number % 50 else ""
                     batch.append(
                         Event(
                             owner=user,
@@ -182,6 +209,9 @@ class Command(BaseCommand):
                             else EventType.ASSISTANT_RESPONSE,
                             data={"content": texts[pick]},
                             text=texts[pick],
+                            search_key=texts[pick],
+                            search_context=previous,
+                            key_version=KEY_VERSION,
                             created_at=when,
                             importance=0.9 if number % 997 == 0 else 0.5,
                             embedding=pack(vector),
@@ -196,7 +226,14 @@ class Command(BaseCommand):
             f"{report['events']:,} events (built in {report['build_seconds']} s; "
             f"vector index loaded in {report['index_load_seconds']} s)"
         )
-        for name in ("get_context", "search_with_embedding", "search_without_embedding"):
+        for name in (
+            "get_context",
+            "get_context_without_search",
+            "search_with_embedding",
+            "search_without_embedding",
+            "vector_branch",
+            "lexical_branch",
+        ):
             numbers = report[name]
             self.stdout.write(
                 f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
