@@ -49,18 +49,41 @@ def load_dataset(path: Path) -> list[dict[str, Any]]:
         raise DatasetError(f'{path}: expected {{"conversations": [...]}} with at least one')
     for number, conversation in enumerate(conversations, start=1):
         where = f"{path}: conversation #{number}"
+        if not isinstance(conversation, dict):
+            raise DatasetError(f"{where} is not an object")
         for key in ("id", "turns", "questions"):
             if key not in conversation:
                 raise DatasetError(f"{where} has no {key!r}")
+        if not isinstance(conversation["id"], str):
+            raise DatasetError(f"{where}: its id must be a string")
+        for key in ("turns", "questions"):
+            if not isinstance(conversation[key], list):
+                raise DatasetError(f"{where}: {key!r} must be a list")
         turn_ids = set()
         for turn in conversation["turns"]:
-            if not all(isinstance(turn.get(k), str) for k in ("id", "speaker", "text")):
+            if not isinstance(turn, dict) or not all(
+                isinstance(turn.get(k), str) for k in ("id", "speaker", "text")
+            ):
                 raise DatasetError(f"{where}: every turn needs string id, speaker and text")
+            try:
+                timestamp(turn.get("timestamp"))
+            except (TypeError, ValueError):
+                raise DatasetError(
+                    f"{where}: turn {turn['id']} has a timestamp that is not ISO 8601"
+                ) from None
             turn_ids.add(turn["id"])
         for question in conversation["questions"]:
-            evidence = question.get("evidence")
-            if not isinstance(question.get("question"), str) or not isinstance(evidence, list):
-                raise DatasetError(f"{where}: every question needs question and evidence")
+            evidence = question.get("evidence") if isinstance(question, dict) else None
+            if (
+                not isinstance(question, dict)
+                or not isinstance(question.get("question"), str)
+                or not isinstance(evidence, list)
+                or not evidence
+                or not all(isinstance(e, str) for e in evidence)
+            ):
+                raise DatasetError(
+                    f"{where}: every question needs a question and a list of evidence turn ids"
+                )
             if missing := set(evidence) - turn_ids:
                 raise DatasetError(f"{where}: evidence {sorted(missing)} names no turn")
     return conversations

@@ -13,19 +13,21 @@ from memory.models import Event
 DATASET = Path(__file__).parent / "data" / "memory_eval.json"
 
 
-def test_it_reports_that_fused_search_beats_recency(db, tmp_path):
-    document = json.loads(DATASET.read_text())
-    small = tmp_path / "slice.json"
-    small.write_text(json.dumps({"conversations": document["conversations"][:1]}))
+def test_it_reports_that_fused_search_beats_every_branch(db):
     out = StringIO()
-    call_command("memory_eval", str(small), "--k", "5", "--k", "10", "--json", stdout=out)
+    call_command("memory_eval", str(DATASET), "--k", "5", "--k", "10", "--json", stdout=out)
     report = json.loads(out.getvalue())
-    assert report["conversations"] == 1 and report["questions"] >= 15
+    assert report["conversations"] == 4 and report["questions"] == 71
     assert report["k"] == [5, 10]
     recall = report["recall"]
     assert set(recall) == {"fused", "vector", "lexical", "recency"}
     assert recall["fused"]["10"] > recall["recency"]["10"] + 0.3
-    assert recall["fused"]["10"] >= recall["vector"]["10"]
+    for k in ("5", "10"):  # the fusion never loses to its better branch
+        assert recall["fused"][k] >= max(recall["vector"][k], recall["lexical"][k]) - 0.01
+    context = report["context"]
+    assert set(context) == {"recall", "mean_items", "mean_tokens"}
+    assert 0.5 < context["recall"] <= 1.0
+    assert 0 < context["mean_items"] <= 12 and context["mean_tokens"] > 10
     # The throw-away users and their events are gone.
     assert not User.objects.exists() and not Event.objects.exists()
 
@@ -85,6 +87,21 @@ def test_it_prints_a_table_by_default(db, tmp_path):
             '[{"question": "q", "evidence": ["D9:9"]}]}]}',
             "names no turn",
         ),
+        ('{"conversations": ["c1"]}', "is not an object"),
+        ('{"conversations": [{"id": 1, "turns": [], "questions": []}]}', "id must be a string"),
+        ('{"conversations": [{"id": "c1", "turns": "abc", "questions": []}]}', "must be a list"),
+        ('{"conversations": [{"id": "c1", "turns": ["x"], "questions": []}]}', "string id"),
+        (
+            '{"conversations": [{"id": "c1", "questions": [], "turns": [{"id": "D1:1", '
+            '"speaker": "A", "text": "t", "timestamp": "last tuesday"}]}]}',
+            "not ISO 8601",
+        ),
+        (
+            '{"conversations": [{"id": "c1", "turns": [], "questions": '
+            '[{"question": "q", "evidence": [["D1:1"]]}]}]}',
+            "list of evidence turn ids",
+        ),
+        ('{"conversations": [{"id": "c1", "turns": [], "questions": ["q"]}]}', "evidence"),
     ],
 )
 def test_it_rejects_a_malformed_dataset(db, tmp_path, content, message):
@@ -97,3 +114,17 @@ def test_it_rejects_a_malformed_dataset(db, tmp_path, content, message):
 def test_it_rejects_a_missing_file(db, tmp_path):
     with pytest.raises(CommandError, match="cannot be read"):
         call_command("memory_eval", str(tmp_path / "nope.json"))
+
+
+def test_it_measures_the_context_only_by_what_the_turn_really_sends(db, tmp_path, configure):
+    """With recall and every branch but recency off, nothing of the past reaches the
+    prompt: the context figure is measured, not inferred from search."""
+    configure("memory", recall_limit=0, relevance_limit=0, similarity_limit=0, search_limit=0)
+    document = json.loads(DATASET.read_text())
+    small = tmp_path / "slice.json"
+    small.write_text(json.dumps({"conversations": document["conversations"][:1]}))
+    out = StringIO()
+    call_command("memory_eval", str(small), "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["context"] == {"recall": 0.0, "mean_items": 0.0, "mean_tokens": 0.0}
+    assert report["recall"]["fused"]["10"] > 0.5  # search itself still works
