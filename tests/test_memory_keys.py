@@ -169,3 +169,16 @@ def test_the_contextual_index_is_the_same_whatever_the_embedding_order(alice):
     # Ann's middle turn carries her turns around it, not Bo's.
     plain = dict(index.search(query, 5))
     assert dict(ranked)[turns[2].pk] != pytest.approx(plain[turns[2].pk])
+
+
+def test_another_users_turns_never_enter_a_contextual_vector(alice, bob):
+    mine = say(alice, "I keep bees on the roof", session="same-id")
+    tasks.embed_missing()
+    query = embed_text("rooftop beekeeping")
+    alone = dict(index_for(alice.pk).search(query, 5, contextual=True))
+    # Bob writes the same speaker's turns around it, under the same session id.
+    say(bob, "Rooftop beekeeping is my passion", session="same-id")
+    say(bob, "Beekeeping on rooftops, again", session="same-id")
+    tasks.embed_missing()
+    after = dict(index_for(alice.pk).search(query, 5, contextual=True))
+    assert after == pytest.approx(alone) and list(after) == [mine.pk]
