@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from django.contrib.auth.backends import BaseBackend
+from django.contrib.auth.backends import ModelBackend
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
@@ -51,10 +51,11 @@ def record_failure(
             cache.set(key, 1, WINDOW_SECONDS)
 
 
-class LoginThrottleBackend(BaseBackend):
+class LoginThrottleBackend(ModelBackend):
     """First in AUTHENTICATION_BACKENDS: refuses a throttled attempt before any
-    password is checked (PermissionDenied stops the next backends), and
-    authenticates nobody itself."""
+    password is checked (PermissionDenied stops the next backends), and checks
+    no password itself; a session it is named in (the first backend is
+    `force_login`'s default) loads its user as ModelBackend does."""
 
     def authenticate(self, request: Any, username: str | None = None, **kwargs: Any) -> None:
         if request is not None and is_throttled(username or "", address_of(request)):
