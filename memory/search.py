@@ -78,7 +78,7 @@ def search_memory(
     if branch != "lexical":
         vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
     if branch != "vector":
-        lexical = dict(fulltext.search(owner.pk, agent, text, MEMORY_TYPES, CANDIDATES))
+        lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=index.count()))
     if branch == "fused" and lexical:
         # The cosine of the words' finds, for those with a vector.
         vector.update(

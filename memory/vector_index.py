@@ -44,6 +44,10 @@ class VectorIndex(Protocol):
         compares with the events' contextual vectors instead of their own."""
         ...
 
+    def count(self) -> int:
+        """How many events have a vector."""
+        ...
+
     def scores(
         self, event_ids: list[int], vector: np.ndarray, contextual: bool = False
     ) -> dict[int, float]:
@@ -164,6 +168,11 @@ class NumpyIndex:
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.argsort(-scores[top])]
             return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
+
+    def count(self) -> int:
+        with self.lock:
+            self.sync()
+            return self.size
 
     def scores(
         self, event_ids: list[int], vector: np.ndarray, contextual: bool = False

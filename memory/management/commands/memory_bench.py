@@ -34,7 +34,7 @@ from memory import fulltext
 from memory.embeddings import embed_text, embed_texts, get_model
 from memory.evaluation import throwaway_user
 from memory.keys import KEY_VERSION
-from memory.models import MEMORY_TYPES, Event, EventType
+from memory.models import Event, EventType
 from memory.retrieval import get_context
 from memory.search import CANDIDATES, search_memory
 from memory.tasks import analyze_database
@@ -152,7 +152,7 @@ class Command(BaseCommand):
             report["lexical_branch"] = percentiles(
                 timed(
                     lambda n: fulltext.search(
-                        user.pk, "main", QUERIES[n % 8], MEMORY_TYPES, CANDIDATES
+                        user.pk, "main", QUERIES[n % 8], CANDIDATES, memories=index.count()
                     ),
                     SAMPLES,
                 )
