@@ -182,3 +182,17 @@ def test_another_users_turns_never_enter_a_contextual_vector(alice, bob):
     tasks.embed_missing()
     after = dict(index_for(alice.pk).search(query, 5, contextual=True))
     assert after == pytest.approx(alone) and list(after) == [mine.pk]
+
+
+def test_a_repeated_query_is_answered_from_the_last_scores_until_the_index_changes(alice):
+    first = say(alice, "The boiler was serviced in March")
+    tasks.embed_missing()
+    index = index_for(alice.pk)
+    query = embed_text("when was the boiler serviced?")
+    before = index.search(query, 5, contextual=True)
+    assert index.search(query, 5, contextual=True) == before
+    assert index.search(query, 5) == index.search(query, 5)
+    newer = say(alice, "The boiler broke down again in May")
+    tasks.embed_missing()
+    ids = [event_id for event_id, _ in index.search(query, 5, contextual=True)]
+    assert set(ids) == {first.pk, newer.pk}  # the change was seen, not the old scores
