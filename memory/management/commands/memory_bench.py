@@ -21,18 +21,19 @@ import random
 import statistics
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.test import override_settings
 from django.utils import timezone
 from tqdm import tqdm
 
 from memory import fulltext
 from memory.embeddings import embed_text, embed_texts, get_model
-from memory.evaluation import throwaway_user
+from memory.evaluation import DatasetError, load_dataset, throwaway_user
 from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
 from memory.retrieval import get_context
@@ -119,16 +120,33 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000)
         parser.add_argument("--json", action="store_true", dest="as_json")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument(
+            "--texts",
+            type=Path,
+            help="a memory_eval dataset whose turns and questions to use instead of "
+            "generated sentences (real conversation has a far larger vocabulary)",
+        )
 
-    def handle(self, *args: Any, events: int, as_json: bool, seed: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, events: int, as_json: bool, seed: int, texts: Path | None, **options: Any
+    ) -> None:
         rng = random.Random(seed)
         noise = np.random.default_rng(seed)
         quiet = as_json
         get_model()
         started = time.perf_counter()
-        pool_texts = list(dict.fromkeys(sentence(rng) for _ in range(POOL * 3)))[:POOL]
+        queries = QUERIES
+        if texts is None:
+            pool_texts = list(dict.fromkeys(sentence(rng) for _ in range(POOL * 3)))[:POOL]
+        else:
+            try:
+                conversations = load_dataset(texts)
+            except DatasetError as exc:
+                raise CommandError(str(exc)) from None
+            pool_texts = [turn["text"] for c in conversations for turn in c["turns"]]
+            queries = [q["question"] for c in conversations for q in c["questions"]]
         pool_vectors = embed_texts(pool_texts)
-        report: dict[str, Any] = {"events": events}
+        report: dict[str, Any] = {"events": events, "texts": str(texts or "generated")}
         with throwaway_user() as user:
             self.build(user, events, pool_texts, pool_vectors, rng, noise, quiet)
             analyze_database()  # what the hourly job does for a grown database
@@ -137,32 +155,43 @@ class Command(BaseCommand):
             started = time.perf_counter()
             index.search(pool_vectors[0], 1)  # first load of the vector index
             report["index_load_seconds"] = round(time.perf_counter() - started, 2)
-            vectors = embed_texts(QUERIES)
+            vectors = embed_texts(queries)
             session = f"bench:{events - 1}"
 
             def context(n: int) -> None:
-                get_context(user, session, QUERIES[n % 8], query_vector=vectors[n % 8])
+                get_context(
+                    user, session, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
+                )
 
             report["get_context"] = percentiles(timed(context, SAMPLES))
             with override_settings(NEOTASK=without_search_branch()):
                 report["get_context_without_search"] = percentiles(timed(context, SAMPLES))
             report["vector_branch"] = percentiles(
-                timed(lambda n: index.search(vectors[n % 8], CANDIDATES, contextual=True), SAMPLES)
+                timed(
+                    lambda n: index.search(vectors[n % len(queries)], CANDIDATES, contextual=True),
+                    SAMPLES,
+                )
             )
             report["lexical_branch"] = percentiles(
                 timed(
                     lambda n: fulltext.search(
-                        user.pk, "main", QUERIES[n % 8], CANDIDATES, memories=index.count()
+                        user.pk,
+                        "main",
+                        queries[n % len(queries)],
+                        CANDIDATES,
+                        memories=index.count(),
                     ),
                     SAMPLES,
                 )
             )
             report["search_with_embedding"] = percentiles(
-                timed(lambda n: search_memory(user, QUERIES[n % 8] + f" {n}"), SAMPLES)
+                timed(lambda n: search_memory(user, queries[n % len(queries)] + f" {n}"), SAMPLES)
             )
             report["search_without_embedding"] = percentiles(
                 timed(
-                    lambda n: search_memory(user, QUERIES[n % 8], query_vector=vectors[n % 8]),
+                    lambda n: search_memory(
+                        user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
+                    ),
                     SAMPLES,
                 )
             )
@@ -223,7 +252,8 @@ class Command(BaseCommand):
 
     def print_table(self, report: dict[str, Any]) -> None:
         self.stdout.write(
-            f"{report['events']:,} events (built in {report['build_seconds']} s; "
+            f"{report['events']:,} events of {report['texts']} text "
+            f"(built in {report['build_seconds']} s; "
             f"vector index loaded in {report['index_load_seconds']} s)"
         )
         for name in (
