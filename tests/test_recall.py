@@ -96,3 +96,20 @@ async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client):
     recall = await Event.objects.aget(session_id=str(session.pk), event_type="recall")
     assert recall.data["items"][0]["source"] == "MEMORY.md:1-2"
     assert "blue flower pot" in llm.requests[0]["messages"][0]["content"]
+
+
+async def test_status_names_the_branch_that_brought_each_memory(llm, configure):
+    configure("memory", similarity_limit=0)  # else the closest may come by similarity
+    owner = await User.objects.acreate(username="owner")
+    await sync_to_async(past)(owner, "The spare key is under the blue flower pot")
+    await sync_to_async(past)(owner, "Our wifi password is on the fridge", session="older")
+    session = await sync_to_async(chat.start_chat)(owner)
+    llm.script(Reply(text="Noted."), Reply(text="On the fridge."))
+    await chat.run_chat_turn(session, "Where is the spare key?", ignore)
+    await chat.run_chat_turn(session, "And where did I put the wifi password?", ignore)
+    status = await sync_to_async(chat.status_text)(session)
+    assert "- recall" in status and "spare key" in status
+    line = next(line for line in status.splitlines() if "wifi password" in line)
+    assert line.startswith("- search ")
+    # ...and the model was shown it with its date.
+    assert "] user: Our wifi password is on the fridge" in llm.requests[1]["messages"][0]["content"]
