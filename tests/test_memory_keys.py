@@ -196,3 +196,21 @@ def test_a_repeated_query_is_answered_from_the_last_scores_until_the_index_chang
     tasks.embed_missing()
     ids = [event_id for event_id, _ in index.search(query, 5, contextual=True)]
     assert set(ids) == {first.pk, newer.pk}  # the change was seen, not the old scores
+
+
+def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice):
+    from memory import fulltext
+
+    events = [
+        Event(owner=alice, session_id=f"s{n}", event_type="user_message", text=f"weather {n}")
+        for n in range(300)
+    ]
+    Event.set_keys_in_order(events)
+    Event.objects.bulk_create(events)
+    rare = say(alice, "the weather in Tromsø was glacial", session="trip")
+    hits = fulltext.search(alice.pk, "main", "weather glacial", 50, memories=301)
+    assert [event_id for event_id, _ in hits] == [rare.pk]  # "weather" is in every one
+    # Without the count of memories, every word is searched.
+    assert len(fulltext.search(alice.pk, "main", "weather glacial", 50)) == 50
+    # A query of common words only still searches by its rarest.
+    assert len(fulltext.search(alice.pk, "main", "weather", 50, memories=301)) == 50
