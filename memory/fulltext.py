@@ -41,8 +41,8 @@ COMMON_SHARE = 0.2
 COMMON_MIN = 200  # ...but small memories are searched by every word
 # And at most about this many matches are scored: in a large memory the most
 # common of the remaining words go first (the rarest always stays), so that a
-# query costs at most ~15 ms of ranking however large the memory grows.
-SCORED_MATCHES = 20_000
+# query costs at most ~8 ms of ranking however large the memory grows.
+SCORED_MATCHES = 10_000
 
 # SQLite: contentless (content=''), because the indexed key is an expression, not
 # a column (the triggers hand FTS5 the old values to delete). A third column holds
