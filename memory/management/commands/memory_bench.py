@@ -43,6 +43,14 @@ from memory.vector_index import index_for
 from memory.vectors import pack
 
 POOL = 2000
+STAGES = (  # what is timed, in the order printed
+    "get_context",
+    "get_context_without_search",
+    "search_with_embedding",
+    "search_without_embedding",
+    "vector_branch",
+    "lexical_branch",
+)
 SAMPLES = 200
 INSERT_BATCH = 5000
 PEOPLE = "Maya Ben Alice Omar Priya Lena Marco Yuki Sam Ines".split()
@@ -256,14 +264,7 @@ class Command(BaseCommand):
             f"(built in {report['build_seconds']} s; "
             f"vector index loaded in {report['index_load_seconds']} s)"
         )
-        for name in (
-            "get_context",
-            "get_context_without_search",
-            "search_with_embedding",
-            "search_without_embedding",
-            "vector_branch",
-            "lexical_branch",
-        ):
+        for name in STAGES:
             numbers = report[name]
             self.stdout.write(
                 f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
