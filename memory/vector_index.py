@@ -2,8 +2,11 @@
 
 `VectorIndex` is the interface a backend implements; `NumpyIndex` keeps one
 owner-and-agent's vectors in process memory (384 float32 each: 150 MB per
-100k events), loaded once and then synced incrementally from `embedded_at`,
-so a query costs one small indexed query plus a matrix-vector product.
+100k events), loaded once and then synced incrementally through a `StampWindow`
+(memory/vector_sync.py), so a query costs two small indexed queries (the window,
+and whether the hits still exist) plus a matrix-vector product. A deletion leaves
+no stamp behind: a deleted event is dropped when it comes up as a hit, and the
+next best takes its place.
 
 Contextual scores: a turn is also found by what its speaker said just before and
 just after it in the same session. An event's contextual vector is its own plus
@@ -21,12 +24,12 @@ import bisect
 import logging
 import threading
 from collections import OrderedDict
-from datetime import datetime
 from typing import Protocol
 
 import numpy as np
 
 from memory.models import Event
+from memory.vector_sync import StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 
 log = logging.getLogger(__name__)
@@ -69,37 +72,37 @@ class NumpyIndex:
         self.position: dict[int, int] = {}
         # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
         self.threads: dict[tuple[str, str, str], list[int]] = {}
-        self.synced_to: datetime | None = None
+        self.window = StampWindow()
         # The plain scores of the last query: a turn asks with one vector several
         # times (similarity, search, auto-recall, each tool round), and each
         # matrix-vector product costs ~6 ms at 100k events. Cleared by any change.
         self.last_query: tuple[bytes, dict[bool, np.ndarray]] | None = None
 
     def sync(self) -> None:
-        """Add the vectors stored since the last sync (all of them the first time)."""
+        """Read the vectors stored or replaced since the last sync (all of them the
+        first time)."""
         rows = Event.objects.filter(
             owner_id=self.owner_id, agent=self.agent, embedded_at__isnull=False
         )
-        if self.synced_to is not None:
-            rows = rows.filter(embedded_at__gt=self.synced_to)
-        for event_id, blob, embedded_at, session_id, event_type, speaker in (
-            rows.order_by("embedded_at")
-            .values_list("id", "embedding", "embedded_at", "session_id", "event_type", "speaker")
-            .iterator(chunk_size=2000)
-        ):
-            self.synced_to = embedded_at
-            if blob is None:
-                continue
-            try:
-                vector = unpack(blob)
-            except VectorError:
-                log.warning("event %s has a corrupt embedding; queued for re-embedding", event_id)
-                # Cleared, the embedding sweep computes it again.
-                Event.objects.filter(pk=event_id).update(
-                    embedding=None, embedded_at=None, embedding_error="corrupt vector replaced"
-                )
-                continue
-            self.put(event_id, vector, (session_id, event_type, speaker))
+        for batch in self.window.unread(rows):
+            for event_id, blob, embedded_at, session_id, event_type, speaker in batch.values_list(
+                "id", "embedding", "embedded_at", "session_id", "event_type", "speaker"
+            ).iterator(chunk_size=2000):
+                if blob is None:
+                    continue
+                try:
+                    vector = unpack(blob)
+                except VectorError:
+                    log.warning(
+                        "event %s has a corrupt embedding; queued for re-embedding", event_id
+                    )
+                    # Cleared, the embedding sweep computes it again.
+                    Event.objects.filter(pk=event_id).update(
+                        embedding=None, embedded_at=None, embedding_error="corrupt vector replaced"
+                    )
+                    continue
+                self.put(event_id, vector, (session_id, event_type, speaker))
+                self.window.read(event_id, embedded_at)
 
     def put(
         self, event_id: int, vector: np.ndarray, thread: tuple[str, str, str] | None = None
@@ -163,13 +166,64 @@ class NumpyIndex:
     ) -> list[tuple[int, float]]:
         with self.lock:
             self.sync()
-            if k <= 0 or self.size == 0:
-                return []
-            scores = self.all_scores(vector, contextual)
-            k = min(k, self.size)
-            top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.argsort(-scores[top])]
-            return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
+            while k > 0 and self.size > 0:
+                scores = self.all_scores(vector, contextual)
+                top = np.argpartition(-scores, min(k, self.size) - 1)[: min(k, self.size)]
+                top = top[np.argsort(-scores[top])]
+                hits = [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
+                gone = self.deleted([event_id for event_id, _ in hits])
+                if not gone:
+                    return hits
+                self.remove(gone)  # and the next best take their places
+            return []
+
+    def deleted(self, event_ids: list[int]) -> list[int]:
+        """Those of `event_ids` that are no longer in the database. Deletions leave no
+        stamp to sync from, so the hits are checked instead: one primary-key lookup."""
+        if not event_ids:
+            return []
+        present = set(
+            Event.objects.filter(pk__in=event_ids).order_by().values_list("id", flat=True)
+        )
+        return [event_id for event_id in event_ids if event_id not in present]
+
+    def remove(self, event_ids: list[int]) -> None:
+        """Drop these events; the last row moves into each freed one."""
+        self.last_query = None
+        for event_id in event_ids:
+            row = self.position.pop(event_id)
+            self.unthread(event_id)
+            previous, following = int(self.before[row]), int(self.after[row])
+            if previous != NO_ROW:
+                self.after[previous] = following
+                self.renorm(previous)
+            if following != NO_ROW:
+                self.before[following] = previous
+                self.renorm(following)
+            last = self.size - 1
+            if row != last:
+                self.move(last, row)
+            self.size -= 1
+
+    def move(self, source: int, target: int) -> None:
+        for array in (self.matrix, self.ids, self.before, self.after, self.norms):
+            array[target] = array[source]
+        self.position[int(self.ids[target])] = target
+        if self.before[target] != NO_ROW:
+            self.after[self.before[target]] = target
+        if self.after[target] != NO_ROW:
+            self.before[self.after[target]] = target
+
+    def unthread(self, event_id: int) -> None:
+        # A scan of the threads: deletions are rare, and a thread per row would cost
+        # memory on every row.
+        for thread, turns in self.threads.items():
+            place = bisect.bisect_left(turns, event_id)
+            if place < len(turns) and turns[place] == event_id:
+                del turns[place]
+                if not turns:
+                    del self.threads[thread]
+                return
 
     def all_scores(self, vector: np.ndarray, contextual: bool) -> np.ndarray:
         """Every event's score (read-only: it is kept for the next same query)."""

@@ -1,0 +1,101 @@
+"""The in-process event vector index stays equal to the database when several
+workers write vectors: a vector whose transaction commits after a later-stamped
+one was synced is still found, a re-embedded event is replaced in place, and a
+deleted event is never a search result."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from memory.models import Event
+from memory.vector_index import NumpyIndex
+from memory.vectors import EMBEDDING_DIM, pack
+
+
+def axis(number: int) -> np.ndarray:
+    vector = np.zeros(EMBEDDING_DIM, dtype=np.float32)
+    vector[number] = 1.0
+    return vector
+
+
+def blend(first: int, second: int, weight: float) -> np.ndarray:
+    vector = axis(first) + weight * axis(second)
+    return vector / np.linalg.norm(vector)
+
+
+def record(owner, text, session="s1"):
+    return Event.record(owner, session, "user_message", {"content": text}, queue=False)
+
+
+def store_vector(event, vector, stamp) -> None:
+    """What an embedding worker's transaction writes."""
+    Event.objects.filter(pk=event.pk).update(embedding=pack(vector), embedded_at=stamp)
+
+
+def test_it_finds_an_event_vector_stamped_first_and_committed_last(alice):
+    early, late = record(alice, "stamped first"), record(alice, "stamped second")
+    index = NumpyIndex(alice.pk, "main")
+    stamped = timezone.now()
+    # Worker 2 stamps after worker 1 but commits first, and a query syncs it...
+    store_vector(late, axis(1), stamped + timedelta(milliseconds=5))
+    assert index.count() == 1
+    # ...then worker 1's transaction commits.
+    store_vector(early, axis(0), stamped)
+    assert index.count() == 2
+    assert index.search(axis(0), 1)[0][0] == early.pk
+
+
+def test_it_replaces_a_re_embedded_event_in_place(alice):
+    event = record(alice, "my key changed")
+    index = NumpyIndex(alice.pk, "main")
+    store_vector(event, axis(0), timezone.now())
+    assert index.search(axis(0), 1)[0][1] == pytest.approx(1.0)
+    store_vector(event, axis(1), timezone.now())
+    assert index.count() == 1
+    assert index.search(axis(1), 1) == [(event.pk, pytest.approx(1.0))]
+
+
+def test_it_never_returns_a_deleted_event_nor_gives_it_a_slot(alice):
+    kept, deleted = record(alice, "kept"), record(alice, "deleted")
+    index = NumpyIndex(alice.pk, "main")
+    store_vector(kept, blend(0, 1, 1.0), timezone.now())
+    store_vector(deleted, axis(0), timezone.now())
+    assert index.search(axis(0), 1)[0][0] == deleted.pk
+    assert index.search(axis(0), 1)[0][0] == deleted.pk  # answered from the cached scores
+    deleted.delete()
+    assert [event_id for event_id, _ in index.search(axis(0), 1)] == [kept.pk]
+    assert index.count() == 1
+    assert index.scores([kept.pk, deleted.pk], axis(0)).keys() == {kept.pk}
+
+
+def test_it_relinks_the_neighbours_of_a_deleted_turn(alice):
+    turns = [record(alice, f"turn {number}") for number in range(5)]
+    index = NumpyIndex(alice.pk, "main")
+    for number, turn in enumerate(turns):
+        store_vector(turn, blend(number, 10, 0.2), timezone.now())
+    index.search(axis(2), 1)
+    turns[2].delete()
+    assert turns[2].pk not in dict(index.search(axis(2), 5))
+    record(alice, "turn 5")  # linked after the rows moved
+    store_vector(Event.objects.latest("id"), blend(5, 10, 0.2), timezone.now())
+    ids = list(Event.objects.values_list("id", flat=True))
+    fresh = NumpyIndex(alice.pk, "main")
+    for query in (axis(1), axis(3), axis(4), axis(10)):
+        assert index.scores(ids, query, contextual=True) == pytest.approx(
+            fresh.scores(ids, query, contextual=True)
+        )
+        found, expected = (dict(i.search(query, 6, contextual=True)) for i in (index, fresh))
+        assert found == pytest.approx(expected)
+
+
+def test_it_forgets_the_stamps_of_settled_rows(alice):
+    old, new = record(alice, "an hour ago"), record(alice, "just now")
+    store_vector(old, axis(0), timezone.now() - timedelta(hours=1))
+    store_vector(new, axis(1), timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    assert index.count() == 2
+    assert index.window.stamps.keys() == {new.pk}
