@@ -26,7 +26,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -37,6 +36,7 @@ from django.utils import timezone
 
 from memory.embeddings import embed_texts
 from memory.models import MemoryChunk, MemoryFile
+from memory.vector_sync import StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, pack, unpack
 from memory.workspace import workspace_dir
 
@@ -625,8 +625,8 @@ class FileHit:
 
 class ChunkIndex:
     """One owner-and-agent's chunk vectors in process memory, like `NumpyIndex` for
-    events: loaded once, then synced from `embedded_at`. Chunks also disappear (files
-    edited or deleted); a count tells when, and only then are the ids compared."""
+    events: loaded once, then synced through a `StampWindow`. Chunks also disappear
+    (files edited or deleted); a count tells when, and only then are the ids compared."""
 
     def __init__(self, owner_id: int, agent: str) -> None:
         self.owner_id = owner_id
@@ -635,7 +635,7 @@ class ChunkIndex:
         self.ids = np.empty(0, dtype=np.int64)
         self.matrix = np.empty((0, EMBEDDING_DIM), dtype=np.float32)
         self.position: dict[int, int] = {}
-        self.synced_to: datetime | None = None
+        self.window = StampWindow()
 
     def rows(self) -> Any:
         return MemoryChunk.objects.filter(
@@ -643,17 +643,13 @@ class ChunkIndex:
         )
 
     def sync(self) -> None:
-        rows = self.rows()
-        if self.synced_to is not None:
-            rows = rows.filter(embedded_at__gt=self.synced_to)
         added = {}
-        for chunk_id, blob, embedded_at in (
-            rows.order_by("embedded_at")
-            .values_list("id", "embedding", "embedded_at")
-            .iterator(2000)
-        ):
-            self.synced_to = embedded_at
-            added[chunk_id] = blob
+        for batch in self.window.unread(self.rows()):
+            for chunk_id, blob, embedded_at in batch.values_list(
+                "id", "embedding", "embedded_at"
+            ).iterator(2000):
+                self.window.read(chunk_id, embedded_at)
+                added[chunk_id] = blob
         self.add(added)
         if self.rows().count() != len(self.position):
             self.reconcile()
@@ -664,7 +660,7 @@ class ChunkIndex:
         self.ids, self.matrix = self.ids[keep], self.matrix[keep]
         self.position = {int(chunk_id): i for i, chunk_id in enumerate(self.ids)}
         missing = present - self.position.keys()
-        if missing:  # stored with an embedded_at older than the last sync
+        if missing:  # committed more than `vector_sync.SETTLE` after its stamp
             self.add(dict(self.rows().filter(pk__in=missing).values_list("id", "embedding")))
 
     def add(self, blobs: dict[int, Any]) -> None:

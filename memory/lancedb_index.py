@@ -3,7 +3,7 @@
 `pip install .[lancedb]` and `[memory] vector_backend = "lancedb"`. Same
 interface as the in-process numpy index (`search(vector, k, min_score)`); the
 database stays the truth: the table (one per owner and agent, under
-DATA_DIR/lancedb/) is synced from `embedded_at`, and a table that is missing,
+DATA_DIR/lancedb/) is synced through a `StampWindow`, and a table that is missing,
 unreadable or out of step is rebuilt from the database with a log line while
 search keeps answering.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import MemoryChunk
+from memory.vector_sync import SETTLE, StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class LanceChunkIndex:
         self.root = Path(settings.DATA_DIR) / "lancedb"
         self.name = f"chunks_{owner_id}_{agent}"
         self.table: Any = None
-        self.synced_to: datetime | None = None
+        self.window = StampWindow()
 
     def rows(self) -> Any:
         return MemoryChunk.objects.filter(
@@ -78,25 +78,25 @@ class LanceChunkIndex:
 
     def vectors(self, queryset: Any) -> list[tuple[int, np.ndarray]]:
         found = []
-        for chunk_id, blob, embedded_at in queryset.order_by("embedded_at").values_list(
-            "id", "embedding", "embedded_at"
-        ):
-            self.synced_to = max(self.synced_to or embedded_at, embedded_at)
+        for chunk_id, blob, embedded_at in queryset.values_list("id", "embedding", "embedded_at"):
             try:
                 found.append((chunk_id, unpack(blob)))
             except (VectorError, TypeError):
                 log.warning("memory chunk %s has a corrupt vector; it is embedded again", chunk_id)
                 MemoryChunk.objects.filter(pk=chunk_id).update(embedding=None, embedded_at=None)
+                continue
+            self.window.read(chunk_id, embedded_at)
         return found
+
+    def unread(self) -> list[tuple[int, np.ndarray]]:
+        return [row for batch in self.window.unread(self.rows()) for row in self.vectors(batch)]
 
     def rebuild(self, why: str) -> None:
         log.warning("rebuilding the LanceDB table %s from the database: %s", self.name, why)
         shutil.rmtree(self.root / f"{self.name}.lance", ignore_errors=True)
-        self.synced_to = None
+        self.window = StampWindow()
         db = connect(self.root)
-        self.table = db.create_table(
-            self.name, data=as_table(self.vectors(self.rows())), mode="overwrite"
-        )
+        self.table = db.create_table(self.name, data=as_table(self.unread()), mode="overwrite")
 
     def open(self) -> None:
         try:
@@ -109,17 +109,17 @@ class LanceChunkIndex:
             return self.rebuild(f"{type(exc).__name__}: {exc}")
         if count != self.rows().count():
             return self.rebuild(f"{count} vectors in the table, {self.rows().count()} chunks")
-        self.synced_to = (
-            self.rows().order_by("-embedded_at").values_list("embedded_at", flat=True).first()
-        )
+        newest = self.rows().order_by("-embedded_at").values_list("embedded_at", flat=True).first()
+        self.window = StampWindow()
+        if newest is not None:
+            # An earlier process wrote the table: what committed late after its last
+            # sync is read again.
+            self.window.settle(newest - SETTLE)
 
     def sync(self) -> None:
         if self.table is None:
             self.open()
-        fresh = self.rows()
-        if self.synced_to is not None:
-            fresh = fresh.filter(embedded_at__gt=self.synced_to)
-        rows = self.vectors(fresh)
+        rows = self.unread()
         if rows:
             (
                 self.table.merge_insert("id")

@@ -1,7 +1,7 @@
-"""The in-process event vector index stays equal to the database when several
-workers write vectors: a vector whose transaction commits after a later-stamped
-one was synced is still found, a re-embedded event is replaced in place, and a
-deleted event is never a search result."""
+"""The in-process vector indexes stay equal to the database when several workers
+write vectors: a vector whose transaction commits after a later-stamped one was
+synced is still found, a re-embedded row is replaced in place, and a deleted row
+is never a search result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from memory.models import Event
+from memory.files import chunk_index_for, forget_chunk_indexes
+from memory.models import Event, MemoryChunk, MemoryFile
 from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 
@@ -99,3 +100,50 @@ def test_it_forgets_the_stamps_of_settled_rows(alice):
     index = NumpyIndex(alice.pk, "main")
     assert index.count() == 2
     assert index.window.stamps.keys() == {new.pk}
+
+
+@pytest.fixture(params=["numpy", "lancedb"])
+def chunk_index(request, alice, configure):
+    if request.param == "lancedb":
+        pytest.importorskip("lancedb", reason='the LanceDB plugin (pip install ".[lancedb]")')
+    configure("memory", vector_backend=request.param)
+    forget_chunk_indexes()
+    yield chunk_index_for(alice.pk, "main")
+    forget_chunk_indexes()
+
+
+def chunk(owner, position: int) -> MemoryChunk:
+    file, _ = MemoryFile.objects.get_or_create(owner=owner, agent="main", path="MEMORY.md")
+    return MemoryChunk.objects.create(
+        owner=owner,
+        file=file,
+        position=position,
+        start_line=position + 1,
+        end_line=position + 1,
+        text=f"line {position}",
+        content_hash=f"{position:064x}",
+    )
+
+
+def store_chunk_vector(row, vector, stamp) -> None:
+    MemoryChunk.objects.filter(pk=row.pk).update(embedding=pack(vector), embedded_at=stamp)
+
+
+def test_it_finds_a_chunk_stamped_first_and_committed_last(alice, chunk_index):
+    early, late, edited = chunk(alice, 0), chunk(alice, 1), chunk(alice, 2)
+    store_chunk_vector(edited, axis(2), timezone.now() - timedelta(seconds=1))
+    stamped = timezone.now()
+    store_chunk_vector(late, axis(1), stamped + timedelta(milliseconds=5))
+    assert [hit for hit, _ in chunk_index.search(axis(1), 5)] == [late.pk, edited.pk]
+    # Worker 1 commits while an edit drops a chunk: the count alone is unchanged.
+    store_chunk_vector(early, axis(0), stamped)
+    edited.delete()
+    assert [hit for hit, _ in chunk_index.search(axis(0), 5)] == [early.pk, late.pk]
+
+
+def test_it_replaces_a_re_embedded_chunk_in_place(alice, chunk_index):
+    row = chunk(alice, 0)
+    store_chunk_vector(row, axis(0), timezone.now())
+    assert chunk_index.search(axis(0), 1)[0][0] == row.pk
+    store_chunk_vector(row, axis(1), timezone.now())
+    assert chunk_index.search(axis(1), 5) == [(row.pk, pytest.approx(1.0))]
