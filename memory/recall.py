@@ -40,9 +40,7 @@ def recall(
                     "score": round(hit.score, 3),
                 }
             )
-        elif hit.event.session_id != session_id and (
-            "lexical" in hit.branches or hit.branches.get("vector", -1.0) >= floor
-        ):
+        elif hit.event.session_id != session_id and hit.bears_on_query(floor):
             items.append(
                 {
                     "source": hit.source,

@@ -22,7 +22,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import MEMORY_TYPES, Event, EventType
-from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
+from memory.search import MAX_QUERY_CHARS, search_memory
 from memory.vector_index import index_for
 from memory.working import working_memory
 
@@ -196,15 +196,11 @@ def get_context(
             query_vector=query_vector,
             files=False,
         )
-        fresh = [hit for hit in hits if hit.event.pk not in seen and worth_recalling(hit, limits)]
+        fresh = [
+            hit
+            for hit in hits
+            if hit.event.pk not in seen and hit.bears_on_query(limits["search_min_similarity"])
+        ]
         for hit in fresh[: limits["search_limit"]]:
             context.items.append(ContextItem(hit.event, "search", hit.score))
     return context
-
-
-def worth_recalling(hit: SearchHit, limits: dict[str, Any]) -> bool:
-    """A search hit close enough in meaning, or sharing words with the message."""
-    return (
-        "lexical" in hit.branches
-        or hit.branches.get("vector", -1.0) >= limits["search_min_similarity"]
-    )

@@ -49,6 +49,10 @@ class SearchHit:
     def source(self) -> str:
         return f"session {self.event.session_id}, event {self.event.pk}"
 
+    def bears_on_query(self, min_similarity: float) -> bool:
+        """Worth recalling: it shares a word with the query, or is close in meaning."""
+        return "lexical" in self.branches or self.branches.get("vector", -1.0) >= min_similarity
+
 
 def search_memory(
     owner: Any,
