@@ -143,7 +143,7 @@ class Event(OwnedModel):
         fields.setdefault("importance", default_importance(event_type))
         fields.setdefault("text", data.get("content") or "")
         event = cls(owner=owner, session_id=session_id, event_type=event_type, data=data, **fields)
-        event.set_keys(cls.last_turn_text(owner, session_id))
+        event.set_keys(event.previous_turn_text())
         event.save(force_insert=True)
         working_memory.remember(event)
         if queue:
@@ -157,6 +157,13 @@ class Event(OwnedModel):
         self.search_key = key_for(self.text, self.speaker)
         self.search_context = context_for(previous_text)
         self.key_version = KEY_VERSION
+
+    def previous_turn_text(self) -> str | None:
+        """The context of this event's key: only what memory search returns needs
+        one, so tool calls and lifecycle events cost no query."""
+        if self.event_type not in MEMORY_TYPES:
+            return None
+        return Event.last_turn_text(self.owner_id, self.session_id, self.pk)
 
     @classmethod
     def last_turn_text(

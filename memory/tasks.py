@@ -65,14 +65,14 @@ def embed_events(ids: list[int]) -> int:
     events = list(
         Event.objects.filter(pk__in=ids)
         .filter(Q(embedding__isnull=True) | Q(key_version__lt=KEY_VERSION))
-        .only("id", "owner_id", "session_id", "text", "data", *KEY_FIELDS)
+        .only("id", "owner_id", "session_id", "event_type", "text", "data", *KEY_FIELDS)
     )
     if not events:
         return 0
     stale = {event.pk: event.key_version for event in events if event.key_version < KEY_VERSION}
     for event in events:
         if event.pk in stale:
-            event.set_keys(Event.last_turn_text(event.owner_id, event.session_id, event.pk))
+            event.set_keys(event.previous_turn_text())
     try:
         vectors = embed_texts([event.key_text for event in events])
     except Exception as exc:
