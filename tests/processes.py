@@ -167,6 +167,21 @@ def logged_in_chat(env: dict[str, str], username: str, *, migrate: bool = False)
     return cookie, key
 
 
+def spawn_serve(env: dict[str, str], port: int, *extra: str, output: bool = False):
+    """`manage.py serve` on `port` (web server and embedded model, no job cluster),
+    not yet waited for; `output` keeps its stdout and stderr readable as text."""
+    stream = subprocess.PIPE if output else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs", *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=stream,
+        stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
+        text=output,
+        start_new_session=True,  # the model and the web server are stopped with it
+    )
+
+
 def start_qcluster(env: dict[str, str], log: IO[Any] | int = subprocess.DEVNULL):
     """A django-q2 cluster of the app, as `manage.py serve` starts it."""
     return subprocess.Popen(

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.processes import ROOT, app_env, free_port, wait_for_health
+from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
 
 
 def group_alive(pgid: int) -> bool:
@@ -88,15 +88,7 @@ def test_it_explains_a_port_in_use(env):
 def test_it_keeps_serving_when_the_embedded_model_cannot_start(env, tmp_path):
     port = free_port()
     env = {**env, "NEOTASK_LLM_LOCAL_MODEL_PATH": str(tmp_path / "missing.gguf")}
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    server = spawn_serve(env, port, output=True)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "local_llm.error").exists():

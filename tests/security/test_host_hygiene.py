@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from neotask_site import first_run, profiles, throttle
-from tests.processes import ROOT, app_env, free_port, wait_for_health
+from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
 
 
 def mode(path: Path) -> int:
@@ -67,14 +67,7 @@ def test_it_lets_the_embedded_model_bind_its_own_port(tmp_path):
     env = app_env(tmp_path)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = spawn_serve(env, port)
     address_file = tmp_path / "local_llm.address"
     try:
         wait_for_health(port, server)
@@ -163,15 +156,7 @@ def test_it_prints_the_setup_link_when_serving_a_fresh_instance(tmp_path):
     env = app_env(tmp_path, NEOTASK_LLM_BASE_URL="http://127.0.0.1:9/v1")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    server = spawn_serve(env, port, output=True)
     try:
         line = server.stdout.readline()
         token = (tmp_path / "setup_token").read_text()
