@@ -111,15 +111,15 @@ TEMPLATES = [
 ]
 
 # Connections. The spec caps SQLite at 5 connections with WAL for concurrent
-# reads. The embedded profile honours it this way: the web server runs each
-# request's ORM work in a worker thread and closes the connection when the
-# request ends (CONN_MAX_AGE=0: opening a SQLite file costs ~0.1 ms, and a
-# thread-bound persistent connection would outlive ASGI's per-request
-# threads); background jobs use `Q_CLUSTER["workers"]` (2) long-lived
-# connections. WAL lets all of them read while one writes, and writers queue on
-# the busy timeout rather than fail (tests/test_database.py sends concurrent
-# requests and writes to prove it). PostgreSQL keeps connections for 60 s with
-# health checks.
+# reads. The embedded profile honours it this way: every chat socket's ORM work
+# runs in Channels' one shared database thread, which keeps its connection
+# (profiles.CONN_MAX_AGE; reopening it around each call cost a third of a
+# turn's CPU); an HTTP request's ORM work runs in a thread of its own, whose
+# connection closes with it; background jobs use `Q_CLUSTER["workers"]` (2)
+# long-lived connections. WAL lets all of them read while one writes, and
+# writers queue on the busy timeout rather than fail (tests/test_database.py
+# sends concurrent requests and writes to prove it). PostgreSQL keeps its
+# connections as long, with health checks.
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, close_old_connections, connection, connections
 from django.test import Client
 
 from memory.models import Event
@@ -80,3 +80,15 @@ def test_it_keeps_every_write_of_concurrent_writers():
     assert [e for e in errors if isinstance(e, OperationalError)] == []
     assert errors == []
     assert Event.objects.count() == 20 * 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_a_connection_between_calls_but_closes_it_when_a_request_ends(alice_client):
+    # Channels closes obsolete connections around every ORM call of a chat socket.
+    connection.ensure_connection()
+    kept = connection.connection
+    close_old_connections()
+    assert connection.connection is kept
+
+    assert alice_client.get("/sessions/").status_code == 200
+    assert connection.connection is None
