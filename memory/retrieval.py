@@ -23,7 +23,7 @@ from django.conf import settings
 
 from memory.models import MEMORY_TYPES, Event, EventType
 from memory.search import MAX_QUERY_CHARS, search_memory
-from memory.vector_index import index_for
+from memory.vector_index import index_for, one_sync
 from memory.working import working_memory
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
@@ -122,6 +122,13 @@ def get_context(
     query: str,
     agent: str = "main",
     query_vector: np.ndarray | None = None,
+) -> Context:
+    with one_sync():
+        return gather_context(owner, session_id, query, agent, query_vector)
+
+
+def gather_context(
+    owner: Any, session_id: str, query: str, agent: str, query_vector: np.ndarray | None
 ) -> Context:
     limits = settings.NEOTASK["memory"]
     context = Context()

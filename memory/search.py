@@ -30,7 +30,7 @@ import numpy as np
 from memory import fulltext
 from memory.files import FileHit, search_files
 from memory.models import MEMORY_TYPES, Event
-from memory.vector_index import index_for
+from memory.vector_index import index_for, one_sync
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing
@@ -79,15 +79,17 @@ def search_memory(
         query_vector = embed_text(text)
     vector: dict[int, float] = {}
     lexical: dict[int, float] = {}
-    if branch != "lexical":
-        vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
-    if branch != "vector":
-        lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=index.count()))
-    if branch == "fused" and lexical:
-        # The cosine of the words' finds, for those with a vector.
-        vector.update(
-            index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)
-        )
+    with one_sync():  # three questions to the index, one read of its new vectors
+        if branch != "lexical":
+            vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
+        if branch != "vector":
+            memories = index.count()
+            lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
+        if branch == "fused" and lexical:
+            # The cosine of the words' finds, for those with a vector.
+            vector.update(
+                index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)
+            )
     scores = fuse(vector, lexical)
     hits: list[SearchHit] = []
     for event in best_events(owned, scores, k):

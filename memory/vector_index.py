@@ -24,6 +24,9 @@ import bisect
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +40,24 @@ Hits = list[tuple[int, float]]
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
 NEIGHBOUR_WEIGHT = 0.5
 NO_ROW = -1
+# The indexes synced in the current `one_sync` block.
+_synced: ContextVar[set[NumpyIndex] | None] = ContextVar("synced_indexes", default=None)
+
+
+@contextmanager
+def one_sync() -> Iterator[None]:
+    """Within the block every index syncs once: the questions one turn asks
+    (similarity, search, its count and scores) are answered from one state of the
+    index, and each further sync would be a query that finds nothing new. Blocks
+    nest into the outermost."""
+    if _synced.get() is not None:
+        yield
+        return
+    token = _synced.set(set())
+    try:
+        yield
+    finally:
+        _synced.reset(token)
 
 
 class VectorIndex(Protocol):
@@ -80,7 +101,15 @@ class NumpyIndex:
 
     def sync(self) -> None:
         """Read the vectors stored or replaced since the last sync (all of them the
-        first time)."""
+        first time); once only in a `one_sync` block."""
+        synced = _synced.get()
+        if synced is not None and self in synced:
+            return
+        self.read_new()
+        if synced is not None:
+            synced.add(self)
+
+    def read_new(self) -> None:
         rows = Event.objects.filter(
             owner_id=self.owner_id, agent=self.agent, embedded_at__isnull=False
         )

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from memory.files import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, MemoryChunk, MemoryFile
-from memory.vector_index import NumpyIndex
+from memory.vector_index import NumpyIndex, one_sync
 from memory.vectors import EMBEDDING_DIM, pack
 
 
@@ -71,6 +71,19 @@ def test_it_never_returns_a_deleted_event_nor_gives_it_a_slot(alice):
     assert [event_id for event_id, _ in index.search(axis(0), 1)] == [kept.pk]
     assert index.count() == 1
     assert index.scores([kept.pk, deleted.pk], axis(0)).keys() == {kept.pk}
+
+
+def test_it_reads_new_vectors_once_in_a_one_sync_block(alice):
+    first, second = record(alice, "first"), record(alice, "second")
+    index = NumpyIndex(alice.pk, "main")
+    store_vector(first, axis(0), timezone.now())
+    with one_sync():
+        assert index.count() == 1
+        store_vector(second, axis(1), timezone.now())
+        with one_sync():  # nested: still the outer block's one read
+            assert index.count() == 1
+        assert [event_id for event_id, _ in index.search(axis(1), 2)] == [first.pk]
+    assert index.count() == 2
 
 
 def test_it_relinks_the_neighbours_of_a_deleted_turn(alice):
