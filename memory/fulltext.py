@@ -134,6 +134,11 @@ def ensure_index(using: str = "default") -> None:
                 cursor.execute(statement)
 
 
+def scope_token(owner_id: int, agent: str) -> str:
+    """What SCOPE_SQL gives for this owner and agent (SQLite's hex() is of the UTF-8 bytes)."""
+    return f"s{owner_id}a{agent.encode().hex().upper()}"
+
+
 def terms(query: str) -> list[str]:
     words = [w.lower() for w in WORD.findall(query)]
     seen: dict[str, None] = {}
@@ -160,8 +165,7 @@ def search(
     connection = connections["default"]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
-            cursor.execute("SELECT 's' || %s || 'a' || hex(%s)", [owner_id, agent])
-            scope = f"scope:{quoted(cursor.fetchone()[0])}"
+            scope = f"scope:{quoted(scope_token(owner_id, agent))}"
             if memories is not None:
                 words = uncommon(
                     cursor, scope, words, max(COMMON_MIN, int(COMMON_SHARE * memories))
@@ -192,14 +196,15 @@ def uncommon(cursor: Any, scope: str, words: list[str], most: int) -> list[str]:
     """The words found in at most `most` of the scope's events (counting stops
     there), rarest first while their matches stay within SCORED_MATCHES; the
     rarest word if every one is common."""
-    counts = {}
-    for word in words:
-        cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {SQLITE_TABLE} WHERE {SQLITE_TABLE} "
-            "MATCH %s LIMIT %s)",
-            [f"{scope} AND {quoted(word)}", most + 1],
-        )
-        counts[word] = cursor.fetchone()[0]
+    count = (
+        f"(SELECT count(*) FROM (SELECT 1 FROM {SQLITE_TABLE} WHERE {SQLITE_TABLE} "
+        "MATCH %s LIMIT %s))"
+    )
+    cursor.execute(  # one statement for all the words
+        "SELECT " + ", ".join([count] * len(words)),
+        [value for word in words for value in (f"{scope} AND {quoted(word)}", most + 1)],
+    )
+    counts = dict(zip(words, cursor.fetchone(), strict=True))
     by_rarity = sorted(words, key=lambda word: counts[word])
     kept, matches = {by_rarity[0]}, counts[by_rarity[0]]
     for word in by_rarity[1:]:

@@ -219,3 +219,17 @@ def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice)
     assert len(fulltext.search(alice.pk, "main", "weather glacial", 50)) == 50
     # A query of common words only still searches by its rarest.
     assert len(fulltext.search(alice.pk, "main", "weather", 50, memories=301)) == 50
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the scope token is SQLite's")
+@pytest.mark.django_db
+def test_the_scope_token_is_the_one_the_triggers_store():
+    from memory import fulltext
+
+    stored = fulltext.SCOPE_SQL.format(row="t")
+    with connection.cursor() as cursor:
+        for owner_id, agent in [(7, "main"), (123, "Ärztin 助手")]:
+            cursor.execute(
+                f"SELECT {stored} FROM (SELECT %s AS owner_id, %s AS agent) t", [owner_id, agent]
+            )
+            assert cursor.fetchone()[0] == fulltext.scope_token(owner_id, agent)
