@@ -20,6 +20,7 @@ from django.conf import settings
 
 from agent import approvals, macros
 from agent.context import build_messages
+from agent.frames import ApprovalRequest, Delta, Done, Error, EventFrame, Frame
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
 from memory.models import Event, EventType
@@ -29,7 +30,11 @@ from memory.workspace import workspace_dir
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Emit = Callable[[Frame], Awaitable[None]]
+# Deltas that arrive faster than this are sent as one frame: at 50 chats of 50
+# tokens/s, one frame per token was most of the server's work. One tick is
+# still smooth painting.
+COALESCE_SECONDS = 0.025
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,11 @@ class TurnResult:
     user_event_id: int | None = None
     # A completed turn's last prompt and its answer: about the next prompt's size.
     next_prompt: list[dict[str, Any]] | None = None
+    meter: dict[str, Any] | None = None  # the session's token meter after the turn
+
+    def done(self) -> Done:
+        """The frame that ends the turn: sent by whoever runs it, once its input is finished."""
+        return Done(self.usage.as_dict(), self.status, self.meter)
 
 
 class Turn:
@@ -64,6 +74,11 @@ class Turn:
         self.pending_approval: Any = None
         self.query = ""
         self.query_vector: Any = None
+        # Deltas not sent yet, when the last went out, and the tick that will send them.
+        self.unsent = ""
+        self.sent_at = 0.0
+        self.tick: asyncio.Task | None = None
+        self.sending = asyncio.Lock()
 
     async def run(self, text: str) -> TurnResult:
         # Embedded in answer(), for recall: that vector is also the message's own.
@@ -90,7 +105,7 @@ class Turn:
                 self.query_vector,
             )
             if recalled is not None:
-                await self.emit({"type": "event", "event": recalled.as_dict()})
+                await self.emit(EventFrame.of(recalled))
             return await self.loop()
         except asyncio.CancelledError:
             # /stop: keep what was said, mark it, and end the turn normally.
@@ -114,7 +129,9 @@ class Turn:
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
             except LLMError as exc:
+                await self.send_deltas()
                 return await self.failed(exc)
+            await self.send_deltas()
             self.usage += completion.usage
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
@@ -145,7 +162,29 @@ class Turn:
 
     async def on_delta(self, text: str) -> None:
         self.partial += text
-        await self.emit({"type": "delta", "text": text})
+        self.unsent += text
+        if self.tick is not None:
+            return  # the tick sends it
+        wait = self.sent_at + COALESCE_SECONDS - asyncio.get_running_loop().time()
+        if wait <= 0:
+            await self.send_deltas()
+        else:
+            self.tick = asyncio.create_task(self.send_after(wait))
+
+    async def send_after(self, wait: float) -> None:
+        tick = self.tick
+        await asyncio.sleep(wait)
+        if self.tick is tick:  # else the stream ended and sent everything
+            await self.send_deltas()
+
+    async def send_deltas(self) -> None:
+        """Send what is unsent now; the lock keeps deltas in order."""
+        self.tick = None
+        async with self.sending:
+            text, self.unsent = self.unsent, ""
+            if text:
+                self.sent_at = asyncio.get_running_loop().time()
+                await self.emit(Delta(text))
 
     async def failed(self, exc: LLMError) -> TurnResult:
         self.usage += exc.partial.usage
@@ -156,10 +195,11 @@ class Turn:
             )
         message = str(exc)
         await self.store(EventType.ERROR, {"content": message, "kind": exc.kind})
-        await self.emit({"type": "error", "message": message})
+        await self.emit(Error(message))
         return TurnResult("error", self.usage, answer=self.partial, error=message)
 
     async def after_stop(self) -> None:
+        self.tick, self.unsent = None, ""  # the stopped answer is stored, not streamed
         if self.pending_approval is not None:
             await sync_to_async(approvals.expire)(self.pending_approval)
         if self.partial:
@@ -223,15 +263,12 @@ class Turn:
         )
         self.pending_approval = request.pk
         await self.emit(
-            {
-                "type": "approval_request",
-                "request_id": str(request.pk),
-                "command": command,
-                # The exact rule "Allow always" stores; none: the card offers only
-                # "Allow once" and "Deny", and says why.
-                "prefix": request.prefix or None,
-                "always_refused": request.rule.reason if not request.prefix else "",
-            }
+            ApprovalRequest(
+                request_id=str(request.pk),
+                command=command,
+                prefix=request.prefix or None,
+                always_refused=request.rule.reason if not request.prefix else "",
+            )
         )
         timeout = self.request.approval_timeout
         if timeout is None:
@@ -242,7 +279,7 @@ class Turn:
             raise ToolError("The user denied running this command.")
         if decision == "timeout":
             message = f"No approval for `{command}` within {timeout:g} s; it was not run."
-            await self.emit({"type": "error", "message": message})
+            await self.emit(Error(message))
             raise ToolError(message)
 
     async def store(self, event_type: str, data: dict[str, Any], **fields: Any) -> Event:
@@ -254,7 +291,7 @@ class Turn:
             agent=self.request.agent_name,
             **fields,
         )
-        await self.emit({"type": "event", "event": event.as_dict()})
+        await self.emit(EventFrame.of(event))
         return event
 
 

@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ TEAM_DEFAULTS = {
     "REDIS_URL": "redis://127.0.0.1:6379/0",
 }
 STORED_PER_TURN = ("user_message", "assistant_response")
+STAMP = re.compile(r"\[\d+@\d+\]")
 TURN_TIMEOUT = 120.0  # seconds without a frame before a chat counts as stalled
 
 
@@ -130,7 +132,8 @@ async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int
                     if frame["type"] == "delta":
                         if first_delta is None:
                             first_delta = (time.perf_counter() - started) * 1000
-                        streamed.add(frame["text"])  # "[<number>@<time>]": each one unique
+                        # "[<number>@<time>]" each, several in a frame when coalesced
+                        streamed.update(STAMP.findall(frame["text"]))
                     elif frame["type"] == "event":
                         stored.add(frame["event"]["event_type"])
                     elif frame["type"] == "error":

@@ -27,7 +27,7 @@ from agent.models import ApprovalRequest
 from memory.models import Event, EventType
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
-from sessions_app.chat import run_chat_turn
+from sessions_app import inputs
 from sessions_app.keys import SessionKey
 from sessions_app.models import Agent, Session
 
@@ -116,20 +116,6 @@ def pause_broken(task: ScheduledTask, reason: str) -> None:
     record(task, str(session.pk), session.agent.name, EventType.ERROR, note, "task_paused")
 
 
-class Collector:
-    """Watches the turn's frames for what the runner reports afterwards."""
-
-    def __init__(self, session: Session) -> None:
-        self.session_id = str(session.pk)
-        self.approvals: list[dict[str, Any]] = []
-
-    async def __call__(self, frame: dict[str, Any]) -> None:
-        if frame["type"] == "session":  # rolled over or compacted: notes go to the new one
-            self.session_id = frame["session_id"]
-        elif frame["type"] == "approval_request":
-            self.approvals.append(frame)
-
-
 def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
     """Run one claimed task; never raises, so one task cannot stop the others."""
     owner = task.owner
@@ -138,16 +124,19 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
     try:
         session = cron_session(task)
         agent_name, session_id = session.agent.name, str(session.pk)
-        collector = Collector(session)
-        result = async_to_sync(run_chat_turn)(
-            session,
+        # The prompt is a message, never a command; in line with anything the
+        # owner typed into this chat meanwhile.
+        result = async_to_sync(inputs.submit)(
+            owner,
+            session.key,
             task.prompt,
-            collector,
+            commands=False,
+            wait=True,
             trusted=task.is_trusted,
             approval_timeout=APPROVAL_TIMEOUT_SECONDS,
         )
-        for frame in collector.approvals:
-            ask_owner(task, collector.session_id, agent_name, frame)
+        for request in result.approvals:
+            ask_owner(task, result.session_id, agent_name, request)
         outcome = TaskRun(
             str(task.pk), task.name, owner.username, result.status, result.error or result.answer
         )
@@ -209,19 +198,21 @@ def cron_session(task: ScheduledTask) -> Session:
     return session
 
 
-def ask_owner(task: ScheduledTask, session_id: str, agent_name: str, frame: dict[str, Any]) -> None:
+def ask_owner(
+    task: ScheduledTask, session_id: str, agent_name: str, request: dict[str, Any]
+) -> None:
     """Tell the owner a command waits for them. The turn expired the request when
     nobody answered at once; it is reopened so that the owner can still answer it
     in this chat ("Allow always" lets the next runs run it)."""
     ApprovalRequest.objects.filter(
-        pk=frame["request_id"], status=ApprovalRequest.Status.EXPIRED
+        pk=request["request_id"], status=ApprovalRequest.Status.EXPIRED
     ).update(status=ApprovalRequest.Status.PENDING, decided_at=None)
-    if frame["prefix"]:
-        always = f"“Allow always” lets later runs run `{frame['prefix']}` commands"
+    if request["prefix"]:
+        always = f"“Allow always” lets later runs run `{request['prefix']}` commands"
     else:
-        always = frame["always_refused"].rstrip(".")
+        always = request["always_refused"].rstrip(".")
     note = (
-        f'"{task.name}" wanted to run `{frame["command"]}`, which needs your approval, so this '
+        f'"{task.name}" wanted to run `{request["command"]}`, which needs your approval, so this '
         f"run went on without it. Answer the request here: {always}. Or mark the task trusted."
     )
     record(task, session_id, agent_name, EventType.SYSTEM, note, "approval_needed")

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from neotask_site.ownership import OwnedAdmin
-from sessions_app.models import Agent, ApiToken, Session
+from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
 
 @admin.register(Agent)
@@ -43,6 +43,31 @@ class ApiTokenAdmin(OwnedAdmin):
     search_fields = ["name", "prefix"]
     fields = ["owner", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
     readonly_fields = ["owner", "prefix", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(ChatInput)
+class ChatInputAdmin(OwnedAdmin):
+    # What waits in each chat: visible for a stuck queue, and removable; written
+    # only by the chat itself.
+    list_display = ["key", "kind", "status", "owner", "created_at"]
+    list_filter = ["status", "kind", "owner"]
+    search_fields = ["key", "text"]
+    readonly_fields = [f.name for f in ChatInput._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(ChatClaim)
+class ChatClaimAdmin(OwnedAdmin):
+    # Which process runs each chat now; the lease frees a crashed one by itself.
+    list_display = ["key", "owner", "lease_until"]
+    list_filter = ["owner"]
+    search_fields = ["key"]
+    readonly_fields = [f.name for f in ChatClaim._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from inspect import iscoroutinefunction
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import InvalidPage, Paginator
@@ -24,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from memory.models import Event
 from neotask_site.ownership import get_owned_or_404
-from sessions_app import chat, views
+from sessions_app import chat, inputs, views
 from sessions_app.keys import PART
 from sessions_app.models import DEFAULT_AGENT, Agent, ApiToken, Session
 
@@ -58,25 +60,58 @@ class ApiError(Exception):
 
 
 def endpoint(**handlers: Handler) -> Handler:
-    """One API view dispatching on the method to `handlers` (GET=..., POST=...)."""
+    """One API view dispatching on the method to `handlers` (GET=..., POST=...).
+
+    The view is async when a handler is (a chat turn waits in the event loop,
+    not in a thread); sync handlers then run in Django's thread as usual."""
     allowed = ", ".join(handlers)
 
-    @csrf_exempt  # checked in `authenticate`, and only for the browser session
-    @login_not_required  # programs get a JSON 401, not the login page
-    def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-        try:
-            handler = handlers.get(request.method or "")
-            if handler is None:
-                raise ApiError(405, f"Use {allowed}.", headers={"Allow": allowed})
-            authenticate(request)
-            return handler(request, **kwargs)
-        except Http404:
-            # The same answer for someone else's row and a missing one.
-            return ApiError(404, "Not found.").response()
-        except ApiError as exc:
-            return exc.response()
+    def handler_for(request: HttpRequest) -> Handler:
+        handler = handlers.get(request.method or "")
+        if handler is None:
+            raise ApiError(405, f"Use {allowed}.", headers={"Allow": allowed})
+        return handler
 
-    return view
+    if not any(iscoroutinefunction(handler) for handler in handlers.values()):
+
+        def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+            with api_errors() as failed:
+                handler = handler_for(request)
+                authenticate(request)
+                return handler(request, **kwargs)
+            return failed.response
+
+    else:
+
+        async def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:  # type: ignore[misc]
+            with api_errors() as failed:
+                handler = handler_for(request)
+                await sync_to_async(authenticate)(request)
+                if iscoroutinefunction(handler):
+                    return await handler(request, **kwargs)
+                return await sync_to_async(handler)(request, **kwargs)
+            return failed.response
+
+    # csrf_exempt: checked in `authenticate`, and only for the browser session;
+    # login_not_required: programs get a JSON 401, not the login page.
+    return csrf_exempt(login_not_required(view))
+
+
+class Failure:
+    response: HttpResponseBase
+
+
+@contextmanager
+def api_errors() -> Iterator[Failure]:
+    """Turns the errors a handler raises into the API's JSON answers."""
+    failed = Failure()
+    try:
+        yield failed
+    except Http404:
+        # The same answer for someone else's row and a missing one.
+        failed.response = ApiError(404, "Not found.").response()
+    except ApiError as exc:
+        failed.response = exc.response()
 
 
 def authenticate(request: HttpRequest) -> None:
@@ -235,37 +270,11 @@ def transcript(request: HttpRequest, pk: str) -> HttpResponseBase:
     return views.session_transcript(request, session_id(pk))
 
 
-def run_turn(session: Session, text: str) -> dict[str, Any]:
-    """One chat turn run to its end, summed up from the frames it emitted."""
-    events: list[dict[str, Any]] = []
-    changes: list[dict[str, Any]] = []
-    warnings: list[str] = []
-
-    async def collect(frame: dict[str, Any]) -> None:
-        if frame["type"] == "event":
-            events.append(frame["event"])
-        elif frame["type"] == "session":  # a rollover before the turn, a compaction after it
-            changes.append({"session_id": frame["session_id"], "reason": frame["reason"]})
-        elif frame["type"] == "error":
-            warnings.append(frame["message"])
-
-    result = async_to_sync(chat.run_chat_turn)(session, text, collect)
-    return {
-        "answer": result.answer,
-        "status": result.status,
-        "error": result.error or None,
-        "usage": result.usage.as_dict(),
-        "events": events,
-        # Where the conversation continues: post the next message there.
-        "session_id": changes[-1]["session_id"] if changes else str(session.pk),
-        "session_changes": changes,
-        "warnings": warnings,
-    }
-
-
-def post_message(request: HttpRequest, pk: str) -> HttpResponse:
-    session = owned_session(request, pk)
-    body = json_body(request)
+async def post_message(request: HttpRequest, pk: str) -> HttpResponse:
+    """One message, answered: waits for the turn (and any queued before it) in
+    the event loop, holding no thread, however long the model takes."""
+    session = await sync_to_async(owned_session)(request, pk)
+    body = await sync_to_async(json_body)(request)
     if "text" not in body:
         raise ApiError(400, 'Send a JSON object like {"text": "Hello"}.')
     try:
@@ -275,17 +284,31 @@ def post_message(request: HttpRequest, pk: str) -> HttpResponse:
     if chat.parse_command(text) is not None:
         raise ApiError(400, "Slash commands work in the chat page; the API sends messages only.")
     if session.status != Session.Status.ACTIVE:
-        successor = (
+        successor = await (
             Session.objects.owned_by(request.user)
             .filter(key=session.key, status=Session.Status.ACTIVE)
-            .first()
+            .afirst()
         )
         raise ApiError(
             409,
             "This session is archived; post to the active session of its chat.",
             active_session=str(successor.pk) if successor else None,
         )
-    return JsonResponse(run_turn(session, text))
+    outcome = await inputs.submit(request.user, session.key, text, commands=False, wait=True)
+    assert outcome is not None
+    return JsonResponse(
+        {
+            "answer": outcome.answer,
+            "status": outcome.status,
+            "error": outcome.error,
+            "usage": outcome.usage,
+            "events": outcome.events,
+            # Where the conversation continues: post the next message there.
+            "session_id": outcome.session_id or str(session.pk),
+            "session_changes": outcome.session_changes,
+            "warnings": outcome.warnings,
+        }
+    )
 
 
 sessions_view = endpoint(GET=list_sessions, POST=start_session)

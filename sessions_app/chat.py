@@ -1,4 +1,6 @@
-"""The chat: finding a user's chats, slash commands, and one turn with its accounting."""
+"""The chat: finding a user's chats, slash commands, and one turn with its accounting.
+
+Inputs reach a turn through sessions_app.inputs, which runs one at a time per chat."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agent.context import build_messages, prompt_tokens
+from agent.frames import Error, SessionChanged
 from agent.llm import Usage, configured_endpoint
 from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
 from memory.models import Event, EventType
@@ -220,11 +223,13 @@ async def run_chat_turn(
     approval_timeout: float | None = None,
 ) -> TurnResult:
     """One turn in `session` (or its successor, if it went stale): the agent
-    answers, usage is added, the meter is sent. Scheduled runs pass `trusted`
-    and a short `approval_timeout`: nobody is watching them."""
+    answers, usage is added, the meter read; `result.done()` ends it (the
+    caller sends it, sessions_app.inputs, after recording the input's end).
+    Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
+    watching them."""
     session, reason = await database_sync_to_async(ensure_fresh)(session)
     if reason is not None:
-        await emit({"type": "session", "session_id": str(session.pk), "reason": reason})
+        await emit(SessionChanged(str(session.pk), reason))
     await database_sync_to_async(note_message)(session, text)
     request = TurnRequest(
         owner=session.owner,
@@ -242,18 +247,9 @@ async def run_chat_turn(
         try:
             done = await compact(session, f"context {share:.0%} full")
         except CompactionError as exc:
-            await emit({"type": "error", "message": f"Automatic compaction failed: {exc}."})
+            await emit(Error(f"Automatic compaction failed: {exc}."))
         else:
-            await emit(
-                {"type": "session", "session_id": str(done.session.pk), "reason": "compacted"}
-            )
+            await emit(SessionChanged(str(done.session.pk), "compacted"))
             readings = await database_sync_to_async(meter)(done.session)
-    await emit(
-        {
-            "type": "done",
-            "usage": result.usage.as_dict(),
-            "status": result.status,
-            "meter": readings,
-        }
-    )
+    result.meter = readings
     return result

@@ -184,3 +184,64 @@ class ApiToken(OwnedModel):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+class ChatInput(OwnedModel):
+    """Something sent to a chat that runs as one turn: a message, or a reset or
+    compaction. Kept in order and run one at a time by the holder of the chat's
+    claim (sessions_app.inputs), whichever process that is."""
+
+    class Kind(models.TextChoices):
+        MESSAGE = "message", "Message"
+        RESET = "reset", "Reset"  # /new, /reset: text is the message that follows, if any
+        COMPACT = "compact", "Compact"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+
+    key = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
+    text = models.TextField(blank=True)
+    command = models.CharField(max_length=16, blank=True)  # as typed: "new" or "reset"
+    # Set only by the scheduler for a task a person marked trusted.
+    trusted = models.BooleanField(default=False)
+    approval_timeout = models.FloatField(null=True, blank=True)
+    # Somebody waits for the outcome (the API, the scheduler): kept until read.
+    awaited = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    outcome = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["owner", "key", "status"], name="chatinput_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} in {self.key} ({self.status})"
+
+
+class ChatClaim(OwnedModel):
+    """Who runs a chat's inputs: taken by a conditional UPDATE with a random
+    token and a lease that the running turn renews, so a crashed process's
+    claim expires. With the lease, the answer streamed so far is saved, so that
+    the next holder can keep it if the process died."""
+
+    key = models.CharField(max_length=255)
+    token = models.CharField(max_length=32, blank=True)  # "" when nobody holds it
+    lease_until = models.DateTimeField(null=True, blank=True)
+    session_id = models.CharField(max_length=64, blank=True)  # where the running turn writes
+    partial = models.TextField(blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="chatclaim_one_per_chat"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {'held' if self.token else 'free'}"

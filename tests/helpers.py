@@ -13,7 +13,7 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
-from sessions_app.models import Agent, ApiToken, Session
+from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
 OWNED_MODELS = [
     Agent,
@@ -28,6 +28,8 @@ OWNED_MODELS = [
     ApprovalRequest,
     ApiToken,
     ImportJob,
+    ChatInput,
+    ChatClaim,
 ]
 
 
@@ -68,6 +70,8 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
+        ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
+        ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
     }
 
 

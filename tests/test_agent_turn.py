@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from agent.approvals import decide
+from agent.frames import Frame
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.runtime import TurnRequest, run_turn
 from memory.models import Event, Fact
@@ -26,7 +27,8 @@ class Frames:
         self.decision = decision
         self.clicks: list[asyncio.Task] = []
 
-    async def __call__(self, frame: dict[str, Any]) -> None:
+    async def __call__(self, typed: Frame) -> None:
+        frame = typed.as_json()
         self.frames.append(frame)
         if frame["type"] == "approval_request" and self.decision:
             click = sync_to_async(decide)(self.user, frame["request_id"], self.decision)
@@ -80,7 +82,7 @@ async def test_it_runs_a_full_turn_with_tools_approval_and_usage(owner, llm, ter
 
     assert result.status == "completed"
     assert result.answer == "Saved and ran it."
-    assert [f["text"] for f in frames.of("delta")] == ["Saved ", "and ", "ran it."]
+    assert "".join(f["text"] for f in frames.of("delta")) == "Saved and ran it."
     assert frames.event_types() == [
         "user_message",
         "assistant_response",

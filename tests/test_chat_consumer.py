@@ -61,7 +61,23 @@ async def send(communicator: WebsocketCommunicator, **frame: Any) -> None:
 
 
 def kinds(frames: list[dict]) -> list[str]:
-    return [f["event"]["event_type"] if f["type"] == "event" else f["type"] for f in frames]
+    """Frame types, events by their type; a run of deltas counts once, since
+    deltas that arrive together may be sent as one."""
+    names: list[str] = []
+    for frame in frames:
+        name = frame["event"]["event_type"] if frame["type"] == "event" else frame["type"]
+        if not (name == "delta" and names and names[-1] == "delta"):
+            names.append(name)
+    return names
+
+
+def streamed(frames: list[dict]) -> str:
+    return "".join(f["text"] for f in frames if f["type"] == "delta")
+
+
+def stored(frames: list[dict], event_type: str) -> dict:
+    events = [f["event"] for f in frames if f["type"] == "event"]
+    return next(event for event in events if event["event_type"] == event_type)
 
 
 async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
@@ -71,19 +87,12 @@ async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="Hi **agent**")
     frames = await until(ws)
-    assert kinds(frames) == [
-        "user_message",
-        "delta",
-        "delta",
-        "delta",
-        "assistant_response",
-        "done",
-    ]
-    assert [f["text"] for f in frames if f["type"] == "delta"] == ["Hello", " there", "!"]
-    user_event = frames[0]["event"]
+    assert kinds(frames) == ["started", "user_message", "delta", "assistant_response", "done"]
+    assert streamed(frames) == "Hello there!"
+    user_event = stored(frames, "user_message")
     assert user_event["data"]["content"] == "Hi **agent**"
     assert 'class="bubble user"' in user_event["html"]
-    assert "<strong>there" not in frames[4]["event"]["html"]
+    assert "<strong>there" not in stored(frames, "assistant_response")["html"]
     done = frames[-1]
     assert done["usage"] == {"input": 30, "output": 3, "cache_read": 0, "cache_write": 0}
     assert done["meter"]["input"] == 30
@@ -186,8 +195,10 @@ async def test_it_answers_help_status_and_compact(owner, session, llm):
     status = (await receive(ws))["text"]
     assert "Model: scripted" in status and "Tokens: 0 in" in status and "Context:" in status
     await send(ws, type="message", text="/compact")
-    assert (await receive(ws))["text"].startswith("Compacting")
-    assert "not enough conversation" in (await receive(ws))["message"]
+    frames = await until(ws)
+    assert kinds(frames) == ["started", "notice", "error", "done"]
+    assert frames[1]["text"].startswith("Compacting")
+    assert "not enough conversation" in frames[2]["message"]
     await send(ws, type="message", text="/stop")
     assert (await receive(ws))["text"] == "Nothing is running."
     await ws.disconnect()
@@ -198,11 +209,17 @@ async def test_it_starts_a_fresh_session_on_reset_and_sends_the_rest(owner, sess
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="/reset what now?")
     frames = await until(ws)
-    assert frames[0]["type"] == "session"
-    assert kinds(frames)[1:] == ["user_message", "delta", "delta", "assistant_response", "done"]
+    assert kinds(frames) == [
+        "started",
+        "session",
+        "user_message",
+        "delta",
+        "assistant_response",
+        "done",
+    ]
     fresh = await Session.objects.aget(owner=owner, key=session.key, status="active")
     assert fresh.pk != session.pk and fresh.continues_from_id == session.pk
-    assert frames[0]["session_id"] == str(fresh.pk)
+    assert frames[1] == {"type": "session", "session_id": str(fresh.pk), "reason": "/reset"}
     await session.arefresh_from_db()
     assert session.status == "archived"
     start = await Event.objects.aget(session_id=str(fresh.pk), event_type="session_start")
@@ -224,15 +241,57 @@ async def test_it_stops_a_running_turn(owner, session, llm):
     await ws.disconnect()
 
 
-async def test_it_refuses_a_second_message_while_answering(owner, session, llm):
-    llm.script(Reply(deltas=["x", "y", "z"], delay=0.3))
+async def test_it_queues_a_message_sent_while_answering_and_runs_it_next(owner, session, llm):
+    llm.script(Reply(deltas=["x", "y", "z"], delay=0.3), Reply(text="Second answer."))
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="first")
-    await until(ws, "delta")
+    first = await until(ws, "delta")
     await send(ws, type="message", text="second")
-    frames = await until(ws, "error")
-    assert "still answering" in frames[-1]["message"]
+    first += await until(ws, "queued")
+    queued = first.pop()
+    assert queued["text"] == "second"
+    first += await until(ws)
+    assert streamed(first) == "xyz" and first[-1]["status"] == "completed"
+    second = await until(ws)
+    assert second[0] == {"type": "started", "input_id": queued["input_id"]}
+    assert stored(second, "user_message")["text"] == "second"
+    assert streamed(second) == "Second answer."
+    # The model saw the first exchange before the second message, never interleaved.
+    assert [m["content"] for m in llm.requests[1]["messages"][1:]] == ["first", "xyz", "second"]
+    texts = [
+        e.text
+        async for e in Event.objects.filter(session_id=str(session.pk)).order_by("id")
+        if e.event_type in ("user_message", "assistant_response")
+    ]
+    assert texts == ["first", "xyz", "second", "Second answer."]
+    await ws.disconnect()
+
+
+async def test_it_queues_a_reset_sent_while_answering(owner, session, llm):
+    llm.script(Reply(deltas=["slow ", "answer"], delay=0.3), Reply(text="Fresh."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="first")
+    first = await until(ws, "delta")
+    await send(ws, type="message", text="/new and now?")
+    first += await until(ws, "queued")
+    assert first.pop()["text"] == "/new and now?"
+    assert streamed(first + await until(ws)) == "slow answer"
+    frames = await until(ws)
+    assert kinds(frames)[:3] == ["started", "session", "user_message"]
+    fresh = await Session.objects.aget(owner=owner, key=session.key, status="active")
+    assert fresh.continues_from_id == session.pk
+    assert await Event.objects.filter(session_id=str(fresh.pk), text="and now?").aexists()
+    await ws.disconnect()
+
+
+async def test_it_says_so_when_a_stop_comes_after_the_turn(owner, session, llm):
+    llm.script(Reply(text="Quick."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="hi")
     await until(ws)
+    await send(ws, type="stop")
+    assert await receive(ws) == {"type": "notice", "text": "Nothing is running."}
+    assert await Event.objects.filter(event_type="system").acount() == 0
     await ws.disconnect()
 
 
@@ -264,8 +323,8 @@ async def test_it_reports_a_dead_llm_and_stays_usable(owner, session, configure)
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="hello?")
     frames = await until(ws)
-    assert kinds(frames) == ["user_message", "error", "error", "done"]
-    assert "Cannot reach the LLM" in frames[2]["message"]
+    assert kinds(frames) == ["started", "user_message", "error", "error", "done"]
+    assert "Cannot reach the LLM" in frames[3]["message"]
     assert frames[-1]["status"] == "error"
     await send(ws, type="message", text="/help")
     assert (await receive(ws))["type"] == "notice"
@@ -277,13 +336,9 @@ async def test_it_renders_html_in_messages_as_text(owner, session, llm):
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="<img src=x onerror=alert(1)>")
     frames = await until(ws)
-    user_html = frames[0]["event"]["html"]
+    user_html = stored(frames, "user_message")["html"]
     assert "<img" not in user_html and "&lt;img src=x onerror=alert(1)&gt;" in user_html
-    answer_html = next(
-        f["event"]["html"]
-        for f in frames
-        if f["type"] == "event" and f["event"]["event_type"] == "assistant_response"
-    )
+    answer_html = stored(frames, "assistant_response")["html"]
     assert "<script" not in answer_html and "&lt;script&gt;" in answer_html
     await ws.disconnect()
 

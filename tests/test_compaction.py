@@ -110,14 +110,13 @@ async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, confi
     )
     session = await sync_to_async(conversation)(owner)
     llm.script(Reply(text="Sure."), Reply(text="DONE"), Reply(text=SUMMARY))
-    frames: list[dict] = []
+    frames: list = []
 
-    async def emit(frame: dict) -> None:
+    async def emit(frame) -> None:
         frames.append(frame)
 
-    await chat.run_chat_turn(session, "one more question", emit)
-    kinds = [f["type"] for f in frames]
-    assert kinds[-2:] == ["session", "done"]
+    result = await chat.run_chat_turn(session, "one more question", emit)
+    assert frames[-1].type == "session"
     fresh = await Session.objects.aget(owner=owner, status="active")
-    assert frames[-2]["session_id"] == str(fresh.pk) and fresh.compaction_count == 1
-    assert frames[-1]["meter"]["context_tokens"] < 0.5 * 1024
+    assert frames[-1].session_id == str(fresh.pk) and fresh.compaction_count == 1
+    assert result.done().meter["context_tokens"] < 0.5 * 1024

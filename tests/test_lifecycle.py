@@ -104,14 +104,14 @@ async def test_it_tells_the_chat_about_the_reset(llm, configure):
     owner = await User.objects.acreate(username="owner")
     session = await sync_to_async(session_active_at)(owner, at("2026-01-01 10:00"))
     llm.script(Reply(text="Hello again."))
-    frames: list[dict] = []
+    frames: list = []
 
-    async def emit(frame: dict) -> None:
+    async def emit(frame) -> None:
         frames.append(frame)
 
     await chat.run_chat_turn(session, "good morning", emit)
-    assert frames[0]["type"] == "session"
-    assert frames[0]["reason"] == "idle for 1 minute"
+    assert frames[0].type == "session"
+    assert frames[0].reason == "idle for 1 minute"
     fresh = await Session.objects.aget(owner=owner, status="active")
-    assert frames[0]["session_id"] == str(fresh.pk)
+    assert frames[0].session_id == str(fresh.pk)
     assert await Event.objects.filter(session_id=str(fresh.pk), event_type="user_message").aexists()

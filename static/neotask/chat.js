@@ -16,6 +16,7 @@
   let retries = 0;
   let streaming = null;
   const pending = [];
+  const started = new Set();  // inputs that ran: a late "queued" for one is stale
 
   const lastEventId = () => {
     const items = events.querySelectorAll("[data-event-id]");
@@ -136,6 +137,21 @@
           document.body.dispatchEvent(new Event("neotask:sessions"));
         }
         break;
+      case "queued": {
+        if (started.has(frame.input_id) || document.getElementById(`queued-${frame.input_id}`)) break;
+        const item = document.createElement("p");
+        item.id = `queued-${frame.input_id}`;
+        item.className = "note transient queued";
+        item.textContent = `Queued: ${frame.text} — sent when the current answer is done.`;
+        live.appendChild(item);
+        scrollDown();
+        break;
+      }
+      case "started":
+        started.add(frame.input_id);
+        document.getElementById(`queued-${frame.input_id}`)?.remove();
+        setBusy(true);
+        break;
       case "approval_request":
         showApproval(frame);
         break;
@@ -165,7 +181,7 @@
         }
         events.replaceChildren();
         dropStreaming();
-        live.replaceChildren();
+        live.querySelectorAll(".approval").forEach((card) => card.remove());  // queued inputs stay
         catchUp();
         break;
       }

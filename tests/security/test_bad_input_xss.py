@@ -25,7 +25,7 @@ from memory.models import Event, Fact, Macro
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat
-from sessions_app.consumers import render_event
+from sessions_app.inputs import render_event
 from sessions_app.models import Agent, ApiToken, Session
 from tests.helpers import OWNED_MODELS
 from tests.test_memory_files import CountingEmbed
@@ -208,7 +208,7 @@ def test_every_page_shows_the_payload_as_text(client, stored, payload):
 def test_every_stored_event_is_rendered_inert_for_the_websocket(owner, stored, payload):
     # The html the consumer sends with each event frame.
     for event in stored["events"]:
-        assert_inert(render_event(owner, event.pk), payload)
+        assert_inert(render_event(event), payload)
 
 
 def test_the_form_pages_show_a_refused_payload_as_text(client, stored, payload):

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from agent import approvals, macros
 from agent.consolidation import run as consolidate
 from agent.context import build_messages
+from agent.frames import Frame
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
 from memory.embeddings import embed_text
 from memory.files import FileHit
@@ -148,8 +149,8 @@ def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_sess
     fresh = chat.start_chat(bob)
     frames: list[dict[str, Any]] = []
 
-    async def emit(frame: dict[str, Any]) -> None:
-        frames.append(frame)
+    async def emit(frame: Frame) -> None:
+        frames.append(frame.as_json())
 
     llm.script(Reply(text="No idea."), Reply(text="Still no idea."))
     async_to_sync(chat.run_chat_turn)(fresh, QUESTIONS[0], emit)

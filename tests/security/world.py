@@ -26,7 +26,7 @@ from memory.workspace import workspace_dir
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app import chat
-from sessions_app.models import Agent, ApiToken, Session
+from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 from tests.helpers import OWNED_MODELS
 
 MARK = "alice-secret-7f3a"
@@ -186,6 +186,16 @@ def build_alice(alice: User) -> World:
             ApprovalRequest: approval,
             ApiToken: token,
             ImportJob: import_job,
+            # Answered, its outcome not yet read by the API call that waits for it.
+            ChatInput: ChatInput.objects.create(
+                owner=alice,
+                key=active.key,
+                text=secret("queued"),
+                status=ChatInput.Status.DONE,
+                awaited=True,
+                outcome={"answer": secret("outcome")},
+            ),
+            ChatClaim: ChatClaim.objects.create(owner=alice, key=active.key),
         },
     )
 

@@ -1,0 +1,149 @@
+"""The frames a chat sends to its clients (DESIGN.md §6), defined once.
+
+A turn emits these objects; the websocket sends `as_json()` of each, and the
+API and the scheduler fold them into an `Outcome` (sessions_app.inputs) —
+nobody builds or parses a frame dict by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: ClassVar[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Delta(Frame):
+    """Streamed answer text (several tokens when coalesced)."""
+
+    type: ClassVar[str] = "delta"
+    text: str
+
+
+@dataclass(frozen=True)
+class EventFrame(Frame):
+    """A stored event; the websocket adds `event.html`, its rendering in the chat page."""
+
+    type: ClassVar[str] = "event"
+    event: dict[str, Any]
+    stored: Any = field(default=None, compare=False, repr=False)  # the Event, to render
+
+    @classmethod
+    def of(cls, event: Any) -> EventFrame:
+        return cls(event.as_dict(), event)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"type": self.type, "event": self.event}
+
+
+@dataclass(frozen=True)
+class ApprovalRequest(Frame):
+    type: ClassVar[str] = "approval_request"
+    request_id: str
+    command: str
+    # The exact rule "Allow always" stores; None: the card offers only
+    # "Allow once" and "Deny", and says why (`always_refused`).
+    prefix: str | None = None
+    always_refused: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalDecided(Frame):
+    type: ClassVar[str] = "approval_decided"
+    request_id: str
+    decision: str
+
+
+@dataclass(frozen=True)
+class SessionChanged(Frame):
+    """The chat continues in another session: a reset, a rollover or a compaction."""
+
+    type: ClassVar[str] = "session"
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Meter(Frame):
+    type: ClassVar[str] = "meter"
+    meter: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done(Frame):
+    """The end of one input's run, whatever happened in it."""
+
+    type: ClassVar[str] = "done"
+    usage: dict[str, int]
+    status: str  # completed | error | stopped | max_iterations
+    meter: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Error(Frame):
+    type: ClassVar[str] = "error"
+    message: str
+
+
+@dataclass(frozen=True)
+class Notice(Frame):
+    type: ClassVar[str] = "notice"
+    text: str
+
+
+@dataclass(frozen=True)
+class Queued(Frame):
+    """An input waits for the turn before it; `Started` follows when it runs."""
+
+    type: ClassVar[str] = "queued"
+    input_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Started(Frame):
+    type: ClassVar[str] = "started"
+    input_id: int
+
+
+@dataclass
+class Outcome:
+    """What one input's run produced, folded from its frames: the API's answer
+    and the scheduler's report are both this."""
+
+    session_id: str
+    status: str = "completed"
+    answer: str = ""
+    error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    session_changes: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+
+    def take(self, frame: Frame) -> None:
+        if isinstance(frame, EventFrame):
+            self.events.append(frame.event)
+        elif isinstance(frame, SessionChanged):
+            self.session_id = frame.session_id  # post the next message there
+            self.session_changes.append({"session_id": frame.session_id, "reason": frame.reason})
+        elif isinstance(frame, Error):
+            self.warnings.append(frame.message)
+        elif isinstance(frame, ApprovalRequest):
+            self.approvals.append(asdict(frame))
+        elif isinstance(frame, Done):
+            self.status, self.usage = frame.status, frame.usage
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        return cls(**data)
