@@ -134,21 +134,18 @@ def gather_context(
     context = Context()
     seen: set[int] = set()
 
-    summary = (
-        Event.objects.owned_by(owner)
-        .filter(session_id=session_id, event_type=EventType.COMPACTION)
-        .order_by("-id")
-        .first()
-    )
+    # The newest of each (a session opens with at most one of either).
+    opening = {
+        event.event_type: event
+        for event in Event.objects.owned_by(owner)
+        .filter(session_id=session_id, event_type__in=[EventType.COMPACTION, EventType.RECALL])
+        .order_by("id")
+    }
+    summary = opening.get(EventType.COMPACTION)
     if summary is not None:
         context.items.append(ContextItem(summary, "summary"))
         seen.add(summary.pk)
-    recalled = (
-        Event.objects.owned_by(owner)
-        .filter(session_id=session_id, event_type=EventType.RECALL)
-        .order_by("-id")
-        .first()
-    )
+    recalled = opening.get(EventType.RECALL)
     if recalled is not None:
         context.items.append(ContextItem(recalled, "recall"))
         seen.update(
@@ -202,6 +199,7 @@ def gather_context(
             agent=agent,
             query_vector=query_vector,
             files=False,
+            known=[item.event for item in context.items],
         )
         fresh = [
             hit

@@ -22,6 +22,7 @@ their chunks with the events by cosine similarity, each hit citing its source.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,10 @@ def search_memory(
     branch: str = "fused",
     query_vector: np.ndarray | None = None,
     files: bool = True,
+    known: Iterable[Event] = (),
 ) -> list[SearchHit | FileHit]:
+    """The `k` best memories for `query`; `known`, events the caller has already
+    read, are not read again when they are among them."""
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -92,7 +96,12 @@ def search_memory(
             )
     scores = fuse(vector, lexical)
     hits: list[SearchHit] = []
-    for event in best_events(owned, scores, k):
+    mine = {
+        event.pk: event
+        for event in known
+        if event.owner_id == owner.pk and event.agent == agent and event.event_type in MEMORY_TYPES
+    }
+    for event in best_events(owned, scores, k, mine):
         own = {
             name: found[event.pk]
             for name, found in (("vector", vector), ("lexical", lexical))
@@ -104,16 +113,22 @@ def search_memory(
     return [*hits]
 
 
-def best_events(owned: Any, scores: dict[int, float], k: int) -> list[Event]:
+def best_events(
+    owned: Any, scores: dict[int, float], k: int, known: dict[int, Event] | None = None
+) -> list[Event]:
     """The `k` best-scored events of `owned`, best first (ties keep the branches'
-    order), fetched a few at a time: only what is shown is read, without its vector.
+    order), fetched a few at a time: only what is shown is read, without its vector,
+    and only if it is not `known` (events of `owned` already read).
     `owned` drops the ids of other owners, agents or types."""
+    known = known or {}
     ranked = sorted(scores, key=lambda i: -scores[i])
     found: list[Event] = []
     start, step = 0, max(k, 10)
     while len(found) < k and start < len(ranked):
         chunk = ranked[start : start + step]
-        events = owned.defer("embedding").in_bulk(chunk)
+        unread = [i for i in chunk if i not in known]
+        events = owned.defer("embedding").in_bulk(unread) if unread else {}
+        events.update((i, known[i]) for i in chunk if i in known)
         found += [events[i] for i in chunk if i in events]
         start += step
     return found[:k]

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from memory import tasks
 from memory.models import Event
@@ -111,6 +113,18 @@ def test_it_fuses_both_branches_and_finds_unembedded_events_by_words(alice, hist
     paraphrase = search_memory(alice, "which food do I dislike?", branch="vector")
     assert paraphrase[0].event == old[2]
     assert search_memory(alice, "Lisbon", branch="lexical")[0].event == old[1]
+
+
+def test_it_reads_no_event_again_that_the_caller_holds(alice, bob, history):
+    old, recent = history
+    someone_elses = say(bob, "golden retriever", session="old")
+    plain = search_memory(alice, "golden retriever dog", k=5, files=False)
+    held = [*old, *recent, someone_elses]
+    with CaptureQueriesContext(connection) as queries:
+        hits = search_memory(alice, "golden retriever dog", k=5, files=False, known=held)
+    assert [hit.event.pk for hit in hits] == [hit.event.pk for hit in plain]
+    assert all(any(hit.event is event for event in held) for hit in hits)
+    assert not [query for query in queries if '"events"."data"' in query["sql"]]
 
 
 def test_it_rebuilds_working_memory_when_another_process_wrote(alice):
