@@ -181,7 +181,7 @@ def test_it_streams_a_turn_to_tabs_on_both_processes(stack: Stack) -> None:
             return await until_done(tab_a), await until_done(tab_b)
 
     frames_a, frames_b = asyncio.run(conversation())
-    assert [f["text"] for f in frames_b if f["type"] == "delta"] == deltas
+    assert "".join(f["text"] for f in frames_b if f["type"] == "delta") == "".join(deltas)
     assert frames_b == frames_a  # same frames, same order, same final `done`
     assert frames_b[-1]["status"] == "completed"
     stored = [f["event"]["event_type"] for f in frames_b if f["type"] == "event"]
@@ -344,3 +344,182 @@ def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
     runs = {event: len(report["jobs"].get(event, [])) for event in report["events"]}
     assert runs == {event: int(event not in report["in_turn"]) for event in report["events"]}
     assert report["failures"] == 0
+
+
+ISSUE_TOKEN = """
+import json
+from django.contrib.auth import get_user_model
+from sessions_app.models import ApiToken, Session
+user = get_user_model().objects.get(username={username!r})
+session = Session.objects.get(owner=user, key={key!r}, status="active")
+print(json.dumps([ApiToken.issue(user, "test")[1], str(session.pk)]))
+"""
+CONVERSATION = """
+import json
+from memory.models import Event
+from sessions_app.models import Session
+sessions = [str(pk) for pk in Session.objects.filter(key={key!r}).values_list("pk", flat=True)]
+events = Event.objects.filter(session_id__in=sessions).order_by("id")
+print(json.dumps([[e.event_type, e.text, e.data.get("reason")] for e in events]))
+"""
+
+
+def message(text: str) -> str:
+    return json.dumps({"type": "message", "text": text})
+
+
+def conversation_of(stack: Stack, key: str) -> list[list[Any]]:
+    return manage_json(stack.env, CONVERSATION.format(key=key))
+
+
+def user_and_chat(stack: Stack, username: str) -> tuple[str, str, str, str]:
+    """A new user's cookie, chat key, API token and the chat's session id."""
+    cookie, key = logged_in_chat(stack.env, username)
+    token, session_id = manage_json(stack.env, ISSUE_TOKEN.format(username=username, key=key))
+    return cookie, key, token, session_id
+
+
+async def post_message(port: int, token: str, session_id: str, text: str) -> dict[str, Any]:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        response = await client.post(
+            f"http://127.0.0.1:{port}/api/v1/sessions/{session_id}/messages",
+            json={"text": text},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def dones(socket: Any, count: int) -> list[dict[str, Any]]:
+    """Frames until the `count`th `done`."""
+    frames: list[dict[str, Any]] = []
+    while count:
+        frames += await until_done(socket, seconds=90)
+        count -= 1
+    return frames
+
+
+def test_it_runs_one_input_at_a_time_per_chat_from_both_processes_and_the_api(
+    stack: Stack,
+) -> None:
+    """Two tabs on two processes and a program on the API send to one chat at
+    once: every message is answered, one turn at a time, each sender's in order."""
+    cookie, key, token, session_id = user_and_chat(stack, "one-at-a-time")
+    texts = {side: [f"{side} says {n}" for n in range(3)] for side in ("tab A", "tab B")}
+    texts["api"] = ["api says 0"]
+    for sent in texts.values():
+        for text in sent:
+            words = ["answer ", "to ", *text.split(" ")]
+            stack.llm.answers[text] = Reply(deltas=[w + " " for w in words[2:]], delay=0.05)
+
+    async def at_once() -> tuple[list[dict], list[dict], dict]:
+        on_a = chat_socket(stack.ports[0], cookie, key)
+        on_b = chat_socket(stack.ports[1], cookie, key)
+        async with on_a as tab_a, on_b as tab_b:
+
+            async def send_all(tab: Any, side: str) -> None:
+                for text in texts[side]:
+                    await tab.send(json.dumps({"type": "message", "text": text}))
+
+            api = asyncio.create_task(post_message(stack.ports[0], token, session_id, "api says 0"))
+            await asyncio.gather(send_all(tab_a, "tab A"), send_all(tab_b, "tab B"))
+            seen_a, seen_b = await asyncio.gather(dones(tab_a, 7), dones(tab_b, 7))
+            return seen_a, seen_b, await api
+
+    seen_a, seen_b, answered = asyncio.run(at_once())
+    assert answered["status"] == "completed"
+    assert answered["answer"].split() == ["api", "says", "0"]
+    stored = [(kind, text) for kind, text, _ in conversation_of(stack, key)]
+    turns = [pair for pair in stored if pair[0] in ("user_message", "assistant_response")]
+    # Strictly message, answer, message, answer: never two turns interleaved.
+    assert [kind for kind, _ in turns] == ["user_message", "assistant_response"] * 7
+    for (_, asked), (_, answer) in zip(turns[::2], turns[1::2], strict=True):
+        assert answer.split() == asked.split()
+    asked = [text for _, text in turns[::2]]
+    assert sorted(asked) == sorted(t for sent in texts.values() for t in sent)
+    for side in ("tab A", "tab B"):
+        assert [t for t in asked if t.startswith(side)] == texts[side]
+    # Both tabs saw the same seven runs, and the messages that waited were shown as queued.
+    assert [f["status"] for f in seen_a if f["type"] == "done"] == ["completed"] * 7
+    assert [f for f in seen_a if f["type"] == "started"] == [
+        f for f in seen_b if f["type"] == "started"
+    ]
+    assert any(f["type"] == "queued" for f in seen_a)
+
+
+def test_it_stops_a_turn_from_a_tab_on_the_other_process(stack: Stack) -> None:
+    """The API runs a turn in process A; /stop from a tab on process B ends it."""
+    cookie, key, token, session_id = user_and_chat(stack, "stopper")
+    stack.llm.answers["tell me a long story"] = Reply(
+        deltas=[f"word{n} " for n in range(40)], delay=0.2
+    )
+
+    async def stopped() -> tuple[dict, list[dict]]:
+        async with chat_socket(stack.ports[1], cookie, key) as tab_b:
+            api = asyncio.create_task(
+                post_message(stack.ports[0], token, session_id, "tell me a long story")
+            )
+            frames: list[dict] = []
+            while not any(f["type"] == "delta" for f in frames):
+                frames.append(json.loads(await asyncio.wait_for(tab_b.recv(), 60)))
+            await tab_b.send(json.dumps({"type": "stop"}))
+            frames += await until_done(tab_b)
+            return await api, frames
+
+    answered, frames = asyncio.run(stopped())
+    assert answered["status"] == "stopped" and frames[-1]["status"] == "stopped"
+    kinds = [kind for kind, _, _ in conversation_of(stack, key)]
+    assert kinds[-2:] == ["assistant_response", "system"]  # kept, then "Stopped by the user."
+
+
+def test_it_takes_over_from_a_worker_killed_mid_turn(stack: Stack, tmp_path: Any) -> None:
+    """A third process dies mid-answer: its claim expires, the text it streamed
+    is kept and marked, and the message queued behind it runs."""
+    cookie, key = logged_in_chat(stack.env, "survivor")
+    stack.llm.answers["a slow answer please"] = Reply(
+        deltas=[f"part{n} " for n in range(60)], delay=0.2
+    )
+    stack.llm.answers["are you still there?"] = Reply(text="Yes, still here.")
+    port = free_port()
+    doomed = spawn_daphne(stack.env, port, open(tmp_path / "doomed.log", "w"))  # noqa: SIM115
+    try:
+        wait_for_health(port, doomed)
+
+        async def crash() -> list[dict]:
+            async with chat_socket(port, cookie, key) as on_doomed:
+                await on_doomed.send(
+                    json.dumps({"type": "message", "text": "a slow answer please"})
+                )
+                streamed = ""
+                # Past one lease renewal, which saves the streamed text.
+                while streamed.count("part") < 35:
+                    frame = json.loads(await asyncio.wait_for(on_doomed.recv(), 60))
+                    streamed += frame.get("text", "") if frame["type"] == "delta" else ""
+                async with chat_socket(stack.ports[0], cookie, key) as survivor:
+                    await survivor.send(
+                        json.dumps({"type": "message", "text": "are you still there?"})
+                    )
+                    doomed.kill()
+                    doomed.wait()
+                    # The dead turn's end, told by the survivor that took over, and the next.
+                    return await dones(survivor, 2)
+
+        frames = asyncio.run(crash())
+    finally:
+        stop_process(doomed)
+    errors = [f["message"] for f in frames if f["type"] == "error"]
+    assert any("stopped while answering" in message for message in errors)
+    assert frames[-1]["status"] == "completed"
+    stored = conversation_of(stack, key)
+    assert [row[0] for row in stored] == [
+        "user_message",
+        "assistant_response",
+        "error",
+        "user_message",
+        "assistant_response",
+    ]
+    kept = stored[1]
+    assert kept[2] == "server_stopped" and kept[1].startswith("part0 part1 ")
+    assert stored[3][1] == "are you still there?" and stored[4][1] == "Yes, still here."
