@@ -14,6 +14,11 @@ answer per turn). Loopback only; bounded in count and by --timeout (exit code
 
     .venv/bin/python bench/load_chat.py --profile team      # 100 chats x 20, 2 workers
     .venv/bin/python bench/load_chat.py --profile embedded  # 20 chats x 20, 1 worker
+    .venv/bin/python bench/load_chat.py --profile team --repeat 10   # stalls over 10 runs
+
+A stall is a turn that gets no frame for 30 s; at the first stall of a run the
+stacks of every server process are dumped with py-spy (if installed) into the
+run's kept logs, to show where they wait.
 
 The team profile uses DATABASE_URL and REDIS_URL (default: the local
 PostgreSQL and Redis of `make test-team`) and creates a fresh database next to
@@ -48,7 +53,8 @@ TEAM_DEFAULTS = {
 }
 STORED_PER_TURN = ("user_message", "assistant_response")
 STAMP = re.compile(r"\[\d+@\d+\]")
-TURN_TIMEOUT = 120.0  # seconds without a frame before a chat counts as stalled
+TURN_TIMEOUT = 120.0  # seconds without a frame before a chat gives up
+STALL_SECONDS = 30.0  # seconds without a frame that count as a stall
 
 
 class TimeUp(Exception):
@@ -68,6 +74,11 @@ class ChatResult:
     completed: int = 0
     frames_lost: int = 0
     errors: list[str] = field(default_factory=list)
+    stalls: list[str] = field(default_factory=list)
+
+
+# Called at a stall (once per run): dumps the servers' stacks.
+on_stall: list[Any] = []
 
 
 def message_text(chat: int, number: int) -> str:
@@ -128,7 +139,9 @@ async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int
                 streamed: set[str] = set()
                 stored: set[str] = set()
                 while True:
-                    frame = json.loads(await asyncio.wait_for(socket.recv(), TURN_TIMEOUT))
+                    frame = json.loads(
+                        await receive(socket, result, f"chat {number} {waiting_for}")
+                    )
                     if frame["type"] == "delta":
                         if first_delta is None:
                             first_delta = (time.perf_counter() - started) * 1000
@@ -153,6 +166,23 @@ async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         result.errors.append(f"disconnected waiting for {waiting_for}: {exc!r}")
     return result
+
+
+async def receive(socket: Any, result: ChatResult, what: str) -> str:
+    """The next frame; a wait past STALL_SECONDS is noted as a stall, and one past
+    TURN_TIMEOUT gives up (TimeoutError)."""
+    waited = 0.0
+    while True:
+        try:
+            return await asyncio.wait_for(socket.recv(), STALL_SECONDS)
+        except TimeoutError:
+            waited += STALL_SECONDS
+            if waited == STALL_SECONDS:
+                result.stalls.append(what)
+                while on_stall:  # in a thread: the other chats go on meanwhile
+                    asyncio.get_running_loop().run_in_executor(None, on_stall.pop())
+            if waited >= TURN_TIMEOUT:
+                raise
 
 
 async def run_chats(
@@ -209,27 +239,32 @@ def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: f
         "p95_ms": round(shares["p95_ms"]) if latencies else None,
         "max_ms": round(latencies[-1] * 1000) if latencies else None,
         "errors": sum(len(result.errors) for result in results),
+        "stalls": sum(len(result.stalls) for result in results),
+        "unanswered": sum(len(result.sent) - result.completed for result in results),
         "frames_lost": sum(result.frames_lost for result in results),
-        "error_samples": sorted({e for result in results for e in result.errors})[:5],
+        "error_samples": sorted({e for result in results for e in result.errors})[:5]
+        + [f"stall: {stall}" for result in results for stall in result.stalls][:5],
     }
 
 
 def print_table(row: dict) -> None:
     print(
         "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
-        "errors  frames lost  events lost  duplicated"
+        "errors  stalls  frames lost  events lost  duplicated"
     )
     print(
         f"{row['profile']:<9} {row['workers']:>7}  "
         f"{row['chats']:>5} x {row['messages']:<8}  {row['messages_per_s']:>10}  "
         f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
-        f"{row['errors']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  {row['duplicated']:>10}"
+        f"{row['errors']:>6}  {row['stalls']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  "
+        f"{row['duplicated']:>10}"
     )
     print(
         f"| {row['profile']} | {row['workers']} | "
         f"{row['chats']} \N{MULTIPLICATION SIGN} {row['messages']} | "
         f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
-        f"{row['errors']} | {row['frames_lost']} | {row['lost']} | {row['duplicated']} |"
+        f"{row['errors']} | {row['stalls']} | {row['frames_lost']} | {row['lost']} | "
+        f"{row['duplicated']} |"
     )
     for sample in row["error_samples"]:
         print("  e.g.", sample, file=sys.stderr)
@@ -255,6 +290,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--deltas", type=int, default=5, help="deltas per scripted answer")
     parser.add_argument("--interval", type=float, default=0.01, help="seconds before each delta")
     parser.add_argument("--no-jobs", action="store_true", help="no job cluster (embeddings wait)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs, each on fresh processes")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     team = options.profile == "team"
@@ -262,8 +298,8 @@ def parse_options() -> argparse.Namespace:
     options.workers = options.workers or (2 if team else 1)
     if not team and options.workers != 1:
         parser.error("the embedded profile's in-memory channel layer serves one daphne process")
-    if min(options.chats, options.messages, options.workers) < 1:
-        parser.error("--chats, --messages and --workers must be at least 1")
+    if min(options.chats, options.messages, options.workers, options.repeat) < 1:
+        parser.error("--chats, --messages, --workers and --repeat must be at least 1")
     return options
 
 
@@ -284,11 +320,55 @@ def main() -> int:
 
     signal.signal(signal.SIGALRM, time_up)
     signal.signal(signal.SIGTERM, terminated)
+    if options.repeat == 1:
+        code, row = one_run(options)
+        if row is not None:
+            print(json.dumps(row, indent=2)) if options.json else print_table(row)
+        return code
+    return repeat(options)
+
+
+def repeat(options: argparse.Namespace) -> int:
+    """Each run in a process of its own (Django is set up once per process), its
+    table row printed as it ends, then the totals."""
+    arguments = [a for a in sys.argv[1:] if a != "--json"]
+    if "--repeat" in arguments:
+        at = arguments.index("--repeat")
+        del arguments[at : at + 2]
+    arguments = [a for a in arguments if not a.startswith("--repeat=")]
+    codes, rows = [], []
+    for number in range(options.repeat):
+        print(f"run {number + 1} of {options.repeat}", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, __file__, *arguments, "--json"], stdout=subprocess.PIPE, text=True
+        )
+        codes.append(done.returncode)
+        try:
+            row = json.loads(done.stdout)
+        except ValueError:
+            continue  # it said why on stderr
+        rows.append(row)
+        print_table(row)
+    totals = {
+        name: sum(row[name] for row in rows)
+        for name in ("stalls", "unanswered", "frames_lost", "errors", "lost", "duplicated")
+    }
+    rates = [row["messages_per_s"] for row in rows]
+    print(
+        f"{options.repeat} runs, {len(rows)} finished: messages/s "
+        f"{min(rates, default=0)} to {max(rates, default=0)}; "
+        + ", ".join(f"{name} {value}" for name, value in totals.items())
+    )
+    return max(codes)
+
+
+def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
     signal.setitimer(signal.ITIMER_REAL, options.timeout)
+    row: dict | None = None
     with tempfile.TemporaryDirectory() as data_dir:
         processes: list[subprocess.Popen] = []
         try:
-            code = run(options, Path(data_dir), processes)
+            code, row = run(options, Path(data_dir), processes)
         except TimeUp:
             print(f"load_chat: not done within --timeout {options.timeout:g} s", file=sys.stderr)
             code = 3
@@ -303,10 +383,34 @@ def main() -> int:
             for log in Path(data_dir).glob("*.log"):
                 shutil.copy(log, kept)
             print(f"load_chat: the processes' logs are in {kept}", file=sys.stderr)
-        return code
+        if code == 130:
+            sys.exit(code)
+        return code, row
 
 
-def run(options: argparse.Namespace, data_dir: Path, processes: list[subprocess.Popen]) -> int:
+def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
+    """Where every server process is, now: py-spy's dump of each (with its
+    threads and idle frames), into the run's logs."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    with (data_dir / "stall-stacks.log").open("w") as out:
+        for process in processes:
+            out.write(f"=== {' '.join(map(str, process.args[-3:]))} (pid {process.pid})\n")
+            out.flush()
+            try:
+                subprocess.run(
+                    [py_spy, "dump", "--pid", str(process.pid), "--idle", "--locals"],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=60,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                out.write(f"py-spy failed: {exc}\n")
+    print(f"load_chat: a stall; stacks dumped to {data_dir / 'stall-stacks.log'}", file=sys.stderr)
+
+
+def run(
+    options: argparse.Namespace, data_dir: Path, processes: list[subprocess.Popen]
+) -> tuple[int, dict]:
     """Start everything (each process appended to `processes` at once, for
     the caller to stop), load it, count, report; the exit code."""
     from tests.processes import app_env, free_port, spawn_daphne, start_qcluster, wait_for_health
@@ -341,6 +445,7 @@ def run(options: argparse.Namespace, data_dir: Path, processes: list[subprocess.
         wait_for_health(port, worker)
     urls = [f"ws://127.0.0.1:{port}" for port in workers]
 
+    on_stall[:] = [lambda: dump_stacks(processes[1:], data_dir)]  # all but the LLM
     # One turn per worker first: each loads the embedding model on first use.
     warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
     started = time.monotonic()
@@ -348,13 +453,8 @@ def run(options: argparse.Namespace, data_dir: Path, processes: list[subprocess.
     row = summarise(options, results, time.monotonic() - started)
     row["lost"], row["duplicated"] = count_events(chats, results)
     row["warmup_errors"] = sum(len(result.errors) + result.frames_lost for result in warm)
-    failed = any(row[name] for name in ("errors", "frames_lost", "lost", "duplicated"))
-    failed = failed or row["warmup_errors"]
-    if options.json:
-        print(json.dumps(row, indent=2))
-    else:
-        print_table(row)
-    return 1 if failed else 0
+    names = ("errors", "stalls", "frames_lost", "lost", "duplicated", "warmup_errors")
+    return (1 if any(row[name] for name in names) else 0), row
 
 
 if __name__ == "__main__":
