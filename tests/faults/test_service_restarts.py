@@ -282,3 +282,53 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
     caught_up = [int(found) for found in re.findall(r'data-event-id="(\d+)"', missed)]
     assert status == 200
     assert caught_up == [frame["event"]["id"] for frame in second if frame["type"] == "event"]
+
+
+def test_it_neither_loses_nor_repeats_a_queued_message_when_redis_restarts(
+    private_redis: PrivateRedis, scripted_llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """The queue is in the database: a message waiting behind a turn runs once,
+    after it, though Redis went away and came back meanwhile."""
+    env = app_env(
+        tmp_path,
+        REDIS_URL=private_redis.url,
+        NEOTASK_LLM_BASE_URL=scripted_llm.url,
+        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    )
+    cookie, key = logged_in_chat(env, "ada", migrate=True)
+    port, server = serve(env, tmp_path)
+    release = threading.Event()
+    try:
+        scripted_llm.script(Reply(text="First, slowly.", hold=release), Reply(text="Then this."))
+
+        async def queued_through_an_outage() -> None:
+            async with chat_socket(port, cookie, key) as socket:
+                await socket.send(message("first question"))
+                await asked(scripted_llm, 1)
+                await socket.send(message("second question"))
+                while json.loads(await asyncio.wait_for(socket.recv(), 30))["type"] != "queued":
+                    pass
+                private_redis.kill()
+                with pytest.raises(websockets.ConnectionClosed):
+                    while True:
+                        await asyncio.wait_for(socket.recv(), 30)
+            private_redis.start()
+            release.set()
+            await asked(scripted_llm, 2)
+
+        asyncio.run(queued_through_an_outage())
+        for _ in range(60):  # each reading starts a Django process: about a second
+            stored = manage_json(env, CHAT_EVENTS)
+            if len(stored) >= 4:
+                break
+    finally:
+        release.set()
+        stop_process(server)
+    assert stored == [
+        ["user_message", "first question"],
+        ["assistant_response", "First, slowly."],
+        ["user_message", "second question"],
+        ["assistant_response", "Then this."],
+    ]
+    assert len(scripted_llm.requests) == 2
+    assert "Traceback" not in (tmp_path / "daphne.log").read_text()

@@ -1,0 +1,200 @@
+"""One input at a time per chat (sessions_app.inputs): the claim, the queue, a
+dead holder's turn taken over, and API turns that wait without a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import HttpCommunicator, WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from memory.models import Event
+from neotask_site.asgi import application
+from sessions_app import chat, inputs
+from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
+from sessions_app.routing import websocket_urlpatterns
+from tests.scripted_llm import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+router = URLRouter(websocket_urlpatterns)
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return User.objects.create_user("owner")
+
+
+@pytest.fixture
+def session(owner) -> Session:
+    return chat.start_chat(owner)
+
+
+async def connect(user: User, key: str) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(router, f"/ws/chat/{key}/")
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def until(ws: WebsocketCommunicator, kind: str = "done") -> list[dict]:
+    frames = []
+    while True:
+        frames.append(json.loads(await ws.receive_from(timeout=20)))
+        if frames[-1]["type"] == kind:
+            return frames
+
+
+def turns(session: Session) -> list[tuple[str, str, str | None]]:
+    events = Event.objects.filter(session_id=str(session.pk)).order_by("id")
+    return [(e.event_type, e.text, e.data.get("reason")) for e in events]
+
+
+def crashed_holder(owner: User, session: Session, partial: str) -> None:
+    """What a process killed mid-answer leaves: its claim, past its lease, and its input."""
+    ChatClaim.objects.create(
+        owner=owner,
+        key=session.key,
+        token="a" * 32,
+        lease_until=timezone.now() - timedelta(seconds=1),
+        session_id=str(session.pk),
+        partial=partial,
+    )
+    ChatInput.objects.create(
+        owner=owner, key=session.key, text="tell me everything", status=ChatInput.Status.RUNNING
+    )
+    Event.record(owner, str(session.pk), "user_message", {"content": "tell me everything"})
+
+
+async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(owner, session, llm):
+    await sync_to_async(crashed_holder)(owner, session, "The first half of")
+    llm.script(Reply(text="Back again."))
+    ws = await connect(owner, session.key)
+    await ws.send_to(text_data=json.dumps({"type": "message", "text": "hello?"}))
+    buried = await until(ws)
+    assert [f["type"] for f in buried] == ["error", "done"]
+    assert "stopped while answering" in buried[0]["message"] and buried[1]["status"] == "error"
+    answered = await until(ws)
+    assert answered[-1]["status"] == "completed"
+    assert await sync_to_async(turns)(session) == [
+        ("user_message", "tell me everything", None),
+        ("assistant_response", "The first half of", "server_stopped"),
+        ("error", inputs.LOST, None),
+        ("user_message", "hello?", None),
+        ("assistant_response", "Back again.", None),
+    ]
+    assert not await ChatInput.objects.aexists()  # nothing waits, nothing is kept
+    claim = await ChatClaim.objects.aget(owner=owner, key=session.key)
+    assert claim.token == "" and claim.partial == ""
+    await ws.disconnect()
+
+
+async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs_out(
+    owner, session, llm, monkeypatch
+):
+    monkeypatch.setattr(inputs, "WATCH_SECONDS", 0.2)
+    await ChatClaim.objects.acreate(
+        owner=owner,
+        key=session.key,
+        token="b" * 32,
+        lease_until=timezone.now() + timedelta(minutes=1),
+        session_id=str(session.pk),
+    )
+    llm.script(Reply(text="Finally."))
+    ws = await connect(owner, session.key)
+    await ws.send_to(text_data=json.dumps({"type": "message", "text": "anyone?"}))
+    queued = json.loads(await ws.receive_from(timeout=10))
+    assert queued["type"] == "queued" and queued["text"] == "anyone?"
+    await asyncio.sleep(0.6)  # the holder is alive: the message waits
+    assert await ws.receive_nothing(timeout=0.1)
+    assert llm.requests == []
+    assert (await ChatInput.objects.aget()).status == ChatInput.Status.QUEUED
+    await ChatClaim.objects.filter(key=session.key).aupdate(
+        lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    frames = await until(ws)
+    assert frames[0] == {"type": "started", "input_id": queued["input_id"]}
+    assert frames[-1]["status"] == "completed"
+    assert len(llm.requests) == 1
+    await ws.disconnect()
+
+
+async def test_it_runs_an_api_message_after_the_turn_before_it(owner, session, llm):
+    token = (await sync_to_async(ApiToken.issue)(owner, "script"))[1]
+    release = threading.Event()
+    llm.script(Reply(text="First answer.", hold=release), Reply(text="API answer."))
+    ws = await connect(owner, session.key)
+    await ws.send_to(text_data=json.dumps({"type": "message", "text": "from the page"}))
+    await until(ws, "started")
+    api = asyncio.ensure_future(post(token, session, "from a script"))
+    await until(ws, "queued")
+    release.set()
+    response = await api
+    assert response["status"] == "completed" and response["answer"] == "API answer."
+    # The page saw the API's turn too.
+    frames = await until(ws)
+    frames += await until(ws)
+    assert [f["event"]["text"] for f in frames if f["type"] == "event"][-2:] == [
+        "from a script",
+        "API answer.",
+    ]
+    assert [text for _, text, _ in await sync_to_async(turns)(session)] == [
+        "from the page",
+        "First answer.",
+        "from a script",
+        "API answer.",
+    ]
+    await ws.disconnect()
+
+
+async def post(token: str, session: Session, text: str) -> dict:
+    communicator = HttpCommunicator(
+        application,
+        "POST",
+        f"/api/v1/sessions/{session.pk}/messages",
+        body=json.dumps({"text": text}).encode(),
+        headers=[
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"host", b"127.0.0.1"),
+        ],
+    )
+    response = await communicator.get_response(timeout=60)
+    assert response["status"] == 200, response["body"]
+    return json.loads(response["body"])
+
+
+async def test_it_waits_for_many_api_turns_at_once_without_a_thread_each(owner, llm):
+    """50 API turns on one worker are all with the model at the same moment: a
+    view holding a thread per turn would stop at the thread pool's size."""
+    count = 50
+    token = (await sync_to_async(ApiToken.issue)(owner, "script"))[1]
+    sessions = [await sync_to_async(chat.start_chat)(owner) for _ in range(count)]
+    everyone_asked = threading.Event()
+    llm.script(*(Reply(text=f"Answer {n}.", hold=everyone_asked) for n in range(count)))
+
+    def release_when_all_asked() -> None:
+        for _ in range(600):
+            if len(llm.requests) >= count:
+                everyone_asked.set()
+                return
+            threading.Event().wait(0.1)
+
+    watcher = threading.Thread(target=release_when_all_asked)
+    watcher.start()
+    answers = await asyncio.gather(
+        *(post(token, s, f"question {n}") for n, s in enumerate(sessions))
+    )
+    watcher.join()
+    assert everyone_asked.is_set()
+    assert all(answer["status"] == "completed" for answer in answers)
+    assert sorted(answer["answer"] for answer in answers) == sorted(
+        f"Answer {n}." for n in range(count)
+    )
