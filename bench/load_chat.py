@@ -398,7 +398,7 @@ def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
             out.flush()
             try:
                 subprocess.run(
-                    [py_spy, "dump", "--pid", str(process.pid), "--idle", "--locals"],
+                    [py_spy, "dump", "--pid", str(process.pid), "--locals"],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     timeout=60,

@@ -157,7 +157,7 @@ def channel_layers(redis_url: str | None) -> dict[str, Any]:
         }
     return {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "neotask_site.channel_layer.RedisChannelLayer",
             "CONFIG": {"hosts": [check_redis_url(redis_url)], "capacity": CHANNEL_CAPACITY},
         }
     }

@@ -224,7 +224,7 @@ def test_it_switches_layer_and_broker_to_redis_with_redis_url():
     assert profiles.q_cluster(None, 2)["orm"] == "default"
     url = "redis://127.0.0.1:6379/0"
     layer = profiles.channel_layers(url)["default"]
-    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert layer["BACKEND"] == "neotask_site.channel_layer.RedisChannelLayer"
     assert layer["CONFIG"]["hosts"] == [url]
     cluster = profiles.q_cluster(url, 2)
     assert cluster["redis"] == url

@@ -1,0 +1,101 @@
+"""The team profile's channel layer: channels_redis with a receive that no
+cancellation can make lose a message.
+
+In channels_redis, a process's consumers share one Redis queue, read by
+whichever consumer's `receive()` holds the process's receive lock, on behalf
+of all of them. When that consumer is cancelled — its socket closed — between
+popping a message (BZPOPMIN) and writing its in-flight backup (a ZADD, another
+await), the message, usually meant for another consumer, is gone. Under load
+that window is wide; losing a chat's `done` left its client waiting for good
+(the load benchmark's stall), losing a delta lost one streamed frame.
+
+Here one reader task per process and event loop pops the messages and sorts
+them into the consumers' queues; a `receive()` only waits on its queue, and a
+cancelled wait loses nothing. The reader is cancelled only when the last
+consumer of the process has left (nobody is left to lose a message); if Redis
+fails, the error reaches every waiting consumer (which closes its socket,
+sessions_app.consumers), and the next receive starts a new reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
+
+# Messages for a consumer that left are dropped for this long after it left
+# (its channel name is never used again); channels_redis expires them at 60 s.
+DEPARTED_SECONDS = 120.0
+
+
+class RedisChannelLayer(StockRedisChannelLayer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reader: asyncio.Task | None = None
+        self.consumers: set[str] = set()  # channels that receive and have not left
+        self.departed: dict[str, float] = {}
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        if "!" not in channel:  # a normal channel: read directly, as before
+            return await super().receive(channel)
+        assert self.require_valid_channel_name(channel)
+        self.consumers.add(channel)
+        queue = self.receive_buffer[channel]
+        while queue.empty():
+            reader = self.running_reader()
+            getter = asyncio.ensure_future(queue.get())
+            try:
+                await asyncio.wait([getter, reader], return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                getter.cancel()
+                self.depart(channel)
+                raise
+            if getter.done() and not getter.cancelled():
+                message = getter.result()
+                break
+            getter.cancel()
+            reader.result()  # Redis failed: raise it here, in the consumer
+        else:
+            message = queue.get_nowait()
+        if queue.empty():
+            self.receive_buffer.pop(channel, None)
+        return message
+
+    def running_reader(self) -> asyncio.Task:
+        loop = asyncio.get_running_loop()
+        reader = self.reader
+        if reader is None or reader.done() or reader.get_loop() is not loop:
+            reader = self.reader = loop.create_task(self.read())
+        return reader
+
+    async def read(self) -> None:
+        """Pop this process's messages and put each in its consumer's queue, until Redis fails."""
+        real_channel = f"specific.{self.client_prefix}!"
+        while True:
+            channel, message = await self.receive_single(real_channel)
+            for name in channel if isinstance(channel, list) else [channel]:
+                if name not in self.departed:
+                    self.receive_buffer[name].put_nowait(message)
+
+    async def close_pools(self) -> None:
+        """Shutting down (flush, tests): nobody receives any more."""
+        reader, self.reader = self.reader, None
+        if reader is not None and reader.get_loop() is asyncio.get_running_loop():
+            reader.cancel()
+            await asyncio.wait([reader])
+        self.consumers.clear()
+        await super().close_pools()
+
+    def depart(self, channel: str) -> None:
+        self.receive_buffer.pop(channel, None)
+        self.consumers.discard(channel)
+        if not self.consumers and self.reader is not None:
+            self.reader.cancel()
+        now = time.monotonic()
+        self.departed[channel] = now
+        if len(self.departed) > 1000:
+            self.departed = {
+                name: left for name, left in self.departed.items() if now - left < DEPARTED_SECONDS
+            }

@@ -1,0 +1,112 @@
+"""The team profile's channel layer (neotask_site/channel_layer.py) against a
+real Redis: a consumer leaving while the process's read is in flight loses
+nobody else's message, which channels_redis's own layer does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+import redis
+import redis.asyncio
+from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
+
+from neotask_site.channel_layer import RedisChannelLayer
+
+REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_is_up() -> bool:
+    try:
+        return bool(redis.Redis.from_url(REDIS, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not redis_is_up(), reason=f"no Redis at {REDIS}")
+
+
+@pytest.fixture
+def slow_backup(monkeypatch):
+    """A busy event loop between popping a message and backing it up: the
+    window in which a cancelled reader drops what it popped."""
+    zadd = redis.asyncio.Redis.zadd
+
+    async def slow_zadd(self, name, *args, **kwargs):
+        if str(name).endswith("$inflight"):
+            await asyncio.sleep(0.05)
+        return await zadd(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "zadd", slow_zadd)
+
+
+async def leaving_while_reading(layer, rounds: int) -> int:
+    """Consumer A reads for the process; a message for B arrives; A leaves
+    mid-read. How many of B's messages never arrived."""
+    lost = 0
+    for number in range(rounds):
+        a, b = await layer.new_channel(), await layer.new_channel()
+        leaving = asyncio.ensure_future(layer.receive(a))
+        await asyncio.sleep(0.01)
+        staying = asyncio.ensure_future(layer.receive(b))
+        await asyncio.sleep(0.01)
+        await layer.send(b, {"type": "chat.frame", "number": number})
+        await asyncio.sleep(0.02)  # the read has popped it, the backup is on its way
+        leaving.cancel()
+        try:
+            assert (await asyncio.wait_for(staying, 2))["number"] == number
+        except TimeoutError:
+            lost += 1
+            staying.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+    await layer.flush()
+    return lost
+
+
+def layer_of(kind: type) -> StockRedisChannelLayer:
+    return kind(hosts=[REDIS], prefix=f"test-{uuid.uuid4().hex[:8]}")
+
+
+async def test_channels_redis_itself_loses_the_message(slow_backup):
+    # The fault, shown on the stock layer, so that the next test can fail.
+    assert await leaving_while_reading(layer_of(StockRedisChannelLayer), 5) == 5
+
+
+async def test_it_delivers_the_message_when_the_reading_consumer_leaves(slow_backup):
+    assert await leaving_while_reading(layer_of(RedisChannelLayer), 5) == 0
+
+
+async def test_it_keeps_each_consumers_messages_in_order():
+    layer = layer_of(RedisChannelLayer)
+    channels = [await layer.new_channel() for _ in range(5)]
+    for number in range(20):
+        for channel in channels:
+            await layer.send(channel, {"type": "chat.frame", "number": number})
+
+    async def read(channel: str) -> list[int]:
+        return [(await layer.receive(channel))["number"] for _ in range(20)]
+
+    assert await asyncio.gather(*map(read, channels)) == [list(range(20))] * 5
+    await layer.flush()
+
+
+async def test_it_drops_what_arrives_for_a_consumer_that_left():
+    layer = layer_of(RedisChannelLayer)
+    gone, staying = await layer.new_channel(), await layer.new_channel()
+    waiting = asyncio.ensure_future(layer.receive(gone))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    await layer.send(gone, {"type": "chat.frame"})
+    await layer.send(staying, {"type": "chat.frame", "kept": True})
+    assert (await asyncio.wait_for(layer.receive(staying), 5))["kept"]
+    assert gone not in layer.receive_buffer
+    await layer.flush()
+
+
+async def test_it_raises_a_redis_failure_in_the_waiting_consumer():
+    layer = RedisChannelLayer(hosts=["redis://127.0.0.1:9/0"], prefix="nowhere")
+    with pytest.raises((redis.RedisError, OSError)):
+        await asyncio.wait_for(layer.receive(await layer.new_channel()), 30)
