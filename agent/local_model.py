@@ -70,9 +70,14 @@ def start_server(path: Path, port: int, api_key: str, context_window: int) -> An
     params.n_ctx = context_window * SLOTS
     params.use_jinja = True  # the model's own chat template, tool calls included
     params.verbosity = 0  # llama.cpp logs every request; failures surface as errors anyway
-    threads = max(1, min(4, os.cpu_count() or 1))
-    params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
+    # A core is left to the web server, the database and the embeddings, and
+    # waiting threads sleep instead of spinning (llama.cpp's `poll`): on two
+    # busy cores, two spinning threads generated 4-7 tokens/s where one
+    # sleeping thread made 28-48 (bench: the README's embedded model figures).
+    threads = max(1, min(4, (os.cpu_count() or 1) - 1))
+    for cpu in (params.cpuparams, params.cpuparams_batch):
+        cpu.n_threads = threads
+        cpu.poll = 0
     try:
         return xllamacpp.Server(params)
     except Exception as exc:  # the runtime raises plain RuntimeErrors

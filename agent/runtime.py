@@ -95,15 +95,8 @@ class Turn:
         try:
             # Once per turn: every round of tool calls recalls by the same question.
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
-            await database_sync_to_async(keep_vector)(user_event, self.query_vector)
             self.query = text if self.query_vector is not None else ""
-            recalled = await database_sync_to_async(record_recall)(
-                self.request.owner,
-                self.request.agent_name,
-                self.request.session_id,
-                text,
-                self.query_vector,
-            )
+            recalled = await database_sync_to_async(self.keep_and_recall)(user_event)
             if recalled is not None:
                 await self.emit(EventFrame.of(recalled))
             return await self.loop()
@@ -112,8 +105,19 @@ class Turn:
             await asyncio.shield(self.after_stop())
             return TurnResult("stopped", self.usage, answer=self.partial)
 
+    def keep_and_recall(self, user_event: Event) -> Event | None:
+        """The message's vector stored, and auto-recall by it: one database hop."""
+        keep_vector(user_event, self.query_vector)
+        return record_recall(
+            self.request.owner,
+            self.request.agent_name,
+            self.request.session_id,
+            user_event.text,
+            self.query_vector,
+        )
+
     async def loop(self) -> TurnResult:
-        tools = await database_sync_to_async(available_tools)()
+        tools = available_tools()  # settings only, no database
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
         for _ in range(max_iterations):

@@ -144,6 +144,11 @@ def add_usage(session: Session, usage: Usage) -> None:
     )
 
 
+def add_usage_and_meter(session: Session, result: TurnResult) -> dict[str, Any]:
+    add_usage(session, result.usage)
+    return meter(session, result.next_prompt)
+
+
 TOKEN_FIELDS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
 
 
@@ -240,8 +245,7 @@ async def run_chat_turn(
         approval_timeout=approval_timeout,
     )
     result = await run_turn(request, text, emit)
-    await database_sync_to_async(add_usage)(session, result.usage)
-    readings = await database_sync_to_async(meter)(session, result.next_prompt)
+    readings = await database_sync_to_async(add_usage_and_meter)(session, result)
     if await database_sync_to_async(should_compact)(readings, session):
         share = readings["context_tokens"] / readings["context_window"]
         try:

@@ -261,17 +261,19 @@ class Holder:
         arrived while letting go."""
         holder: Holder | None = self
         while holder is not None:
-            await holder.run_queue()
-            if not await database_sync_to_async(has_queued)(self.owner, self.key):
+            if not await holder.run_queue():
                 return
             holder = await Holder.take(self.owner, self.key)
 
-    async def run_queue(self) -> None:
+    async def run_queue(self) -> bool:
+        """Run queued inputs until none is left; let go. True if one arrived
+        while letting go (another claim is needed for it)."""
         renewing = asyncio.create_task(self.renew())
         listening = asyncio.create_task(self.listen())
         held = True
         try:
-            await self.bury()
+            if self.dead is not None:
+                await self.bury()
             while item := await database_sync_to_async(next_input)(self.owner, self.key):
                 # Its own task, so that /stop cancels the run and not this loop.
                 self.current = asyncio.create_task(self.run(item))
@@ -280,14 +282,12 @@ class Holder:
                 # Finished and, if nothing waits, let go before `done` goes out: a
                 # client that sends its next message on `done` then finds the chat
                 # free, and a /stop after `done` finds nothing running.
-                await database_sync_to_async(finish_input)(item, outcome)
-                last = not await database_sync_to_async(has_queued)(self.owner, self.key)
-                if last:
-                    held = False
-                    await database_sync_to_async(release_claim)(self.owner, self.key, self.token)
+                after = await database_sync_to_async(end_input)(item, outcome, self.token)
+                held = after == NEXT
                 await broadcast(self.owner.pk, self.key, done)
-                if last:
-                    return
+                if not held:
+                    return after == AGAIN
+            return False
         finally:
             self.current = None
             renewing.cancel()
@@ -379,10 +379,10 @@ class Holder:
     async def bury(self) -> None:
         """End what a crashed holder left running: keep its streamed text."""
         dead, self.dead = self.dead, None
+        assert dead is not None
         running = await database_sync_to_async(bury_turn)(self.owner, self.key, dead)
         for item in running:
-            session_id = dead.session_id if dead else ""
-            outcome = Outcome(session_id=session_id, status="error", error=LOST)
+            outcome = Outcome(session_id=dead.session_id, status="error", error=LOST)
             await broadcast(self.owner.pk, self.key, Error(LOST))
             await broadcast(self.owner.pk, self.key, Done(Usage().as_dict(), "error"))
             await database_sync_to_async(finish_input)(item, outcome)
@@ -447,6 +447,19 @@ def next_input(owner: Any, key: str) -> ChatInput | None:
     return item
 
 
+NEXT, FREE, AGAIN = "next", "free", "again"
+
+
+def end_input(item: ChatInput, outcome: Outcome, token: str) -> str:
+    """After an input ran: NEXT if another waits (the claim is kept), else the
+    claim let go, and AGAIN if an input arrived meanwhile, FREE if not."""
+    finish_input(item, outcome)
+    if has_queued(item.owner_id, item.key):
+        return NEXT
+    release_claim(item.owner_id, item.key, token)
+    return AGAIN if has_queued(item.owner_id, item.key) else FREE
+
+
 def finish_input(item: ChatInput, outcome: Outcome) -> None:
     """Keep the outcome for whoever waits for it; forget the input otherwise."""
     if item.awaited:
@@ -457,12 +470,12 @@ def finish_input(item: ChatInput, outcome: Outcome) -> None:
         ChatInput.objects.filter(pk=item.pk).delete()
 
 
-def bury_turn(owner: Any, key: str, dead: ChatClaim | None) -> list[ChatInput]:
-    """The inputs a holder left running (it crashed, `dead` is its claim, or was
-    cancelled); a dead holder's streamed text stored as an interrupted answer
-    and the cause as an error, in the session it wrote to."""
+def bury_turn(owner: Any, key: str, dead: ChatClaim) -> list[ChatInput]:
+    """The inputs a crashed holder left running (`dead` is its claim as it
+    left it); its streamed text stored as an interrupted answer and the cause
+    as an error, in the session it wrote to."""
     running = list(ChatInput.objects.filter(owner=owner, key=key, status=ChatInput.Status.RUNNING))
-    if dead is not None and dead.session_id:
+    if dead.session_id:
         if dead.partial:
             Event.record(
                 owner,
