@@ -250,21 +250,21 @@ def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: f
 def print_table(row: dict) -> None:
     print(
         "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
-        "errors  stalls  frames lost  events lost  duplicated"
+        "errors  stalls  frames lost  events lost  duplicated  server cpu ms/turn"
     )
     print(
         f"{row['profile']:<9} {row['workers']:>7}  "
         f"{row['chats']:>5} x {row['messages']:<8}  {row['messages_per_s']:>10}  "
         f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
         f"{row['errors']:>6}  {row['stalls']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  "
-        f"{row['duplicated']:>10}"
+        f"{row['duplicated']:>10}  {row.get('server_cpu_ms_per_turn')!s:>18}"
     )
     print(
         f"| {row['profile']} | {row['workers']} | "
         f"{row['chats']} \N{MULTIPLICATION SIGN} {row['messages']} | "
         f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
         f"{row['errors']} | {row['stalls']} | {row['frames_lost']} | {row['lost']} | "
-        f"{row['duplicated']} |"
+        f"{row['duplicated']} | {row.get('server_cpu_ms_per_turn')} ms |"
     )
     for sample in row["error_samples"]:
         print("  e.g.", sample, file=sys.stderr)
@@ -388,6 +388,28 @@ def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
         return code, row
 
 
+def cpu_seconds(processes: list[subprocess.Popen]) -> float:
+    """User + system CPU time of these processes and all their descendants
+    (Linux /proc; 0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        times[pid] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [process.pid for process in processes]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
 def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
     """Where every server process is, now: py-spy's dump of each (with its
     threads and idle frames), into the run's logs."""
@@ -448,9 +470,16 @@ def run(
     on_stall[:] = [lambda: dump_stacks(processes[1:], data_dir)]  # all but the LLM
     # One turn per worker first: each loads the embedding model on first use.
     warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
+    servers = processes[1:]  # the daphne workers and the job cluster, not the LLM
+    cpu_before = cpu_seconds(servers)
     started = time.monotonic()
     results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
     row = summarise(options, results, time.monotonic() - started)
+    if row["turns"]:
+        # What a turn costs the server: its processes' CPU time (workers included).
+        row["server_cpu_ms_per_turn"] = round(
+            (cpu_seconds(servers) - cpu_before) * 1000 / row["turns"], 1
+        )
     row["lost"], row["duplicated"] = count_events(chats, results)
     row["warmup_errors"] = sum(len(result.errors) + result.frames_lost for result in warm)
     names = ("errors", "stalls", "frames_lost", "lost", "duplicated", "warmup_errors")
