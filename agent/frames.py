@@ -7,7 +7,7 @@ nobody builds or parses a frame dict by hand.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 
@@ -16,7 +16,8 @@ class Frame:
     type: ClassVar[str]
 
     def as_json(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
+        # Shallow (asdict deep-copies): a frame's values go out as they are.
+        return {"type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Delta(Frame):
 
     type: ClassVar[str] = "delta"
     text: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"type": "delta", "text": self.text}  # the most frequent frame, built directly
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,6 @@ from memory.workspace import workspace_dir
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Frame], Awaitable[None]]
-# Deltas that arrive faster than this are sent as one frame: at 50 chats of 50
-# tokens/s, one frame per token was most of the server's work. One tick is
-# still smooth painting.
-COALESCE_SECONDS = 0.025
 
 
 @dataclass(frozen=True)
@@ -74,11 +70,9 @@ class Turn:
         self.pending_approval: Any = None
         self.query = ""
         self.query_vector: Any = None
-        # Deltas not sent yet, when the last went out, and the tick that will send them.
+        # Deltas not sent yet, and the task sending them.
         self.unsent = ""
-        self.sent_at = 0.0
-        self.tick: asyncio.Task | None = None
-        self.sending = asyncio.Lock()
+        self.sender: asyncio.Task | None = None
 
     async def run(self, text: str) -> TurnResult:
         # Embedded in answer(), for recall: that vector is also the message's own.
@@ -133,9 +127,9 @@ class Turn:
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
             except LLMError as exc:
-                await self.send_deltas()
+                await self.deltas_sent()
                 return await self.failed(exc)
-            await self.send_deltas()
+            await self.deltas_sent()
             self.usage += completion.usage
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
@@ -167,28 +161,21 @@ class Turn:
     async def on_delta(self, text: str) -> None:
         self.partial += text
         self.unsent += text
-        if self.tick is not None:
-            return  # the tick sends it
-        wait = self.sent_at + COALESCE_SECONDS - asyncio.get_running_loop().time()
-        if wait <= 0:
-            await self.send_deltas()
-        else:
-            self.tick = asyncio.create_task(self.send_after(wait))
-
-    async def send_after(self, wait: float) -> None:
-        tick = self.tick
-        await asyncio.sleep(wait)
-        if self.tick is tick:  # else the stream ended and sent everything
-            await self.send_deltas()
+        if self.sender is None or self.sender.done():
+            self.sender = asyncio.create_task(self.send_deltas())
 
     async def send_deltas(self) -> None:
-        """Send what is unsent now; the lock keeps deltas in order."""
-        self.tick = None
-        async with self.sending:
+        """Send what is unsent; deltas that arrive while a frame is on its way
+        go out together in the next one (no delay when the server keeps up)."""
+        while self.unsent:
             text, self.unsent = self.unsent, ""
-            if text:
-                self.sent_at = asyncio.get_running_loop().time()
-                await self.emit(Delta(text))
+            await self.emit(Delta(text))
+
+    async def deltas_sent(self) -> None:
+        """Every delta out, in order, before anything else is emitted."""
+        if self.sender is not None:
+            await asyncio.shield(self.sender)
+            self.sender = None
 
     async def failed(self, exc: LLMError) -> TurnResult:
         self.usage += exc.partial.usage
@@ -203,7 +190,8 @@ class Turn:
         return TurnResult("error", self.usage, answer=self.partial, error=message)
 
     async def after_stop(self) -> None:
-        self.tick, self.unsent = None, ""  # the stopped answer is stored, not streamed
+        self.unsent = ""  # the stopped answer is stored, not streamed further
+        await self.deltas_sent()
         if self.pending_approval is not None:
             await sync_to_async(approvals.expire)(self.pending_approval)
         if self.partial:
