@@ -50,7 +50,7 @@ from memory.models import Event, EventType
 from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.lifecycle import rollover
-from sessions_app.models import ChatClaim, ChatInput
+from sessions_app.models import ChatClaim, ChatInput, Session
 
 log = logging.getLogger(__name__)
 
@@ -124,24 +124,26 @@ async def submit(
             return None
         kind = ChatInput.Kind.COMPACT if command.name == "compact" else ChatInput.Kind.RESET
         body, typed = command.argument, command.name
-    item = await database_sync_to_async(ChatInput.objects.create)(
-        owner=owner,
-        key=key,
-        kind=kind,
-        text=body,
-        command=typed,
-        trusted=trusted,
-        approval_timeout=approval_timeout,
-        awaited=wait,
-    )
+    fields = {
+        "kind": kind,
+        "text": body,
+        "command": typed,
+        "trusted": trusted,
+        "approval_timeout": approval_timeout,
+        "awaited": wait,
+    }
+    token = secrets.token_hex(16)
+    # Stored and the claim tried in one database hop: the common case, a chat
+    # nobody is answering in, costs no more.
+    item, won, dead = await database_sync_to_async(enqueue)(owner, key, fields, token)
+    holder = Holder(owner, key, token, dead) if won else None
     if wait:
-        holder = await Holder.take(owner, key)
         if holder is not None:
             await holder.drain()
         else:
             await announce(owner, key, item)
         return await outcome_of(owner, key, item.pk)
-    background(start(owner, key, item))
+    background(start(owner, key, item, holder))
     return None
 
 
@@ -183,8 +185,7 @@ def background(coroutine: Awaitable[None]) -> None:
     task.add_done_callback(BACKGROUND.discard)
 
 
-async def start(owner: Any, key: str, item: ChatInput) -> None:
-    holder = await Holder.take(owner, key)
+async def start(owner: Any, key: str, item: ChatInput, holder: Holder | None) -> None:
     if holder is not None:
         return await holder.drain()
     await announce(owner, key, item)
@@ -274,9 +275,10 @@ class Holder:
         try:
             if self.dead is not None:
                 await self.bury()
-            while item := await database_sync_to_async(next_input)(self.owner, self.key):
+            while found := await database_sync_to_async(next_input)(self.owner, self.key):
+                item, session = found
                 # Its own task, so that /stop cancels the run and not this loop.
-                self.current = asyncio.create_task(self.run(item))
+                self.current = asyncio.create_task(self.run(item, session))
                 outcome, done = await self.current
                 outcome.take(done)
                 # Finished and, if nothing waits, let go before `done` goes out: a
@@ -305,8 +307,9 @@ class Holder:
             self.session_id = frame.session_id
         await broadcast(self.owner.pk, self.key, frame)
 
-    async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
-        """One input, to the frame that ends it; never raises."""
+    async def run(self, item: ChatInput, session: Any) -> tuple[Outcome, Done]:
+        """One input in the chat's `session` (a ChatError if the chat is gone),
+        to the frame that ends it; never raises."""
         outcome = Outcome(session_id="")
 
         async def emit(frame: Frame) -> None:
@@ -314,7 +317,8 @@ class Holder:
 
         await emit(Started(item.pk))
         try:
-            session = await database_sync_to_async(chat.find_chat)(self.owner, self.key)
+            if isinstance(session, chat.ChatError):
+                raise session
             self.session_id = outcome.session_id = str(session.pk)
             if item.kind == ChatInput.Kind.COMPACT:
                 await run_compaction(session, emit)
@@ -437,14 +441,26 @@ def release_claim(owner: Any, key: str, token: str) -> None:
     )
 
 
-def next_input(owner: Any, key: str) -> ChatInput | None:
-    """The oldest queued input, marked running (only the claim's holder calls this)."""
+def enqueue(
+    owner: Any, key: str, fields: dict[str, Any], token: str
+) -> tuple[ChatInput, bool, ChatClaim | None]:
+    """The input stored, and the chat's claim tried: (input, won, dead claim)."""
+    item = ChatInput.objects.create(owner=owner, key=key, **fields)
+    return (item, *take_claim(owner, key, token))
+
+
+def next_input(owner: Any, key: str) -> tuple[ChatInput, Session | chat.ChatError] | None:
+    """The oldest queued input, marked running (only the claim's holder calls
+    this), and the session it runs in (or why there is none)."""
     queued = ChatInput.objects.filter(owner=owner, key=key, status=ChatInput.Status.QUEUED)
     item = queued.order_by("id").first()
     if item is None:
         return None
     ChatInput.objects.filter(pk=item.pk).update(status=ChatInput.Status.RUNNING)
-    return item
+    try:
+        return item, chat.find_chat(owner, key)
+    except chat.ChatError as exc:
+        return item, exc
 
 
 NEXT, FREE, AGAIN = "next", "free", "again"
