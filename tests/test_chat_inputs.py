@@ -21,6 +21,7 @@ from sessions_app import chat, inputs
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
 from sessions_app.routing import websocket_urlpatterns
 from tests.scripted_llm import Reply
+from tests.test_chat_consumer import connect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 router = URLRouter(websocket_urlpatterns)
@@ -34,14 +35,6 @@ def owner(db) -> User:
 @pytest.fixture
 def session(owner) -> Session:
     return chat.start_chat(owner)
-
-
-async def connect(user: User, key: str) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-    communicator.scope["user"] = user
-    connected, _ = await communicator.connect()
-    assert connected
-    return communicator
 
 
 async def until(ws: WebsocketCommunicator, kind: str = "done") -> list[dict]:
