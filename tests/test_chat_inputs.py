@@ -10,7 +10,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
 from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -19,12 +18,10 @@ from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat, inputs
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
-from sessions_app.routing import websocket_urlpatterns
 from tests.scripted_llm import Reply
 from tests.test_chat_consumer import connect
 
 pytestmark = pytest.mark.django_db(transaction=True)
-router = URLRouter(websocket_urlpatterns)
 
 
 @pytest.fixture
