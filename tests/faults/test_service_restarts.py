@@ -97,6 +97,18 @@ def serve(env: dict[str, str], log_dir: Path) -> tuple[int, subprocess.Popen]:
     return port, server
 
 
+def ada_chatting(
+    tmp_path: Path, llm: ScriptedLLM, **services: str
+) -> tuple[dict[str, str], str, str, int, subprocess.Popen]:
+    """Neotask served on `services` (a private PostgreSQL or Redis), with ada
+    logged in to a chat of hers: (env, cookie, chat key, port, server)."""
+    env = app_env(
+        tmp_path, NEOTASK_LLM_BASE_URL=llm.url, NEOTASK_LLM_API_KEY=llm.api_key, **services
+    )
+    cookie, key = logged_in_chat(env, "ada", migrate=True)
+    return (env, cookie, key, *serve(env, tmp_path))
+
+
 def health(port: int) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
@@ -129,14 +141,9 @@ def completed(frames: list[dict[str, Any]]) -> bool:
 def test_it_carries_on_after_postgresql_restarts_mid_chat(
     private_postgres: PrivatePostgres, scripted_llm: ScriptedLLM, tmp_path: Path
 ) -> None:
-    env = app_env(
-        tmp_path,
-        DATABASE_URL=private_postgres.url,
-        NEOTASK_LLM_BASE_URL=scripted_llm.url,
-        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    env, cookie, key, port, server = ada_chatting(
+        tmp_path, scripted_llm, DATABASE_URL=private_postgres.url
     )
-    cookie, key = logged_in_chat(env, "ada", migrate=True)
-    port, server = serve(env, tmp_path)
     answer = threading.Event()
     try:
         scripted_llm.script(
@@ -213,14 +220,9 @@ async def asked(llm: ScriptedLLM, count: int) -> None:
 def test_it_carries_on_after_redis_restarts_mid_chat(
     private_redis: PrivateRedis, scripted_llm: ScriptedLLM, tmp_path: Path
 ) -> None:
-    env = app_env(
-        tmp_path,
-        REDIS_URL=private_redis.url,
-        NEOTASK_LLM_BASE_URL=scripted_llm.url,
-        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    env, cookie, key, port, server = ada_chatting(
+        tmp_path, scripted_llm, REDIS_URL=private_redis.url
     )
-    cookie, key = logged_in_chat(env, "ada", migrate=True)
-    port, server = serve(env, tmp_path)
     try:
         scripted_llm.script(Reply(text="Hello, Ada."), Reply(text="You are Ada."))
 
@@ -289,14 +291,9 @@ def test_it_neither_loses_nor_repeats_a_queued_message_when_redis_restarts(
 ) -> None:
     """The queue is in the database: a message waiting behind a turn runs once,
     after it, though Redis went away and came back meanwhile."""
-    env = app_env(
-        tmp_path,
-        REDIS_URL=private_redis.url,
-        NEOTASK_LLM_BASE_URL=scripted_llm.url,
-        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    env, cookie, key, port, server = ada_chatting(
+        tmp_path, scripted_llm, REDIS_URL=private_redis.url
     )
-    cookie, key = logged_in_chat(env, "ada", migrate=True)
-    port, server = serve(env, tmp_path)
     release = threading.Event()
     try:
         scripted_llm.script(Reply(text="First, slowly.", hold=release), Reply(text="Then this."))
