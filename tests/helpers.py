@@ -1,4 +1,5 @@
-"""One row of every owned model, for tests that must cover them all; granting the terminal."""
+"""One row of every owned model, for tests that must cover them all; granting the
+terminal; what the page tests send and read."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from django.contrib.auth.models import Permission, User
 from django.db import models
+from django.http import HttpResponse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
@@ -14,6 +16,10 @@ from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
+
+HTMX = {"HTTP_HX_REQUEST": "true"}  # the header htmx sends: the view answers with a partial
+XSS = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
 OWNED_MODELS = [
     Agent,
@@ -100,3 +106,7 @@ def allow_terminal(user: User) -> User:
     """Give `user` the permission to run and approve terminal commands."""
     user.user_permissions.add(Permission.objects.get(codename="use_terminal"))
     return user
+
+
+def text(response: HttpResponse) -> str:
+    return response.content.decode()
