@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
+from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 
 
@@ -19,8 +20,7 @@ def terminal_prefixes(request: HttpRequest) -> HttpResponse:
         "can_use_terminal": has_terminal_permission(request.user),
         "terminal": settings.NEOTASK["terminal"],
     }
-    template = "agent/_prefix_rows.html" if request.htmx else "agent/terminal.html"
-    return render(request, template, context)
+    return render_page(request, "agent/terminal.html", context)
 
 
 @require_POST

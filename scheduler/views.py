@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 from scheduler import runner
 from scheduler.forms import TaskForm
@@ -47,8 +48,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
                 return redirect("task-list")
             form = TaskForm()
     context = {"form": form, "tasks": owned_tasks(request), "created": created}
-    template = "scheduler/_tasks.html" if request.htmx else "scheduler/tasks.html"
-    return render(request, template, context)
+    return render_page(request, "scheduler/tasks.html", context)
 
 
 def schedule_preview(request: HttpRequest) -> HttpResponse:
@@ -148,10 +148,7 @@ def task_delete(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     except TaskError as exc:
         return answer(request, task, error=str(exc))
     if request.method != "POST":
-        template = (
-            "scheduler/_task_confirm_delete.html" if request.htmx else "scheduler/task_delete.html"
-        )
-        return render(request, template, {"task": task})
+        return render_page(request, "scheduler/task_delete.html", {"task": task})
     name = task.name
     cancel(task)
     if request.htmx:

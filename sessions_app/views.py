@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from agent.models import ApprovalRequest
 from memory.models import Event, default_importance
+from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
 from sessions_app.forms import ApiTokenForm
@@ -110,8 +111,7 @@ CLEANUP_LIST = "sessions_app/_cleanup_list.html"
 
 def cleanup_step(request: HttpRequest, step: str, context: dict) -> HttpResponse:
     """htmx swaps in one step of the cleanup; a plain request gets the page around it."""
-    template = step if request.htmx else "sessions_app/cleanup.html"
-    return render(request, template, {**context, "step": step})
+    return render_page(request, "sessions_app/cleanup.html", {**context, "step": step})
 
 
 def cleanup_candidates(request: HttpRequest) -> dict:
@@ -175,8 +175,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         "form": form,
         "secret": secret,
     }
-    template = "sessions_app/_tokens.html" if request.htmx else "sessions_app/tokens.html"
-    return render(request, template, context)
+    return render_page(request, "sessions_app/tokens.html", context)
 
 
 @require_POST

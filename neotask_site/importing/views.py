@@ -7,6 +7,7 @@ import uuid
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from neotask_site.htmx import render_page
 from neotask_site.importing import jobs, uploads
 from neotask_site.importing.forms import ImportForm
 from neotask_site.models import ImportJob
@@ -65,5 +66,4 @@ def import_job(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """One job; htmx polls its partial while it runs."""
     jobs.expire_stale(request.user)
     job = get_owned_or_404(ImportJob, request.user, pk=pk)
-    template = "neotask_site/_import_job.html" if request.htmx else "neotask_site/import_job.html"
-    return render(request, template, {"job": job})
+    return render_page(request, "neotask_site/import_job.html", {"job": job})
