@@ -31,6 +31,7 @@ from memory.retrieval import estimate_tokens, get_context
 from memory.search import BRANCHES, search_memory
 from memory.tasks import embed_missing, embedding_queue_paused, keep_vector
 from memory.vector_index import forget_indexes
+from memory.workspace import DEFAULT_AGENT
 
 
 class DatasetError(ValueError):
@@ -133,7 +134,7 @@ def context_probe(user: Any, conversation_id: str, number: int, question: str) -
     with embedding_queue_paused():
         message = Event.record(user, session_id, EventType.USER_MESSAGE, {"content": question})
         keep_vector(message, query_vector)
-        record_recall(user, "main", session_id, question, query_vector)
+        record_recall(user, DEFAULT_AGENT, session_id, question, query_vector)
     context = get_context(user, session_id, question, query_vector=query_vector)
     recalled_ids = [item["event_id"] for item in context.session_recall if "event_id" in item]
     recalled_ids += [item.event.pk for item in context.recalled]

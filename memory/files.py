@@ -38,7 +38,7 @@ from memory.embeddings import embed_texts
 from memory.models import MemoryChunk, MemoryFile
 from memory.vector_sync import StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, pack, unpack
-from memory.workspace import workspace_dir
+from memory.workspace import DEFAULT_AGENT, check_agent_name, is_agent_name, workspace_dir
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ EMBED_BATCH = 256  # texts per embed_texts call: progress is stored batch by bat
 MAX_CACHED_INDEXES = 64
 MAX_PATH_CHARS = 512  # MemoryFile.path
 MAX_NAME_BYTES = 200  # of the file system's 255, less the temporary file's affixes
-AGENT_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(```|~~~)")
 
@@ -58,12 +57,6 @@ class MemoryPathError(ValueError):
 
 
 # Paths and file access
-
-
-def check_agent_name(agent: str) -> str:
-    if not AGENT_NAME.match(agent or ""):
-        raise MemoryPathError(f"{agent!r} is not an agent name (letters, digits, '.', '_', '-').")
-    return agent
 
 
 def is_memory_path(relative: PurePosixPath) -> bool:
@@ -406,7 +399,7 @@ def skip_reason_for(data: bytes) -> str:
     return ""
 
 
-def index_workspace(owner: Any, agent: str = "main") -> IndexStats:
+def index_workspace(owner: Any, agent: str = DEFAULT_AGENT) -> IndexStats:
     """Bring the owner's chunks of `agent` in line with the workspace; cheap when nothing
     changed (a stat per file and one query)."""
     check_agent_name(agent)
@@ -599,7 +592,7 @@ def workspaces_with_files() -> Iterator[tuple[int, str]]:
         if not owner.name.isdigit() or not owner.is_dir():
             continue
         for agent in owner.iterdir():
-            if AGENT_NAME.match(agent.name) and (
+            if is_agent_name(agent.name) and (
                 (agent / MEMORY_FILE).is_file() or (agent / MEMORY_DIR).is_dir()
             ):
                 yield int(owner.name), agent.name
@@ -699,7 +692,7 @@ _indexes: OrderedDict[tuple[int, str, str], Any] = OrderedDict()
 _indexes_lock = threading.Lock()
 
 
-def chunk_index_for(owner_id: int, agent: str = "main") -> Any:
+def chunk_index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> Any:
     """The chunk index of the configured backend: in process (numpy) or LanceDB."""
     backend = settings.NEOTASK["memory"]["vector_backend"]
     key = (owner_id, agent, backend)

@@ -8,6 +8,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
+from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 
 
@@ -54,7 +55,7 @@ class Event(OwnedModel):
 
     session_id = models.CharField(max_length=255)
     # Whose memory: retrieval never mixes agents of the same owner.
-    agent = models.CharField(max_length=64, default="main")
+    agent = models.CharField(max_length=64, default=DEFAULT_AGENT)
     event_type = models.CharField(max_length=32, choices=EventType.choices)
     data = models.JSONField(default=dict, blank=True)
     # The event's searchable words (message content, tool output), kept beside
@@ -289,7 +290,7 @@ class MemoryFile(OwnedModel):
     whether a changed stat is a changed content.
     """
 
-    agent = models.CharField(max_length=64, default="main")
+    agent = models.CharField(max_length=64, default=DEFAULT_AGENT)
     path = models.CharField(max_length=512)  # relative to the workspace, with "/"
     size = models.BigIntegerField(default=0)
     mtime_ns = models.BigIntegerField(default=0)
@@ -317,7 +318,7 @@ class MemoryChunk(OwnedModel):
     """A piece of a memory file, embedded on its own; `position` is its place in the file."""
 
     file = models.ForeignKey(MemoryFile, on_delete=models.CASCADE, related_name="chunks")
-    agent = models.CharField(max_length=64, default="main")
+    agent = models.CharField(max_length=64, default=DEFAULT_AGENT)
     position = models.PositiveIntegerField()
     start_line = models.PositiveIntegerField()  # 1-based, inclusive
     end_line = models.PositiveIntegerField()

@@ -25,6 +25,7 @@ from memory.models import MEMORY_TYPES, Event, EventType
 from memory.search import MAX_QUERY_CHARS, search_memory
 from memory.vector_index import index_for, one_sync
 from memory.working import working_memory
+from memory.workspace import DEFAULT_AGENT
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
 ROLE = {EventType.USER_MESSAGE: "user", EventType.ASSISTANT_RESPONSE: "assistant"}
@@ -120,7 +121,7 @@ def get_context(
     owner: Any,
     session_id: str,
     query: str,
-    agent: str = "main",
+    agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
 ) -> Context:
     with one_sync():

@@ -32,6 +32,7 @@ from memory import fulltext
 from memory.files import FileHit, search_files
 from memory.models import MEMORY_TYPES, Event
 from memory.vector_index import index_for, one_sync
+from memory.workspace import DEFAULT_AGENT
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing
@@ -59,7 +60,7 @@ def search_memory(
     owner: Any,
     query: str,
     k: int = 10,
-    agent: str = "main",
+    agent: str = DEFAULT_AGENT,
     branch: str = "fused",
     query_vector: np.ndarray | None = None,
     files: bool = True,

@@ -34,6 +34,7 @@ import numpy as np
 from memory.models import Event
 from memory.vector_sync import StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
+from memory.workspace import DEFAULT_AGENT
 
 log = logging.getLogger(__name__)
 Hits = list[tuple[int, float]]
@@ -293,7 +294,7 @@ _indexes: OrderedDict[tuple[int, str], NumpyIndex] = OrderedDict()
 _indexes_lock = threading.Lock()
 
 
-def index_for(owner_id: int, agent: str = "main") -> VectorIndex:
+def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> VectorIndex:
     """The event-vector index (in process; [memory] vector_backend chooses the
     backend of memory-file vectors only)."""
     key = (owner_id, agent)

@@ -15,11 +15,10 @@ from memory import files
 from memory.forms import FactForm
 from memory.models import Fact, Macro, MemoryFile
 from memory.search import search_memory
-from memory.workspace import workspace_dir
+from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.ownership import get_owned_or_404
 
 RESULTS = 20
-DEFAULT_AGENT = "main"
 MAX_QUERY = 2000
 
 
@@ -32,12 +31,12 @@ def memory_search(request: HttpRequest) -> HttpResponse:
 
 
 def workspace_of(request: HttpRequest) -> tuple[str, Path]:
-    """The requesting user's workspace of `?agent=` (default "main"): paths are per owner
+    """The requesting user's workspace of `?agent=` (default DEFAULT_AGENT): paths are per owner
     id, so another user's files are never reachable."""
     agent = request.GET.get("agent") or request.POST.get("agent") or DEFAULT_AGENT
     try:
-        files.check_agent_name(agent)
-    except files.MemoryPathError:
+        check_agent_name(agent)
+    except AgentNameError:
         raise Http404("No such agent") from None
     return agent, workspace_dir(request.user.pk, agent)
 

@@ -41,6 +41,7 @@ from memory.search import CANDIDATES, search_memory
 from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import pack
+from memory.workspace import DEFAULT_AGENT
 
 POOL = 2000
 STAGES = (  # what is timed, in the order printed
@@ -184,7 +185,7 @@ class Command(BaseCommand):
                 timed(
                     lambda n: fulltext.search(
                         user.pk,
-                        "main",
+                        DEFAULT_AGENT,
                         queries[n % len(queries)],
                         CANDIDATES,
                         memories=index.count(),

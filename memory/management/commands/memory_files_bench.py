@@ -27,7 +27,7 @@ from memory.embeddings import embed_texts
 from memory.evaluation import throwaway_user
 from memory.management.commands.memory_bench import percentiles
 from memory.models import MemoryChunk
-from memory.workspace import workspace_dir
+from memory.workspace import DEFAULT_AGENT, workspace_dir
 
 FILE_BYTES = 5000
 SAMPLES = 200
@@ -84,7 +84,7 @@ class Command(BaseCommand):
 
     def run(self, user: Any, count: int) -> dict[str, Any]:
         rng = random.Random(7)
-        workspace = workspace_dir(user.pk, "main")
+        workspace = workspace_dir(user.pk, DEFAULT_AGENT)
         (workspace / "memory").mkdir(exist_ok=True)
         total = 0
         for number in range(count):
@@ -111,11 +111,11 @@ class Command(BaseCommand):
         searches = {}
         for backend in backends():
             with using_backend(backend):
-                files.search_files(user, "main", vectors[0], 10)  # loads the index
+                files.search_files(user, DEFAULT_AGENT, vectors[0], 10)  # loads the index
                 latencies = []
                 for n in range(SAMPLES):
                     started = time.perf_counter()
-                    files.search_files(user, "main", vectors[n % len(QUERIES)], 10)
+                    files.search_files(user, DEFAULT_AGENT, vectors[n % len(QUERIES)], 10)
                     latencies.append(time.perf_counter() - started)
             for name, value in percentiles(latencies).items():
                 searches[f"search_{backend}_{name}"] = value
