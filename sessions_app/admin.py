@@ -1,6 +1,9 @@
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
+from memory.workspace import validate_agent_name
 from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
@@ -11,6 +14,12 @@ class AgentAdmin(OwnedAdmin):
     list_filter = ["owner"]
     search_fields = ["name", "system_prompt"]
     readonly_fields = ["created_at", "updated_at"]
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "name":  # the whole rule, before the model's shorter message
+            field.validators.append(validate_agent_name)
+        return field
 
 
 @admin.register(Session)

@@ -25,10 +25,10 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from memory.models import Event
+from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, inputs, views
-from sessions_app.keys import PART
-from sessions_app.models import DEFAULT_AGENT, Agent, ApiToken, Session
+from sessions_app.models import Agent, ApiToken, Session
 
 SESSIONS_PER_PAGE = 50
 EVENTS_PER_PAGE = 100
@@ -225,8 +225,10 @@ def list_sessions(request: HttpRequest) -> HttpResponse:
 
 def start_session(request: HttpRequest) -> HttpResponse:
     name = json_body(request).get("agent", DEFAULT_AGENT)
-    if not isinstance(name, str) or not PART.match(name):
-        raise ApiError(400, "'agent' must be the name of one of your agents.")
+    try:
+        check_agent_name(name)
+    except AgentNameError as exc:
+        raise ApiError(400, str(exc)) from None
     if name == DEFAULT_AGENT:
         agent = Agent.objects.default_for(request.user)
     else:

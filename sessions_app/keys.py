@@ -6,10 +6,10 @@ cron:<task id>                   the runs of one scheduled task
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from memory.workspace import AGENT_NAME_RULE, DEFAULT_AGENT, is_agent_name
+
 MAX_KEY_LENGTH = 255
 
 
@@ -17,12 +17,14 @@ class SessionKeyError(ValueError):
     """A session key that does not follow the format."""
 
 
+def is_part(value: object) -> bool:
+    """Every part of a key follows the agent-name rule, the agent's being its name."""
+    return is_agent_name(value)
+
+
 def check_part(value: str, what: str) -> str:
-    if not PART.match(value):
-        raise SessionKeyError(
-            f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
+    if not is_part(value):
+        raise SessionKeyError(f"{what} {value!r} must be {AGENT_NAME_RULE}")
     return value
 
 
@@ -43,11 +45,11 @@ class SessionKey:
         return f"agent:{self.agent}:{self.channel}:{self.chat}"
 
     @classmethod
-    def for_task(cls, task_id: str, agent: str = "main") -> SessionKey:
+    def for_task(cls, task_id: str, agent: str = DEFAULT_AGENT) -> SessionKey:
         return cls(agent=agent, channel="cron", chat=str(task_id))
 
     @classmethod
-    def parse(cls, key: str, cron_agent: str = "main") -> SessionKey:
+    def parse(cls, key: str, cron_agent: str = DEFAULT_AGENT) -> SessionKey:
         if len(key) > MAX_KEY_LENGTH:
             raise SessionKeyError(f"session key is longer than {MAX_KEY_LENGTH} characters")
         parts = key.split(":")

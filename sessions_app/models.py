@@ -12,10 +12,10 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
-from sessions_app.keys import PART, SessionKey
+from sessions_app.keys import SessionKey
 
-DEFAULT_AGENT = "main"
 TOKEN_SCHEME = "nt"
 # last_used_at is a hint for the user, not an audit log: one write a minute at most.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
@@ -32,7 +32,9 @@ class Agent(OwnedModel):
 
     name = models.CharField(
         max_length=64,
-        validators=[RegexValidator(PART, "Use letters, digits, '.', '_' or '-'.")],
+        # As in migration 0001; forms check first with validate_agent_name, which says the
+        # whole rule (this message omits the first character's) and refuses a final newline.
+        validators=[RegexValidator(AGENT_NAME, "Use letters, digits, '.', '_' or '-'.")],
         help_text="Used in session keys, e.g. agent:<name>:web:<chat>.",
     )
     system_prompt = models.TextField(blank=True)
