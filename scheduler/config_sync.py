@@ -20,10 +20,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from scheduler.models import ScheduledTask
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, plan
 from scheduler.schedule import ScheduleError
-from sessions_app.keys import PART
 from sessions_app.models import Agent
 
 
@@ -84,14 +84,12 @@ def check_entry(number: int, entry: dict[str, Any], now: datetime) -> Wanted:
     owner = get_user_model().objects.filter(username=username).first()
     if owner is None:
         raise SyncError(f'{where}: there is no user "{username}" (owner must be a username).')
-    agent_name = entry.get("agent", "main").strip()
-    if not PART.match(agent_name):
-        raise SyncError(f"{where}: agent {agent_name!r} must be letters, digits, '.', '_' or '-'.")
     try:
+        agent_name = check_agent_name(entry.get("agent", DEFAULT_AGENT).strip())
         name = check_name(entry["name"])
         prompt = check_prompt(entry["prompt"])
         planned = plan(entry["schedule"], now=now)
-    except (TaskError, ScheduleError) as exc:
+    except (AgentNameError, TaskError, ScheduleError) as exc:
         raise SyncError(f"{where}: {exc}") from None
     if planned.is_oneshot:
         raise SyncError(

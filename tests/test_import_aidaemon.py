@@ -580,7 +580,7 @@ def test_it_imports_into_the_named_agent(alice, aidaemon_db):
     session = Session.objects.get(key=f"agent:helper:import:{TELEGRAM}")
     assert session.agent.name == "helper"
     assert set(Event.objects.values_list("agent", flat=True)) == {"helper"}
-    with pytest.raises(ImportRefused, match="Agent name"):
+    with pytest.raises(ImportRefused, match="agent 'no spaces' must be"):
         import_aidaemon(aidaemon_db, alice, agent_name="no spaces")
 
 

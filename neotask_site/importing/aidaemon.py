@@ -52,6 +52,7 @@ from agent.models import TerminalAllowedPrefix
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, Fact, Macro, default_importance
 from memory.tasks import BATCH_SIZE, EMBEDDED_TYPES, needs_embedding
+from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
@@ -63,7 +64,7 @@ from scheduler.planning import (
 )
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app.chat import title_from
-from sessions_app.keys import PART, SessionKey
+from sessions_app.keys import SessionKey, is_part
 from sessions_app.models import Agent, Session
 
 log = logging.getLogger(__name__)
@@ -145,16 +146,16 @@ class BadRow(Exception):
 def import_aidaemon(
     path: str | Path,
     owner: Any,
-    agent_name: str = "main",
+    agent_name: str = DEFAULT_AGENT,
     dry_run: bool = False,
     progress: Progress = no_progress,
 ) -> ImportReport:
     """Import the aidaemon database at `path` for `owner`; ImportRefused if it
     cannot start (nothing written then)."""
-    if not PART.match(agent_name):
-        raise ImportRefused(
-            f"Agent name {agent_name!r} must be 1-64 letters, digits, '.', '_' or '-'."
-        )
+    try:
+        check_agent_name(agent_name)
+    except AgentNameError as exc:
+        raise ImportRefused(str(exc)) from None
     report = ImportReport(dry_run=dry_run)
     with open_database(path) as source:
         tables = usable_tables(source, report)
@@ -223,7 +224,7 @@ def usable_tables(source: sqlite3.Connection, report: ImportReport) -> dict[str,
 
 def chat_for(session_id: str) -> str:
     """The key's chat part: the aidaemon session id itself when it fits."""
-    if PART.match(session_id):
+    if is_part(session_id):
         return session_id
     slug = NOT_A_KEY_CHAR.sub("-", session_id).strip("-._")[:48] or "session"
     return f"{slug}-{hashlib.sha256(session_id.encode()).hexdigest()[:8]}"

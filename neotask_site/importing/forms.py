@@ -3,12 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.core.validators import RegexValidator
 
+from memory.workspace import DEFAULT_AGENT, validate_agent_name
 from neotask_site.importing import uploads
 from neotask_site.importing.report import ImportRefused
 from neotask_site.models import ImportJob
-from sessions_app.keys import PART
 
 
 class ImportForm(forms.Form):
@@ -17,9 +16,9 @@ class ImportForm(forms.Form):
 
     file = forms.FileField()
     agent = forms.CharField(
-        initial="main",
+        initial=DEFAULT_AGENT,
         max_length=64,
-        validators=[RegexValidator(PART, "Use letters, digits, '.', '_' or '-'.")],
+        validators=[validate_agent_name],
         help_text="The agent the history and memory go to (created if missing).",
     )
     dry_run = forms.BooleanField(

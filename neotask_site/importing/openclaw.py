@@ -49,10 +49,10 @@ from agent.llm import Usage
 from memory import files
 from memory.models import Event, EventType, default_importance
 from memory.tasks import EMBEDDED_TYPES
-from memory.workspace import workspace_dir
+from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from sessions_app.chat import title_from
-from sessions_app.keys import PART, SessionKey, SessionKeyError, check_part
+from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def find_sources(folder: Folder, report: ImportReport) -> list[Source]:
 def slug(text: str) -> str:
     """`text` as one part of a session key."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")
-    if len(cleaned) > 64 or not PART.match(cleaned):
+    if not is_part(cleaned):
         digest = hashlib.sha256(text.encode()).hexdigest()[:8]
         cleaned = f"{cleaned[:55].strip('-._')}-{digest}".strip("-")
     return cleaned
@@ -913,16 +913,15 @@ def place_for(workspace: Path, relative: str, data: bytes) -> str | None:
 def import_openclaw(
     path: str | Path,
     owner: Any,
-    agent_name: str = "main",
+    agent_name: str = DEFAULT_AGENT,
     dry_run: bool = False,
     progress: Progress = no_progress,
 ) -> ImportReport:
     """Import an OpenClaw agent folder into `owner`'s agent `agent_name`; see the module's
     docstring. Raises ImportRefused, having written nothing, when it cannot start."""
     try:
-        check_part(agent_name, "agent")
-        files.check_agent_name(agent_name)
-    except (SessionKeyError, files.MemoryPathError) as exc:
+        check_agent_name(agent_name)
+    except AgentNameError as exc:
         raise ImportRefused(str(exc)) from None
     folder = Folder.locate(path)
     report = ImportReport(dry_run=dry_run)
