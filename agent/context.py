@@ -15,6 +15,7 @@ from django.utils import timezone
 from agent.llm import Endpoint
 from memory.models import Event, EventType, Fact
 from memory.retrieval import estimate_tokens, get_context
+from memory.workspace import DEFAULT_AGENT
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
@@ -129,7 +130,7 @@ def build_messages(
     session_id: str,
     agent_prompt: str,
     query: str = "",
-    agent: str = "main",
+    agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """The prompt for the next call: system prompt with facts and recalled

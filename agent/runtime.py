@@ -26,7 +26,7 @@ from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse
 from memory.models import Event, EventType
 from memory.recall import record_recall
 from memory.tasks import keep_vector
-from memory.workspace import workspace_dir
+from memory.workspace import DEFAULT_AGENT, workspace_dir
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ Emit = Callable[[Frame], Awaitable[None]]
 class TurnRequest:
     owner: Any
     session_id: str
-    agent_name: str = "main"
+    agent_name: str = DEFAULT_AGENT
     agent_prompt: str = ""
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memory.workspace import DEFAULT_AGENT
+
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who runs Neotask."""
@@ -129,7 +131,7 @@ SCHEDULED_TASK_KEYS: dict[str, Option] = {
     "schedule": Option(""),
     "prompt": Option(""),
     "owner": Option(""),
-    "agent": Option("main"),
+    "agent": Option(DEFAULT_AGENT),
     "trusted": Option(False),
 }
 REQUIRED_TASK_KEYS = ("name", "schedule", "prompt", "owner")

@@ -13,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
+from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 
 
@@ -33,7 +34,7 @@ class ImportJob(OwnedModel):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     filename = models.CharField(max_length=255)  # as uploaded, for the page only
-    agent = models.CharField(max_length=64, default="main")
+    agent = models.CharField(max_length=64, default=DEFAULT_AGENT)
     dry_run = models.BooleanField(default=False)
     progress_done = models.PositiveBigIntegerField(default=0)
     progress_total = models.PositiveBigIntegerField(null=True, blank=True)  # None: unknown

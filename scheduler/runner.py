@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from agent.models import ApprovalRequest
 from memory.models import Event, EventType
+from memory.workspace import DEFAULT_AGENT
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app import inputs
@@ -119,7 +120,7 @@ def pause_broken(task: ScheduledTask, reason: str) -> None:
 def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
     """Run one claimed task; never raises, so one task cannot stop the others."""
     owner = task.owner
-    agent_name = "main"
+    agent_name = DEFAULT_AGENT
     session_id = str(task.pk)
     try:
         session = cron_session(task)

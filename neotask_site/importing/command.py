@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from memory.workspace import DEFAULT_AGENT
 from neotask_site.importing.kinds import IMPORTERS
 from neotask_site.importing.report import ImportRefused
 
@@ -19,7 +20,9 @@ class ImportCommand(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help=self.path_help)
         parser.add_argument("--user", required=True, help="the username that gets the data")
-        parser.add_argument("--agent", default="main", help="the agent it belongs to (main)")
+        parser.add_argument(
+            "--agent", default=DEFAULT_AGENT, help=f"the agent it belongs to ({DEFAULT_AGENT})"
+        )
         parser.add_argument(
             "--dry-run", action="store_true", help="report what would be imported, write nothing"
         )
