@@ -17,9 +17,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from redis.exceptions import RedisError
 
-from agent.approvals import ApprovalError, decide
-from agent.frames import ApprovalDecided, Error, Frame
+from agent.approvals import ApprovalError
+from agent.frames import Error, Frame
 from sessions_app import chat, inputs
+from sessions_app.approvals import answer_approval
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +103,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "An approval needs a request_id and a decision of once, always or deny."
             )
         try:
-            await database_sync_to_async(decide)(self.user, request_id, decision)
+            await database_sync_to_async(answer_approval)(self.user, self.key, request_id, decision)
         except ApprovalError as exc:
             return await self.error(str(exc))
-        await inputs.broadcast(self.user.pk, self.key, ApprovalDecided(request_id, decision))
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         await inputs.submit(self.user, self.key, "/stop", self.reply)

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.chat_home, name="home"),
     path("chat/new/", views.new_chat, name="chat-new"),
     path("chat/sidebar/", views.sidebar, name="chat-sidebar"),
+    path("chat/approval/", views.approval_answer, name="chat-approval"),
     path("chat/<str:key>/", views.chat_page, name="chat"),
     path("chat/<str:key>/events/", views.chat_events, name="chat-events"),
     path("sessions/", views.session_list, name="session-list"),

@@ -2,17 +2,20 @@ from __future__ import annotations
 
 import uuid
 
+from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from agent.approvals import ApprovalError
 from agent.models import ApprovalRequest
 from memory.models import Event, default_importance
 from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
+from sessions_app.approvals import answer_approval
 from sessions_app.forms import ApiTokenForm
 from sessions_app.models import ApiToken, Session
 
@@ -55,6 +58,31 @@ def chat_page(request: HttpRequest, key: str) -> HttpResponse:
         ),
     }
     return render(request, "sessions_app/chat.html", context)
+
+
+@require_POST
+def approval_answer(request: HttpRequest) -> HttpResponse:
+    """A click on an approval card: "Allow once", "Allow always" or "Deny", the same
+    answer as the socket's approval frame. htmx swaps the card for nothing (every
+    other tab drops it on the broadcast), or for the card and why it was refused."""
+    try:
+        request_id = uuid.UUID(request.POST.get("request_id", ""))
+    except ValueError:
+        raise Http404("No such approval request") from None
+    approval = get_owned_or_404(ApprovalRequest, request.user, pk=request_id)
+    session = get_owned_or_404(Session, request.user, pk=approval.session_id)
+    decision = request.POST.get("decision", "")
+    try:
+        answer_approval(request.user, session.key, str(approval.pk), decision)
+    except ApprovalError as exc:
+        approval.refresh_from_db()  # answered meanwhile (another tab): no buttons then
+        if not request.htmx:
+            messages.error(request, str(exc))
+            return redirect("chat", key=session.key)
+        return render(request, "sessions_app/_approval.html", {"approval": approval, "error": exc})
+    if not request.htmx:
+        return redirect("chat", key=session.key)
+    return HttpResponse("")
 
 
 def chat_events(request: HttpRequest, key: str) -> HttpResponse:

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.test import Client
+
 from agent.approvals import create_request
+from agent.models import TerminalAllowedPrefix
 from memory.models import Event
-from sessions_app import chat
+from sessions_app import chat, inputs
 from sessions_app.models import Session
+from tests.helpers import HTMX, allow_terminal, text
 
 
 def test_it_opens_the_latest_chat_or_starts_one(alice, alice_client):
@@ -37,7 +43,7 @@ def test_it_shows_the_conversation_sidebar_meter_and_pending_approvals(alice, al
     assert "Planning the trip" in content
     assert f"/chat/{other.key}/" in content  # in the sidebar
     assert 'id="meter-data"' in content and '"context_window": 8192' in content
-    assert "ls -la" in content and 'data-decision="always"' in content
+    assert "ls -la" in content and 'value="always"' in content
 
 
 def test_it_shows_the_rule_allow_always_stores_or_why_it_is_not_offered(alice, alice_client):
@@ -50,9 +56,73 @@ def test_it_shows_the_rule_allow_always_stores_or_why_it_is_not_offered(alice, a
         return page.split(f'id="approval-{request.pk}"')[1].split('<div class="approval"')[0]
 
     assert '<code class="prefix">git status</code>' in card(git)
-    assert "hidden" not in card(git).split('data-decision="always"')[1].split(">")[0]
-    assert 'data-decision="always" hidden' in card(python)
+    assert "hidden" not in card(git).split('value="always"')[1].split(">")[0]
+    assert 'value="always" hidden' in card(python)
     assert "python3 is an interpreter: it runs whatever code it is given" in card(python)
+
+
+def test_it_answers_an_approval_with_its_button_and_tells_every_tab(alice, alice_client):
+    allow_terminal(alice)
+    session = chat.start_chat(alice)
+    approval = create_request(alice, str(session.pk), "git status -s")
+    layer = get_channel_layer()
+    tab = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(inputs.group_name(alice.pk, session.key), tab)
+    card = alice_client.get(f"/chat/{session.key}/").content.decode()
+    assert 'hx-post="/chat/approval/"' in card and 'name="csrfmiddlewaretoken"' in card
+
+    answer = {"request_id": str(approval.pk), "decision": "always"}
+    response = alice_client.post("/chat/approval/", answer, **HTMX)
+
+    assert response.status_code == 200 and text(response) == ""  # the card goes
+    approval.refresh_from_db()
+    assert (approval.status, approval.decision) == ("approved", "always")
+    assert TerminalAllowedPrefix.objects.filter(owner=alice, prefix="git status").exists()
+    told = async_to_sync(layer.receive)(tab)["frame"]
+    assert told == {"type": "approval_decided", "request_id": answer["request_id"], **answer}
+
+
+def test_it_shows_on_the_card_why_an_answer_was_refused(alice, alice_client):
+    session = chat.start_chat(alice)
+    approval = create_request(alice, str(session.pk), "ls -la")
+    answer = {"request_id": str(approval.pk), "decision": "once"}
+    refused = text(alice_client.post("/chat/approval/", answer, **HTMX))
+    assert f'id="approval-{approval.pk}"' in refused
+    assert "You do not have permission to approve terminal commands." in refused
+    assert 'value="once"' in refused  # still waiting: the buttons stay
+
+    allow_terminal(alice)
+    alice_client.post("/chat/approval/", {**answer, "decision": "deny"}, **HTMX)
+    late = text(alice_client.post("/chat/approval/", answer, **HTMX))
+    assert "already answered or has expired" in late and 'value="once"' not in late
+    approval.refresh_from_db()
+    assert approval.decision == "deny"
+
+
+def test_it_answers_an_approval_without_htmx_too(alice, alice_client):
+    allow_terminal(alice)
+    session = chat.start_chat(alice)
+    approval = create_request(alice, str(session.pk), "ls -la")
+    answer = {"request_id": str(approval.pk), "decision": "once"}
+    response = alice_client.post("/chat/approval/", answer)
+    assert response.status_code == 302 and response["Location"] == f"/chat/{session.key}/"
+    approval.refresh_from_db()
+    assert approval.decision == "once"
+
+
+def test_it_takes_an_approval_only_from_its_owner_with_a_csrf_token(alice, bob, bob_client):
+    allow_terminal(alice)
+    allow_terminal(bob)
+    approval = create_request(alice, str(chat.start_chat(alice).pk), "ls -la")
+    answer = {"request_id": str(approval.pk), "decision": "once"}
+    assert bob_client.post("/chat/approval/", answer, **HTMX).status_code == 404
+    assert bob_client.post("/chat/approval/", {**answer, "request_id": "nope"}).status_code == 404
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(alice)
+    assert forged.post("/chat/approval/", answer, **HTMX).status_code == 403
+    assert forged.get("/chat/approval/").status_code == 405
+    approval.refresh_from_db()
+    assert approval.status == "pending"
 
 
 def test_it_sends_the_events_a_reconnecting_page_missed(alice, alice_client):

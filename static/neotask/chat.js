@@ -82,31 +82,20 @@
       `Next prompt: about ${numberFormat.format(meter.context_tokens)} tokens.`;
   }
 
-  function bindApproval(card) {
-    card.querySelectorAll("button[data-decision]").forEach((button) => {
-      button.addEventListener("click", () => {
-        if (send({ type: "approval", request_id: card.dataset.requestId,
-                   decision: button.dataset.decision })) {
-          card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
-        }
-      });
-    });
-  }
-
   function showApproval(frame) {
     if (document.getElementById(`approval-${frame.request_id}`)) return;
     const card = approvalTemplate.content.firstElementChild.cloneNode(true);
     card.id = `approval-${frame.request_id}`;
-    card.dataset.requestId = frame.request_id;
+    card.querySelector("[name=request_id]").value = frame.request_id;
     card.querySelector(".command").textContent = frame.command;
     // Without a rule to store, only "Allow once" and "Deny", and the reason why.
     card.querySelector(".prefix").textContent = frame.prefix || "";
-    card.querySelector("[data-decision=always]").hidden = !frame.prefix;
+    card.querySelector("button[value=always]").hidden = !frame.prefix;
     const refused = card.querySelector(".always-refused");
     refused.textContent = frame.always_refused || "";
     refused.hidden = !!frame.prefix;
-    bindApproval(card);
     live.appendChild(card);
+    if (window.htmx) window.htmx.process(card);  // its buttons post the answer
     scrollDown();
   }
 
@@ -248,7 +237,6 @@
   });
   input.addEventListener("input", autosize);
   stopButton.addEventListener("click", () => send({ type: "stop" }));
-  live.querySelectorAll(".approval").forEach(bindApproval);
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
   connect();

@@ -45,7 +45,9 @@ def test_it_chats_streams_approves_and_keeps_history(page, e2e_llm):
     card = page.locator(".approval")
     card.wait_for()
     assert card.locator(".command").inner_text() == "echo approved-in-browser"
-    card.locator("button[data-decision=always]").click()
+    with page.expect_response("**/chat/approval/") as answered:  # hx-post, with its CSRF token
+        card.locator("button[value=always]").click()
+    assert answered.value.status == 200
     page.locator(".bubble.assistant:has-text('The command ran.')").wait_for()
     assert page.locator(".approval").count() == 0
     page.locator("details.tool summary:has-text('Result of')").last.click()

@@ -225,6 +225,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get(pk("chat", w.cron.key), 404),
         *get(pk("chat", w.archived.key), 404),
     ],
+    "chat-approval": lambda w, bob: [
+        *get("/chat/approval/", 405),
+        *post("/chat/approval/", 404, request_id=str(w.approval.pk), decision="once"),
+        *post("/chat/approval/", 404, request_id=str(w.approval.pk), decision="always"),
+    ],
     "chat-events": lambda w, bob: [
         *get(pk("chat-events", w.chat.key), 404, after="0"),
         *get(pk("chat-events", w.cron.key), 404),
