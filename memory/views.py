@@ -16,6 +16,7 @@ from memory.forms import FactForm
 from memory.models import Fact, Macro, MemoryFile
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
+from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 
 RESULTS = 20
@@ -26,8 +27,7 @@ def memory_search(request: HttpRequest) -> HttpResponse:
     """The search box: the whole page, or only the results for htmx."""
     query = request.GET.get("q", "").strip()[:MAX_QUERY]
     hits = search_memory(request.user, query, k=RESULTS) if query else []
-    template = "memory/_results.html" if request.htmx else "memory/search.html"
-    return render(request, template, {"query": query, "hits": hits})
+    return render_page(request, "memory/search.html", {"query": query, "hits": hits})
 
 
 def workspace_of(request: HttpRequest) -> tuple[str, Path]:
@@ -101,8 +101,7 @@ def memory_file(request: HttpRequest) -> HttpResponse:
             context["text"], context["sha256"] = files.read_memory_file(workspace, shown)
         except files.MemoryPathError as exc:  # binary, too large, not UTF-8: not editable
             context["unreadable"] = str(exc)
-    template = "memory/_file_editor.html" if request.htmx else "memory/file.html"
-    return render(request, template, context, status=status)
+    return render_page(request, "memory/file.html", context, status=status)
 
 
 @require_POST
@@ -138,6 +137,7 @@ def memory_file_delete(request: HttpRequest) -> HttpResponse:
 
 FACT_ROWS = 200
 FACT_ROW = "memory/_fact_row.html"
+FACT_RESULTS = "memory/_fact_rows.html"
 MACRO_ROW = "memory/_macro_row.html"
 
 
@@ -163,13 +163,9 @@ def fact_list(request: HttpRequest) -> HttpResponse:
             return redirect("fact-list")
         form = FactForm(owner=request.user)
     context = {"form": form, "facts": owned_facts(request, query), "query": query, "added": added}
-    if not request.htmx:
-        template = "memory/facts.html"
-    elif request.method == "POST":
-        template = "memory/_facts.html"
-    else:
-        template = "memory/_fact_rows.html"
-    return render(request, template, context)
+    if request.htmx and request.method == "GET":  # the search box replaces only the rows
+        return render(request, FACT_RESULTS, context)
+    return render_page(request, "memory/facts.html", context)
 
 
 def fact_row(request: HttpRequest, pk: int) -> HttpResponse:
@@ -192,8 +188,7 @@ def fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Saved {fact}.")
             return redirect("fact-list")
         return render(request, FACT_ROW, {"fact": fact})
-    template = "memory/_fact_edit_row.html" if request.htmx else "memory/fact_edit.html"
-    return render(request, template, {"fact_pk": pk, "form": form})
+    return render_page(request, "memory/fact_edit.html", {"fact_pk": pk, "form": form})
 
 
 @require_POST
@@ -208,8 +203,7 @@ def fact_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 def macro_list(request: HttpRequest) -> HttpResponse:
     macros = Macro.objects.owned_by(request.user)
-    template = "memory/_macro_rows.html" if request.htmx else "memory/macros.html"
-    return render(request, template, {"macros": macros})
+    return render_page(request, "memory/macros.html", {"macros": macros})
 
 
 @require_POST

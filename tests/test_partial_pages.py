@@ -11,6 +11,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
+from memory.models import Fact
+from memory.workspace import DEFAULT_AGENT, workspace_dir
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent
@@ -29,6 +31,17 @@ def make_task(owner: User) -> ScheduledTask:
         next_run_at=timezone.now(),
         agent=Agent.objects.default_for(owner),
     )
+
+
+def make_memory_file(owner: User) -> str:
+    workspace = workspace_dir(owner.pk, DEFAULT_AGENT)
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "MEMORY.md").write_text("Prefers tea.\n")
+    return f"{reverse('memory-file')}?path=MEMORY.md"
+
+
+def make_fact(owner: User) -> Fact:
+    return Fact.objects.create(owner=owner, category="drink", key="morning", value="tea")
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,19 @@ PAGES = {
         'class="card import-job"',
         "Import something else",
     ),
+    "memory search": Page(
+        lambda user: f"{reverse('memory-search')}?q=tea",
+        "Nothing in your memory matches that.",
+        'placeholder="What did I say about…"',
+    ),
+    "memory file": Page(make_memory_file, "Prefers tea.", '<div id="editor">'),
+    "facts": Page(lambda user: reverse("fact-list"), "No facts yet.", "Add a fact"),
+    "fact edit": Page(
+        lambda user: reverse("fact-edit", args=[make_fact(user).pk]),
+        'name="value"',
+        "Edit a fact",
+    ),
+    "macros": Page(lambda user: reverse("macro-list"), "No macros yet.", '<div id="macros">'),
 }
 
 
@@ -86,3 +112,18 @@ def test_it_answers_htmx_with_the_confirmation_row_in_place_of_the_tasks_row(ali
     row = text(alice_client.get(reverse("task-delete", args=[task.pk]), **HTMX))
     assert row.lstrip().startswith(f'<tr id="task-{task.pk}" class="confirm-row">')
     assert "<tr" not in text(alice_client.get(reverse("task-delete", args=[task.pk])))
+
+
+def test_it_answers_htmx_with_the_form_in_place_of_the_facts_row(alice, alice_client):
+    fact = make_fact(alice)
+    row = text(alice_client.get(reverse("fact-edit", args=[fact.pk]), **HTMX))
+    assert row.lstrip().startswith(f'<tr id="fact-{fact.pk}" class="editing">')
+    assert "<tr" not in text(alice_client.get(reverse("fact-edit", args=[fact.pk])))
+
+
+def test_it_answers_htmx_adding_a_fact_with_the_form_and_the_rows(alice_client):
+    data = {"category": "drink", "key": "morning", "value": "tea"}
+    partial = text(alice_client.post(reverse("fact-list"), data, **HTMX))
+    assert "Added drink/morning." in partial and "Add a fact" in partial
+    assert '<div id="fact-results">' in partial and '<div id="facts">' not in partial
+    assert "<html" not in partial and CHROME not in partial
