@@ -80,6 +80,14 @@ def llm(configure):
         yield server
 
 
+# The e2e fixtures: a test that asks for one starts Chromium or daphne.
+SLOW_FIXTURES = {"browser", "live_app"}
+
+
+@pytest.hookimpl(tryfirst=True)  # the marks must be there before `-m` deselects
 def pytest_collection_modifyitems(items):
-    """Browser tests last: they are the slowest, and a failure elsewhere shows first."""
+    """Browser tests are marked slow and run last: a failure elsewhere shows first."""
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: "/e2e/" in str(item.path))

@@ -164,6 +164,7 @@ def test_it_reports_a_missing_config_file(tmp_path):
         load_config(tmp_path / "nope.toml", {})
 
 
+@pytest.mark.slow
 def test_it_stops_start_up_with_one_line_and_no_traceback(tmp_path):
     path = write(tmp_path, "[sessions]\ndaily_reset_hour = 99\n")
     env = {**os.environ, "NEOTASK_CONFIG": str(path), "NEOTASK_DATA_DIR": str(tmp_path / "data")}
@@ -248,6 +249,7 @@ def test_it_rejects_a_bad_boolean_variable():
         profiles.env_bool({"NEOTASK_DEBUG": "sure"}, "NEOTASK_DEBUG", False)
 
 
+@pytest.mark.slow
 def test_it_passes_the_deployment_checklist_with_the_documented_settings(tmp_path):
     env = {
         **os.environ,

@@ -206,6 +206,7 @@ def _assemble_in_child(models_dir: str, barrier, results) -> None:
     results.put((str(path), embeddings._model is None))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_it_assembles_the_model_dir_once_when_real_processes_race(tmp_path):
     embeddings.get_model()  # loaded in the parent: a forked child must not inherit it

@@ -46,6 +46,7 @@ def processes_marked(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "profile",
     [
@@ -65,6 +66,7 @@ def test_it_answers_every_turn_and_stores_every_event_once(profile, tmp_path):
     assert row["p50_ms"] is not None and row["p50_ms"] <= row["p95_ms"] <= row["max_ms"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 def test_it_stops_everything_it_started_when_the_time_is_up(tmp_path):
     marker = uuid.uuid4().hex

@@ -10,6 +10,8 @@ from agent.llm import LOCAL_MODEL_LABEL, Endpoint, LLMClient, LLMError
 from agent.local_model import LocalModelError, bundled_model_path, model_path, start_server
 from tests.processes import free_port
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def local_server():

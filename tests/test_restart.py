@@ -10,6 +10,8 @@ import pytest
 from tests.processes import app_env, free_port, logged_in_chat, say, start_daphne
 from tests.scripted_llm import Reply
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.django_db(transaction=True)
 def test_it_remembers_the_conversation_across_a_restart(llm, tmp_path):

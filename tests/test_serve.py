@@ -14,6 +14,8 @@ import pytest
 
 from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
 
+pytestmark = pytest.mark.slow
+
 
 def group_alive(pgid: int) -> bool:
     try:

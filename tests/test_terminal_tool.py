@@ -124,6 +124,7 @@ def start_up(tmp_path, **variables):
     )
 
 
+@pytest.mark.slow
 def test_it_stops_start_up_without_bwrap_in_one_line(tmp_path):
     result = start_up(tmp_path, NEOTASK_TERMINAL_ENABLED="true", PATH="/nonexistent")
     assert result.returncode == 2
@@ -133,6 +134,7 @@ def test_it_stops_start_up_without_bwrap_in_one_line(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_it_starts_unconfined_only_when_told_and_warns(tmp_path):
     result = start_up(
         tmp_path,

@@ -139,6 +139,7 @@ def conversation(events: list[list[Any]]) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.slow
 def test_it_survives_the_llm_endpoint_dying_mid_answer(tmp_path, processes):
     dying_llm = subprocess.Popen(
         [sys.executable, "-c", STALLING_LLM], cwd=ROOT, stdout=subprocess.PIPE, text=True
@@ -218,6 +219,7 @@ def embedded_count(env: dict[str, str]) -> int:
     return int(row[0])
 
 
+@pytest.mark.slow
 def test_it_finishes_the_embeddings_of_a_cluster_killed_mid_job(tmp_path, processes):
     count = 100
     env = app_env(tmp_path)
@@ -249,6 +251,7 @@ def test_it_finishes_the_embeddings_of_a_cluster_killed_mid_job(tmp_path, proces
     assert state["min_cosine_to_fresh"] > 0.999  # each vector is its own text's
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     connection.vendor != "sqlite", reason="concurrent writers on SQLite: the embedded profile"
 )

@@ -36,10 +36,13 @@ from tests.processes import (
 )
 from tests.scripted_llm import Reply, ScriptedLLM
 
-pytestmark = pytest.mark.skipif(
-    not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")),
-    reason="team profile only: several processes need a shared PostgreSQL and Redis",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")),
+        reason="team profile only: several processes need a shared PostgreSQL and Redis",
+    ),
+]
 
 USERNAME = "multi"
 DEFAULT_ANSWER = "Noted."

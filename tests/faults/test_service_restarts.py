@@ -42,6 +42,8 @@ from tests.processes import (
 )
 from tests.scripted_llm import Reply, ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 CHAT_EVENTS = """
 import json
 from memory.models import Event

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -38,6 +39,7 @@ def test_it_makes_an_open_neotask_data_dir_private_but_no_other_directory(tmp_pa
     assert (mode(ours), mode(shared)) == (0o700, 0o755)
 
 
+@pytest.mark.slow
 def test_it_writes_private_files_whatever_the_umask(tmp_path):
     env = app_env(tmp_path / "data")
     code = (
@@ -61,6 +63,7 @@ def test_it_writes_private_files_whatever_the_umask(tmp_path):
         assert mode(data / "neotask.sqlite3") == 0o600
 
 
+@pytest.mark.slow
 def test_it_lets_the_embedded_model_bind_its_own_port(tmp_path):
     """No port is probed and released for another local user to take first:
     llama.cpp binds port 0 and serve hands its address to the web server."""
@@ -152,6 +155,7 @@ def test_it_trusts_no_address_behind_a_proxy(db, settings):
     assert Client().get("/setup/", secure=True).status_code == 403
 
 
+@pytest.mark.slow
 def test_it_prints_the_setup_link_when_serving_a_fresh_instance(tmp_path):
     env = app_env(tmp_path, NEOTASK_LLM_BASE_URL="http://127.0.0.1:9/v1")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

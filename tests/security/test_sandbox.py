@@ -31,7 +31,7 @@ from tests.helpers import allow_terminal
 from tests.processes import ROOT
 from tests.security.world import MARK
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # A marker only the server's own environment holds.
 SERVER_SECRET = "server-env-secret-5c1d"
