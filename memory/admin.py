@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
+from memory.models import PINNED_IMPORTANCE, Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -57,7 +57,7 @@ class EventAdmin(OwnedAdmin):
 
     @admin.action(description="Pin (importance 1.0)")
     def pin(self, request: HttpRequest, queryset: QuerySet) -> None:
-        queryset.update(importance=1.0)
+        queryset.update(importance=PINNED_IMPORTANCE)
 
     @admin.action(description="Unpin (importance 0.5)")
     def unpin(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -36,6 +36,7 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
     EventType.COMPACTION: 0.8,
 }
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
+PINNED_IMPORTANCE = 1.0  # the top of the scale: a pinned event is always recalled
 # The turns of a conversation: what a later turn's search context is taken from.
 TURN_TYPES = (EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE)
 # What memory search and recall may bring back: things said, and summaries.
@@ -187,6 +188,17 @@ class Event(OwnedModel):
             event.set_keys(previous)
             if event.event_type in TURN_TYPES and event.text:
                 previous = event.text
+
+    @property
+    def is_pinned(self) -> bool:
+        return self.importance >= PINNED_IMPORTANCE
+
+    def toggle_pin(self) -> None:
+        """Pin the event, or unpin it back to its type's default importance."""
+        self.importance = (
+            default_importance(self.event_type) if self.is_pinned else PINNED_IMPORTANCE
+        )
+        self.save(update_fields=["importance"])
 
     @property
     def key_text(self) -> str:

@@ -29,12 +29,11 @@ from memory.workspace import DEFAULT_AGENT
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app import inputs
-from sessions_app.keys import SessionKey
+from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 from sessions_app.models import Agent, Session
 
 log = logging.getLogger(__name__)
 
-CRON_CHANNEL = "cron"
 SCHEDULE_NAME = "scheduler: run due tasks"
 # Nobody watches a scheduled run: a command that needs approval is recorded and
 # skipped at once instead of holding a worker for the usual approval timeout.
@@ -189,7 +188,7 @@ def cron_session(task: ScheduledTask) -> Session:
         Session.objects.filter(pk=session.pk).update(status=Session.Status.ARCHIVED)
         session = None
     if session is None:
-        session = Session.start(task.owner, agent, CRON_CHANNEL, str(task.pk), title=task.name)
+        session = Session.start(task.owner, agent, SCHEDULED_CHANNEL, str(task.pk), title=task.name)
     if replaced_agent:
         note = (
             f'The agent of "{task.name}" was deleted, so it now runs with your default agent '

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from memory.workspace import AGENT_NAME_RULE, DEFAULT_AGENT, is_agent_name
 
 MAX_KEY_LENGTH = 255
+SCHEDULED_CHANNEL = "cron"  # the channel of scheduled tasks' runs: their keys are cron:<task id>
 
 
 class SessionKeyError(ValueError):
@@ -39,14 +40,19 @@ class SessionKey:
         check_part(self.channel, "channel")
         check_part(self.chat, "chat")
 
+    @property
+    def is_scheduled(self) -> bool:
+        """The key of a scheduled task's runs."""
+        return self.channel == SCHEDULED_CHANNEL
+
     def __str__(self) -> str:
-        if self.channel == "cron":
+        if self.is_scheduled:
             return f"cron:{self.chat}"
         return f"agent:{self.agent}:{self.channel}:{self.chat}"
 
     @classmethod
     def for_task(cls, task_id: str, agent: str = DEFAULT_AGENT) -> SessionKey:
-        return cls(agent=agent, channel="cron", chat=str(task_id))
+        return cls(agent=agent, channel=SCHEDULED_CHANNEL, chat=str(task_id))
 
     @classmethod
     def parse(cls, key: str, cron_agent: str = DEFAULT_AGENT) -> SessionKey:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
-from sessions_app.keys import SessionKey
+from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
 TOKEN_SCHEME = "nt"
 # last_used_at is a hint for the user, not an audit log: one write a minute at most.
@@ -106,6 +106,11 @@ class Session(OwnedModel):
         return cls.objects.create(
             owner=owner, agent=agent, key=str(key), channel=channel, chat=chat, **fields
         )
+
+    @property
+    def is_scheduled(self) -> bool:
+        """The runs of a scheduled task (key cron:<task id>), not a conversation."""
+        return self.channel == SCHEDULED_CHANNEL
 
     @property
     def total_tokens(self) -> int:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from agent.approvals import ApprovalError
 from agent.models import ApprovalRequest
-from memory.models import Event, default_importance
+from memory.models import Event
 from neotask_site.htmx import render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
@@ -20,7 +20,6 @@ from sessions_app.forms import ApiTokenForm
 from sessions_app.models import ApiToken, Session
 
 EVENTS_PER_PAGE = 100
-PINNED = 1.0
 CHAT_EVENTS = 200
 
 
@@ -182,11 +181,9 @@ def cleanup_delete(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def event_pin(request: HttpRequest, pk: int) -> HttpResponse:
-    """Pin a message (importance 1.0: always recalled) or unpin it (its default)."""
+    """Pin a message (always recalled) or unpin it (its default importance)."""
     event = get_owned_or_404(Event, request.user, pk=pk)
-    pinned = event.importance >= PINNED
-    event.importance = default_importance(event.event_type) if pinned else PINNED
-    event.save(update_fields=["importance"])
+    event.toggle_pin()
     return render(request, "sessions_app/_event.html", {"event": event})
 
 

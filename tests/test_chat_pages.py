@@ -8,7 +8,8 @@ from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
 from memory.models import Event
 from sessions_app import chat, inputs
-from sessions_app.models import Session
+from sessions_app.keys import SCHEDULED_CHANNEL
+from sessions_app.models import Agent, Session
 from tests.helpers import HTMX, allow_terminal, text
 
 
@@ -44,6 +45,15 @@ def test_it_shows_the_conversation_sidebar_meter_and_pending_approvals(alice, al
     assert f"/chat/{other.key}/" in content  # in the sidebar
     assert 'id="meter-data"' in content and '"context_window": 8192' in content
     assert "ls -la" in content and 'value="always"' in content
+
+
+def test_it_marks_scheduled_tasks_chats_in_the_sidebar(alice, alice_client):
+    agent = Agent.objects.default_for(alice)
+    Session.start(alice, agent, SCHEDULED_CHANNEL, "1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    sidebar = alice_client.get("/chat/sidebar/").content.decode()
+    assert sidebar.count("scheduled ·") == 1
+    chat.start_chat(alice)
+    assert alice_client.get("/chat/sidebar/").content.decode().count("scheduled ·") == 1
 
 
 def test_it_shows_the_rule_allow_always_stores_or_why_it_is_not_offered(alice, alice_client):
@@ -162,11 +172,11 @@ def test_it_pins_and_unpins_a_message(alice, alice_client, bob_client):
     event = Event.record(alice, str(session.pk), "user_message", {"content": "remember this"})
     response = alice_client.post(f"/events/{event.pk}/pin/", HTTP_HX_REQUEST="true")
     event.refresh_from_db()
-    assert event.importance == 1.0
+    assert event.importance == 1.0 and event.is_pinned
     assert b"pin pinned" in response.content and b"remember this" in response.content
     alice_client.post(f"/events/{event.pk}/pin/")
     event.refresh_from_db()
-    assert event.importance == 0.5
+    assert event.importance == 0.5 and not event.is_pinned
     assert bob_client.post(f"/events/{event.pk}/pin/").status_code == 404
     assert alice_client.get(f"/events/{event.pk}/pin/").status_code == 405
     event.refresh_from_db()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError
 
-from sessions_app.keys import SessionKey, SessionKeyError
+from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
 
 
@@ -61,3 +61,13 @@ def test_it_keeps_archived_sessions_under_the_same_key(alice, bob):
     # Another user may use the same key.
     Session.start(bob, Agent.objects.default_for(bob), "web", "chat1")
     assert Session.objects.filter(key="agent:main:web:chat1").count() == 3
+
+
+def test_it_tells_a_scheduled_tasks_session_from_a_conversation(alice):
+    agent = Agent.objects.default_for(alice)
+    task_id = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    scheduled = Session.start(alice, agent, SCHEDULED_CHANNEL, task_id)
+    chat = Session.start(alice, agent, "web", "chat1")
+    assert scheduled.key == f"cron:{task_id}" and scheduled.is_scheduled
+    assert SessionKey.parse(scheduled.key).is_scheduled
+    assert not chat.is_scheduled and not SessionKey.parse(chat.key).is_scheduled

@@ -241,7 +241,7 @@ def neotask_key(agent: str, source: Source) -> SessionKey:
         parsed = SessionKey.parse(source.key)
     except SessionKeyError:
         parsed = None
-    if parsed is not None and parsed.channel != "cron":  # cron keys name Neotask's own tasks
+    if parsed is not None and not parsed.is_scheduled:  # cron keys name Neotask's own tasks
         return SessionKey(agent, parsed.channel, parsed.chat)
     rest = source.key
     if rest.startswith("agent:") and rest.count(":") >= 2:
