@@ -250,21 +250,24 @@ def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: f
 def print_table(row: dict) -> None:
     print(
         "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
-        "errors  stalls  frames lost  events lost  duplicated  server cpu ms/turn"
+        "errors  stalls  frames lost  events lost  duplicated  server cpu ms/turn  "
+        "services  machine busy"
     )
     print(
         f"{row['profile']:<9} {row['workers']:>7}  "
         f"{row['chats']:>5} x {row['messages']:<8}  {row['messages_per_s']:>10}  "
         f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
         f"{row['errors']:>6}  {row['stalls']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  "
-        f"{row['duplicated']:>10}  {row.get('server_cpu_ms_per_turn')!s:>18}"
+        f"{row['duplicated']:>10}  {row.get('server_cpu_ms_per_turn')!s:>18}  "
+        f"{row.get('services_cpu_ms_per_turn')!s:>8}  {row.get('machine_busy_percent')!s:>11}%"
     )
     print(
         f"| {row['profile']} | {row['workers']} | "
         f"{row['chats']} \N{MULTIPLICATION SIGN} {row['messages']} | "
         f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
         f"{row['errors']} | {row['stalls']} | {row['frames_lost']} | {row['lost']} | "
-        f"{row['duplicated']} | {row.get('server_cpu_ms_per_turn')} ms |"
+        f"{row['duplicated']} | {row.get('server_cpu_ms_per_turn')} ms | "
+        f"{row.get('services_cpu_ms_per_turn')} ms |"
     )
     for sample in row["error_samples"]:
         print("  e.g.", sample, file=sys.stderr)
@@ -410,6 +413,30 @@ def cpu_seconds(processes: list[subprocess.Popen]) -> float:
     return total
 
 
+def service_cpu_seconds(names: tuple[str, ...] = ("postgres", "redis-server")) -> float:
+    """User + system CPU time of the services' processes (PostgreSQL's backends
+    and Redis), which run on the same cores and are part of a turn's price."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        if comm.startswith(names):
+            fields = rest.split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot (/proc/stat)."""
+    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
     """Where every server process is, now: py-spy's dump of each (with its
     threads and idle frames), into the run's logs."""
@@ -471,7 +498,8 @@ def run(
     # One turn per worker first: each loads the embedding model on first use.
     warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
     servers = processes[1:]  # the daphne workers and the job cluster, not the LLM
-    cpu_before = cpu_seconds(servers)
+    cpu_before, services_before = cpu_seconds(servers), service_cpu_seconds()
+    busy_before, all_before = machine_busy_seconds()
     started = time.monotonic()
     results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
     row = summarise(options, results, time.monotonic() - started)
@@ -480,6 +508,11 @@ def run(
         row["server_cpu_ms_per_turn"] = round(
             (cpu_seconds(servers) - cpu_before) * 1000 / row["turns"], 1
         )
+        row["services_cpu_ms_per_turn"] = round(
+            (service_cpu_seconds() - services_before) * 1000 / row["turns"], 1
+        )
+        busy, total = machine_busy_seconds()
+        row["machine_busy_percent"] = round(100 * (busy - busy_before) / (total - all_before))
     row["lost"], row["duplicated"] = count_events(chats, results)
     row["warmup_errors"] = sum(len(result.errors) + result.frames_lost for result in warm)
     names = ("errors", "stalls", "frames_lost", "lost", "duplicated", "warmup_errors")
