@@ -1,21 +1,25 @@
 """Background jobs of the memory: embedding every stored message.
 
-Each stored message queues its own embedding (django-q2); a sweep every
-minute embeds whatever is still missing, so nothing is lost when a worker
-dies or the broker is down. Failures are recorded on the event and retried
-with exponential backoff.
+Each stored message asks for its embedding (django-q2); the requests a
+process makes within half a second go out as one job. A sweep every minute
+embeds whatever is still missing, so nothing is lost when a worker dies or
+the broker is down. Failures are recorded on the event and retried with
+exponential backoff.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -142,23 +146,79 @@ def embedding_queue_paused() -> Iterator[None]:
         _local.paused = False
 
 
+class EmbeddingRequests:
+    """The events this process asked to have embedded, sent to the job cluster
+    as one job per `window` seconds. At tens of messages a second a job per
+    message cost the cluster more in django-q's own bookkeeping (the dequeue,
+    the result row and its pruning, the worker hand-offs) than in embedding,
+    and one batch runs the model once. A process that exits sends what it
+    holds; one that dies leaves it to the sweep."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.start_over()
+        # A forked process (the job cluster's workers) starts with no sender
+        # thread, and a lock held at the fork would stay held.
+        os.register_at_fork(after_in_child=self.start_over)
+
+    def start_over(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting: list[int] = []
+        self.wake = threading.Event()
+        self.sender: threading.Thread | None = None
+
+    def add(self, event_id: int) -> None:
+        if self.window <= 0:
+            return send_embedding_job([event_id])
+        with self.lock:
+            self.waiting.append(event_id)
+            if self.sender is None:
+                self.sender = threading.Thread(
+                    target=self.run, name="embedding requests", daemon=True
+                )
+                self.sender.start()
+                atexit.register(self.flush)  # a command's last messages
+        self.wake.set()
+
+    def run(self) -> None:
+        while True:
+            self.wake.wait()
+            time.sleep(self.window)
+            self.wake.clear()  # before the take: a request after it wakes the next round
+            self.flush()
+            close_old_connections()  # the ORM broker's connection, if it is broken or old
+
+    def flush(self) -> None:
+        with self.lock:
+            ids, self.waiting = self.waiting, []
+        if ids:
+            send_embedding_job(ids)
+
+
+def send_embedding_job(ids: list[int]) -> None:
+    from django_q.tasks import async_task
+
+    for start in range(0, len(ids), BATCH_SIZE):
+        try:
+            async_task(
+                "memory.tasks.embed_events", ids[start : start + BATCH_SIZE], group="embeddings"
+            )
+        except Exception:
+            # The broker is down: the sweep embeds them later.
+            log.warning("could not queue the embedding of events %s", ids, exc_info=True)
+            return
+
+
+EMBEDDING_REQUESTS = EmbeddingRequests(window=0.5)
+
+
 def queue_embedding(event: Event) -> None:
-    """After the transaction commits, ask a worker to embed `event`."""
+    """After the transaction commits, ask the job cluster to embed `event`."""
     if event.event_type not in EMBEDDED_TYPES or not event.text:
         return
     if getattr(_local, "paused", False):
         return
-
-    def enqueue() -> None:
-        from django_q.tasks import async_task
-
-        try:
-            async_task("memory.tasks.embed_event", event.pk, group="embeddings")
-        except Exception:
-            # The broker is down: the sweep embeds it later.
-            log.warning("could not queue the embedding of event %s", event.pk, exc_info=True)
-
-    transaction.on_commit(enqueue)
+    transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(event.pk))
 
 
 def keep_vector(event: Event, vector: Any) -> None:

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from memory import files
+from memory import files, tasks
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
 from tests.scripted_llm import ScriptedLLM
@@ -20,10 +20,13 @@ def forget_process_state() -> None:
 
 
 @pytest.fixture(autouse=True)
-def own_process_state(settings, tmp_path_factory):
+def own_process_state(settings, tmp_path_factory, monkeypatch):
     """User ids repeat between tests (rolled back), so each test gets its own data dir
     (workspaces, uploads), cache and empty in-process indexes and working memory: a
-    file or cached row of one test never reaches the next."""
+    file or cached row of one test never reaches the next. Embedding requests
+    go out at once (each in its test's transaction), not gathered for a moment
+    by a thread of their own."""
+    monkeypatch.setattr(tasks.EMBEDDING_REQUESTS, "window", 0)
     settings.DATA_DIR = tmp_path_factory.mktemp("data")  # apart from the test's tmp_path
     # A cache of its own (login throttle counts): a key prefix, not a flush,
     # since on the team profile the Redis is shared.

@@ -280,4 +280,4 @@ async def test_it_keeps_the_recall_vector_as_the_messages_embedding(owner, llm):
     expected = await sync_to_async(embed_text)("My sister Maya lives in Lisbon")
     assert float(unpack(question.embedding) @ expected) > 0.999
     queued = await sync_to_async(take_queued_tasks)()
-    assert [task["args"] for task in queued] == [(answer.pk,)]
+    assert [task["args"] for task in queued] == [([answer.pk],)]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from io import StringIO
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
+from django_q.brokers import get_broker
 from django_q.models import Schedule
 
 from memory import tasks
@@ -26,7 +28,31 @@ def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_o
         record(alice, "", event_type="assistant_response")  # nothing to embed
         Event.record(alice, "s1", "session_start", {"content": "New session"})
     [task] = take_queued_tasks()
-    assert (task["func"], task["args"]) == ("memory.tasks.embed_event", (event.pk,))
+    assert (task["func"], task["args"]) == ("memory.tasks.embed_events", ([event.pk],))
+
+
+@pytest.mark.django_db(transaction=True)  # the requests are sent from a thread of their own
+def test_it_sends_the_requests_of_a_moment_as_one_job(alice, monkeypatch):
+    take_queued_tasks()
+    requests = tasks.EmbeddingRequests(window=0.3)
+    monkeypatch.setattr(tasks, "EMBEDDING_REQUESTS", requests)
+    first = [record(alice, f"Message {n}").pk for n in range(3)]
+    wait_for_jobs(1)
+    later = record(alice, "A message after the first job went out").pk
+    wait_for_jobs(2)
+    jobs = [(task["func"], task["args"]) for task in take_queued_tasks()]
+    assert jobs == [
+        ("memory.tasks.embed_events", (first,)),
+        ("memory.tasks.embed_events", ([later],)),
+    ]
+
+
+def wait_for_jobs(count, seconds=10):
+    broker = get_broker()
+    deadline = time.monotonic() + seconds
+    while broker.queue_size() < count:
+        assert time.monotonic() < deadline, f"fewer than {count} jobs were queued"
+        time.sleep(0.02)
 
 
 def test_it_embeds_an_event(alice):
