@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 
+import httpx
 import pytest
 
 from agent.llm import LLMClient, LLMError, Usage, configured_endpoint
@@ -148,3 +151,53 @@ def test_it_uses_the_fast_model_when_asked(configure):
     assert configured_endpoint(fast=True).model == "small"
     configure("llm", fast_model="")
     assert configured_endpoint(fast=True).model == "big"
+
+
+def test_its_connections_run_on_asyncio_streams():
+    # agent.transport replaces the pool httpx builds: should httpx rename it,
+    # the client would quietly fall back to anyio (slower, not wrong).
+    from agent.transport import AsyncioBackend, asyncio_transport
+
+    transport = asyncio_transport(httpx.Limits())
+    assert isinstance(transport._pool._network_backend, AsyncioBackend)
+
+
+@pytest.fixture
+def tls_llm(llm, configure, tmp_path):
+    """The scripted LLM behind TLS, with a certificate of its own; returns the
+    certificate's file."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    llm.server.socket = context.wrap_socket(llm.server.socket, server_side=True)
+    configure("llm", base_url=llm.url.replace("http://", "https://"))
+    return cert
+
+
+async def test_it_streams_over_tls(llm, tls_llm, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_llm))  # trusted by this test's client
+    llm.script(Reply(deltas=["Sealed ", "and ", "sent"]))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    completion = await client().stream(MESSAGES, on_delta=on_delta)
+    assert (seen, completion.content) == (["Sealed ", "and ", "sent"], "Sealed and sent")
+
+
+async def test_it_refuses_a_server_it_does_not_trust(llm, tls_llm):
+    llm.script(Reply(text="Never sent"))
+    with pytest.raises(LLMError) as info:
+        await client().stream(MESSAGES)
+    assert info.value.kind == "unavailable"
+    assert llm.requests == []
