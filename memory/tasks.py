@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, connection, transaction
@@ -40,6 +40,7 @@ BATCH_SIZE = 32
 KEY_FIELDS = ("speaker", "search_key", "search_context", "key_version")
 MAX_ATTEMPTS = 8
 SWEEP_SCHEDULE = "memory: embed missing events"
+SWEEP_GRACE = timedelta(minutes=1)
 FILES_SCHEDULE = "memory: re-index changed memory files"
 ANALYZE_SCHEDULE = "database: refresh planner statistics"
 
@@ -113,13 +114,20 @@ def embed_event(event_id: int) -> int:
     return embed_events([event_id])
 
 
-def embed_missing(limit: int | None = None, progress: Callable[[int], None] | None = None) -> int:
-    """The sweep: embed every event still missing a vector, in batches;
-    returns how many were embedded."""
+def embed_missing(
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    created_before: datetime | None = None,
+) -> int:
+    """Embed every event still missing a vector (stored before `created_before`,
+    if given), in batches; returns how many were embedded."""
     tried = embedded = 0
     while limit is None or tried < limit:
         size = BATCH_SIZE if limit is None else min(BATCH_SIZE, limit - tried)
-        ids = list(needs_embedding().order_by("id").values_list("id", flat=True)[:size])
+        missing = needs_embedding()
+        if created_before is not None:
+            missing = missing.filter(created_at__lt=created_before)
+        ids = list(missing.order_by("id").values_list("id", flat=True)[:size])
         if not ids:
             break
         done = embed_events(ids)
@@ -127,9 +135,18 @@ def embed_missing(limit: int | None = None, progress: Callable[[int], None] | No
         embedded += done
         if progress:
             progress(len(ids))
-        if done == 0 and needs_embedding().filter(pk__in=ids).exists():
+        if done == 0 and missing.filter(pk__in=ids).exists():
             break  # this batch failed and waits for its retry time
     return embedded
+
+
+def sweep() -> int:
+    """The minute's sweep: the events whose job never came (a worker died, the
+    broker was down). What its job embeds in a moment is left to it: under
+    load there is always a fresh message without a vector, and a sweep that
+    took those ran the model a second time beside their jobs (the conditional
+    write keeps one vector; the work was done twice)."""
+    return embed_missing(created_before=timezone.now() - SWEEP_GRACE)
 
 
 _local = threading.local()
@@ -249,7 +266,7 @@ def install_schedules(sender: object, **kwargs: object) -> None:
     from django_q.models import Schedule
 
     for name, func, minutes in [
-        (SWEEP_SCHEDULE, "memory.tasks.embed_missing", 1),
+        (SWEEP_SCHEDULE, "memory.tasks.sweep", 1),
         (FILES_SCHEDULE, "memory.files.index_all_workspaces", 1),
         (ANALYZE_SCHEDULE, "memory.tasks.analyze_database", 60),
     ]:

@@ -77,6 +77,14 @@ def test_it_sweeps_up_everything_missing_in_batches(alice, bob):
     assert tasks.embed_missing() == 0
 
 
+def test_its_sweep_leaves_a_fresh_message_to_its_job(alice):
+    fresh = record(alice, "just said")
+    forgotten = record(alice, "said two minutes ago, its job lost")
+    Event.objects.filter(pk=forgotten.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    assert tasks.sweep() == 1
+    assert list(tasks.needs_embedding().values_list("id", flat=True)) == [fresh.pk]
+
+
 def test_it_records_failures_and_retries_with_backoff(alice, monkeypatch):
     event = record(alice, "this will fail once")
 
@@ -116,7 +124,7 @@ def test_it_backfills_from_the_command_line_with_progress(alice):
 
 def test_it_installs_the_sweep_schedule(db):
     schedule = Schedule.objects.get(name=tasks.SWEEP_SCHEDULE)
-    assert schedule.func == "memory.tasks.embed_missing"
+    assert schedule.func == "memory.tasks.sweep"
     assert schedule.schedule_type == Schedule.MINUTES and schedule.minutes == 1
 
 

@@ -321,7 +321,7 @@ print(json.dumps({
     "missing": events.filter(embedding__isnull=True).count(),
     "jobs": jobs,
     "by_jobs": by_jobs,
-    "swept": sum(r.result or 0 for r in Success.objects.filter(func="memory.tasks.embed_missing")),
+    "swept": sum(r.result or 0 for r in Success.objects.filter(func="memory.tasks.sweep")),
     "failures": Failure.objects.filter(func__startswith="memory.tasks.embed").count(),
 }))
 """
