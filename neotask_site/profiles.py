@@ -151,7 +151,7 @@ def channel_layers(redis_url: str | None) -> dict[str, Any]:
     if not redis_url:
         return {
             "default": {
-                "BACKEND": "channels.layers.InMemoryChannelLayer",
+                "BACKEND": "neotask_site.channel_layer.InMemoryChannelLayer",
                 "CONFIG": {"capacity": CHANNEL_CAPACITY},
             }
         }
