@@ -221,6 +221,22 @@ def count_events(chats: list[Chat], results: list[ChatResult]) -> tuple[int, int
     return lost, duplicated
 
 
+def count_jobs() -> dict[str, int]:
+    """What the job cluster did: its jobs, and the vectors they wrote."""
+    from django.db.models import Count
+    from django_q.models import Success
+
+    done = dict(
+        Success.objects.values_list("func").annotate(n=Count("id")).values_list("func", "n")
+    )
+    embedded = Success.objects.filter(func__startswith="memory.tasks.embed")
+    return {
+        "jobs": sum(done.values()),
+        "jobs_by_func": done,
+        "embedded_by_jobs": sum(job.result or 0 for job in embedded),
+    }
+
+
 def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: float) -> dict:
     from memory.management.commands.memory_bench import percentiles
 
@@ -514,6 +530,7 @@ def run(
         busy, total = machine_busy_seconds()
         row["machine_busy_percent"] = round(100 * (busy - busy_before) / (total - all_before))
     row["lost"], row["duplicated"] = count_events(chats, results)
+    row.update(count_jobs())
     row["warmup_errors"] = sum(len(result.errors) + result.frames_lost for result in warm)
     names = ("errors", "stalls", "frames_lost", "lost", "duplicated", "warmup_errors")
     return (1 if any(row[name] for name in names) else 0), row
