@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 
 import pytest
@@ -110,3 +111,78 @@ async def test_it_raises_a_redis_failure_in_the_waiting_consumer():
     layer = RedisChannelLayer(hosts=["redis://127.0.0.1:9/0"], prefix="nowhere")
     with pytest.raises((redis.RedisError, OSError)):
         await asyncio.wait_for(layer.receive(await layer.new_channel()), 30)
+
+
+async def test_a_group_message_reaches_the_members_in_every_process():
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    one, other, sender = (RedisChannelLayer(hosts=[REDIS], prefix=prefix) for _ in range(3))
+    first, second, third = (
+        await one.new_channel(),
+        await one.new_channel(),
+        await other.new_channel(),
+    )
+    for layer, channel in [(one, first), (one, second), (other, third)]:
+        await layer.group_add("chat", channel)
+    await sender.group_send("chat", {"type": "chat.frame", "text": "Hi"})
+    received = [
+        await asyncio.wait_for(layer.receive(channel), 5)
+        for layer, channel in [(one, first), (one, second), (other, third)]
+    ]
+    assert received == [{"type": "chat.frame", "text": "Hi"}] * 3
+    for layer in (one, other, sender):
+        await layer.flush()
+
+
+async def test_a_full_member_misses_the_group_message_and_the_others_do_not():
+    # A process's consumers share one Redis queue: the capacity is the process's.
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    busy, idle = (RedisChannelLayer(hosts=[REDIS], prefix=prefix, capacity=1) for _ in range(2))
+    full, free = await busy.new_channel(), await idle.new_channel()
+    await busy.group_add("chat", full)
+    await idle.group_add("chat", free)
+    await busy.send(full, {"type": "filler"})
+    await idle.group_send("chat", {"type": "news"})
+    assert await asyncio.wait_for(idle.receive(free), 5) == {"type": "news"}
+    assert await asyncio.wait_for(busy.receive(full), 5) == {"type": "filler"}
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(busy.receive(full), 0.3)
+    for layer in (busy, idle):
+        await layer.flush()
+
+
+async def test_an_expired_member_is_left_out(monkeypatch):
+    layer = RedisChannelLayer(hosts=[REDIS], prefix=f"test-{uuid.uuid4().hex[:8]}", group_expiry=60)
+    stale, fresh = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add("chat", stale)
+    joined = time.time()
+    monkeypatch.setattr(time, "time", lambda: joined + 61)  # a minute on
+    await layer.group_add("chat", fresh)
+    await layer.group_send("chat", {"type": "news"})
+    assert await asyncio.wait_for(layer.receive(fresh), 5) == {"type": "news"}
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(layer.receive(stale), 0.3)
+    await layer.flush()
+
+
+async def test_a_group_message_takes_two_round_trips(monkeypatch):
+    layer = layer_of(RedisChannelLayer)
+    members = [await layer.new_channel() for _ in range(3)]
+    for channel in members:
+        await layer.group_add("chat", channel)
+    commands = []
+    execute = redis.asyncio.Redis.execute_command
+
+    async def counted(self, *args, **options):
+        commands.append(args[0])
+        return await execute(self, *args, **options)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
+    await layer.group_send("chat", {"type": "news"})
+    await layer.group_send("chat", {"type": "more news"})
+    monkeypatch.undo()
+    # The first time each script is loaded (EVALSHA fails over to EVAL once).
+    assert commands[-2:] == ["EVALSHA", "EVALSHA"]
+    assert len(commands) <= 6
+    for channel in members:
+        assert [(await layer.receive(channel))["type"] for _ in range(2)] == ["news", "more news"]
+    await layer.flush()
