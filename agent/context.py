@@ -23,11 +23,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "when the user refers to something from an earlier conversation."
 )
 MAX_FACTS = 50
-CONVERSATION_TYPES = [
-    EventType.USER_MESSAGE,
-    EventType.ASSISTANT_RESPONSE,
-    EventType.TOOL_RESULT,
-]
 # The share of the window left for the answer.
 ANSWER_RESERVE = 0.25
 
@@ -137,7 +132,7 @@ def build_messages(
     memories, then the recent conversation (memory.retrieval.get_context)."""
     options = settings.NEOTASK
     context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
-    events = [e for e in context.recent if e.event_type in CONVERSATION_TYPES]
+    events = [e for e in context.recent if e.event_type in EventType.HISTORY]
     # Start at a user message: a cut inside an exchange would orphan results.
     while events and events[0].event_type != EventType.USER_MESSAGE:
         events.pop(0)

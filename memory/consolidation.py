@@ -27,11 +27,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.models import Event, EventType, Fact
+from memory.models import Event, EventType, Fact, transcript
 
 log = logging.getLogger(__name__)
 
-SOURCE_TYPES = [EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE]
 CLAIM_TIMEOUT = timedelta(minutes=30)
 MAX_EVENTS = 400  # per session and run; the rest waits for the next run
 TRANSCRIPT_CHARS = 40_000
@@ -76,7 +75,7 @@ def due_events() -> Any:
     return Event.objects.filter(
         Q(consolidation_claim__isnull=True) | Q(consolidation_claimed_at__lt=now - CLAIM_TIMEOUT),
         consolidated_at__isnull=True,
-        event_type__in=SOURCE_TYPES,
+        event_type__in=EventType.TURNS,
         created_at__lte=cutoff,
     ).exclude(text="")
 
@@ -103,12 +102,6 @@ def release(token: uuid.UUID) -> None:
     Event.objects.filter(consolidation_claim=token, consolidated_at__isnull=True).update(
         consolidation_claim=None, consolidation_claimed_at=None
     )
-
-
-def transcript(events: list[Event]) -> str:
-    speaker = {EventType.USER_MESSAGE: "User", EventType.ASSISTANT_RESPONSE: "Assistant"}
-    lines = [f"{speaker[e.event_type]} ({e.created_at:%Y-%m-%d %H:%M}): {e.text}" for e in events]
-    return "\n".join(lines)[-TRANSCRIPT_CHARS:]
 
 
 def parse(answer: str) -> Proposal:
@@ -138,7 +131,7 @@ def parse(answer: str) -> Proposal:
 def propose(events: list[Event], complete: Complete) -> Proposal:
     messages = [
         {"role": "system", "content": PROMPT},
-        {"role": "user", "content": transcript(events)},
+        {"role": "user", "content": transcript(events, TRANSCRIPT_CHARS)},
     ]
     return parse(complete(messages))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connections
 
-from memory.models import MEMORY_TYPES
+from memory.models import EventType
 
 WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 16
@@ -32,7 +32,7 @@ STOPWORDS = frozenset(
 # memory search returns is indexed.
 KEY_SQL = "COALESCE(NULLIF({row}.search_key, ''), {row}.text)"
 CONTEXT_WEIGHT = 0.5
-INDEXED_TYPES = ", ".join(f"'{t}'" for t in MEMORY_TYPES)
+INDEXED_TYPES = ", ".join(f"'{t}'" for t in EventType.RECALLABLE)
 # A word in more than this share of the owner's memories says little (its BM25
 # weight is small) and makes the database score tens of thousands of rows:
 # memory_bench's lexical branch went from ~50 to ~10 ms at 100k events, and

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import Q, Value
@@ -25,6 +25,40 @@ class EventType(models.TextChoices):
     RECALL = "recall", "Recalled memories"
     ERROR = "error", "Error"
 
+    # The vocabulary's groups, named once (set below the class: in its body
+    # the members are not made yet).
+    TURNS: ClassVar[tuple[str, ...]]  # what was said, by the user and the agent
+    RECALLABLE: ClassVar[tuple[str, ...]]  # what memory search and recall bring back
+    HISTORY: ClassVar[tuple[str, ...]]  # what the model is shown of a session
+    CONTENT: ClassVar[tuple[str, ...]]  # all that has content: embedded, kept in working memory
+
+    @classmethod
+    def of_role(cls, role: str) -> str | None:
+        """The event a chat message of this role is stored as (Event.role
+        reversed; an assistant's message is its response)."""
+        for kind in (cls.USER_MESSAGE, cls.ASSISTANT_RESPONSE, cls.TOOL_RESULT, cls.SYSTEM):
+            if ROLES[kind][0] == role:
+                return kind
+        return None
+
+
+EventType.TURNS = (EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE)
+EventType.RECALLABLE = (*EventType.TURNS, EventType.SUMMARY, EventType.COMPACTION)
+EventType.HISTORY = (*EventType.TURNS, EventType.TOOL_RESULT)
+EventType.CONTENT = (*EventType.HISTORY, EventType.SUMMARY, EventType.COMPACTION)
+
+# Each event type's role in a chat (the OpenAI protocol's; transcripts carry it
+# too) and the name a transcript written for a model gives it.
+ROLES: dict[str, tuple[str | None, str]] = {
+    EventType.USER_MESSAGE: ("user", "User"),
+    EventType.ASSISTANT_RESPONSE: ("assistant", "Assistant"),
+    EventType.TOOL_CALL: ("assistant", "Assistant"),
+    EventType.TOOL_RESULT: ("tool", "Tool"),
+    EventType.SYSTEM: ("system", "System"),
+    EventType.SUMMARY: (None, "Earlier summary"),
+    EventType.COMPACTION: (None, "Earlier summary"),
+}
+
 
 # How much an event matters to retrieval unless someone says otherwise.
 DEFAULT_IMPORTANCE: dict[str, float] = {
@@ -37,10 +71,13 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
 }
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
 PINNED_IMPORTANCE = 1.0  # the top of the scale: a pinned event is always recalled
-# The turns of a conversation: what a later turn's search context is taken from.
-TURN_TYPES = (EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE)
-# What memory search and recall may bring back: things said, and summaries.
-MEMORY_TYPES = [*TURN_TYPES, EventType.SUMMARY, EventType.COMPACTION]
+
+
+def transcript(events: list[Event], chars: int) -> str:
+    """Events as a transcript for a model to read (to summarise, to take facts
+    from): a line each, who said what when; the last `chars` of it."""
+    lines = [f"{e.label} ({e.created_at:%Y-%m-%d %H:%M}): {e.text}" for e in events if e.text]
+    return "\n".join(lines)[-chars:]
 
 
 def default_importance(event_type: str) -> float:
@@ -163,7 +200,7 @@ class Event(OwnedModel):
     def previous_turn_text(self) -> str | None:
         """The context of this event's key: only what memory search returns needs
         one, so tool calls and lifecycle events cost no query."""
-        if self.event_type not in MEMORY_TYPES:
+        if self.event_type not in EventType.RECALLABLE:
             return None
         return Event.last_turn_text(self.owner_id, self.session_id, self.pk)
 
@@ -172,7 +209,7 @@ class Event(OwnedModel):
         cls, owner: Any, session_id: str, before_id: int | None = None
     ) -> str | None:
         turns = cls.objects.filter(
-            owner=owner, session_id=session_id, event_type__in=TURN_TYPES
+            owner=owner, session_id=session_id, event_type__in=EventType.TURNS
         ).exclude(text="")
         if before_id is not None:
             turns = turns.filter(pk__lt=before_id)
@@ -186,7 +223,7 @@ class Event(OwnedModel):
         previous = cls.last_turn_text(events[0].owner_id, events[0].session_id)
         for event in events:
             event.set_keys(previous)
-            if event.event_type in TURN_TYPES and event.text:
+            if event.event_type in EventType.TURNS and event.text:
                 previous = event.text
 
     @property
@@ -199,6 +236,16 @@ class Event(OwnedModel):
             default_importance(self.event_type) if self.is_pinned else PINNED_IMPORTANCE
         )
         self.save(update_fields=["importance"])
+
+    @property
+    def role(self) -> str | None:
+        """The event's role in a chat: user, assistant, tool, system, or None."""
+        return ROLES.get(self.event_type, (None, ""))[0]
+
+    @property
+    def label(self) -> str:
+        """Who the event is in a transcript written for a model."""
+        return ROLES.get(self.event_type, (None, "Note"))[1]
 
     @property
     def key_text(self) -> str:

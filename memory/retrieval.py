@@ -21,14 +21,13 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.models import MEMORY_TYPES, Event, EventType
+from memory.models import Event, EventType
 from memory.search import MAX_QUERY_CHARS, search_memory
 from memory.vector_index import index_for, one_sync
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
-ROLE = {EventType.USER_MESSAGE: "user", EventType.ASSISTANT_RESPONSE: "assistant"}
 RECALLED_CHARS = 400
 
 
@@ -40,7 +39,7 @@ def estimate_tokens(text: str) -> int:
 
 def recalled_line(event: Event) -> str:
     """A remembered event as the model reads it: its date, who said it, what was said."""
-    who = event.speaker or ROLE.get(event.event_type, "note")
+    who = event.speaker or event.role or "note"
     return f"- [{event.created_at:%Y-%m-%d}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
 
 
@@ -162,7 +161,7 @@ def gather_context(
             Event.objects.owned_by(owner)
             .filter(
                 agent=agent,
-                event_type__in=MEMORY_TYPES,
+                event_type__in=EventType.RECALLABLE,
                 importance__gte=limits["relevance_min_importance"],
             )
             .exclude(pk__in=seen)
@@ -185,7 +184,7 @@ def gather_context(
         )
         scores = {event_id: score for event_id, score in hits if event_id not in seen}
         found = Event.objects.owned_by(owner).filter(
-            pk__in=scores, agent=agent, event_type__in=MEMORY_TYPES
+            pk__in=scores, agent=agent, event_type__in=EventType.RECALLABLE
         )
         ranked = sorted(found, key=lambda event: -scores[event.pk])
         for event in ranked[: limits["similarity_limit"]]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from memory import fulltext
 from memory.files import FileHit, search_files
-from memory.models import MEMORY_TYPES, Event
+from memory.models import Event, EventType
 from memory.vector_index import index_for, one_sync
 from memory.workspace import DEFAULT_AGENT
 
@@ -73,7 +73,7 @@ def search_memory(
     text = (query or "").strip()[:MAX_QUERY_CHARS]
     if k <= 0 or (not text and branch != "recency"):
         return []
-    owned = Event.objects.owned_by(owner).filter(agent=agent, event_type__in=MEMORY_TYPES)
+    owned = Event.objects.owned_by(owner).filter(agent=agent, event_type__in=EventType.RECALLABLE)
     if branch == "recency":
         return [SearchHit(e, 0.0) for e in owned.order_by("-created_at", "-id")[:k]]
 
@@ -100,7 +100,9 @@ def search_memory(
     mine = {
         event.pk: event
         for event in known
-        if event.owner_id == owner.pk and event.agent == agent and event.event_type in MEMORY_TYPES
+        if event.owner_id == owner.pk
+        and event.agent == agent
+        and event.event_type in EventType.RECALLABLE
     }
     for event in best_events(owned, scores, k, mine):
         own = {

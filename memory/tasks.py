@@ -29,13 +29,6 @@ from memory.vectors import pack
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_TYPES = [
-    EventType.USER_MESSAGE,
-    EventType.ASSISTANT_RESPONSE,
-    EventType.TOOL_RESULT,
-    EventType.SUMMARY,
-    EventType.COMPACTION,
-]
 BATCH_SIZE = 32
 KEY_FIELDS = ("speaker", "search_key", "search_context", "key_version")
 MAX_ATTEMPTS = 8
@@ -54,7 +47,7 @@ def needs_embedding() -> QuerySet[Event]:
     latter keep their old key and vector until the new ones are stored."""
     now = timezone.now()
     return (
-        Event.objects.filter(event_type__in=EMBEDDED_TYPES)
+        Event.objects.filter(event_type__in=EventType.CONTENT)
         .filter(Q(embedding__isnull=True) | Q(key_version__lt=KEY_VERSION))
         .exclude(text="")
         .filter(embedding_attempts__lt=MAX_ATTEMPTS)
@@ -231,7 +224,7 @@ EMBEDDING_REQUESTS = EmbeddingRequests(window=0.5)
 
 def queue_embedding(event: Event) -> None:
     """After the transaction commits, ask the job cluster to embed `event`."""
-    if event.event_type not in EMBEDDED_TYPES or not event.text:
+    if event.event_type not in EventType.CONTENT or not event.text:
         return
     if getattr(_local, "paused", False):
         return

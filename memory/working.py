@@ -18,14 +18,6 @@ from django.db.models import Count, Max
 
 from memory.models import Event, EventType
 
-# What counts as conversation for recency.
-CONVERSATION_TYPES = [
-    EventType.USER_MESSAGE,
-    EventType.ASSISTANT_RESPONSE,
-    EventType.TOOL_RESULT,
-    EventType.SUMMARY,
-    EventType.COMPACTION,
-]
 MAX_SESSIONS = 2000  # sessions kept per process; the least recently used go first
 
 
@@ -50,7 +42,7 @@ class WorkingMemory:
     @staticmethod
     def rows(owner: Any, session_id: str):  # -> QuerySet[Event]
         return Event.objects.filter(
-            owner=owner, session_id=session_id, event_type__in=CONVERSATION_TYPES
+            owner=owner, session_id=session_id, event_type__in=EventType.CONTENT
         )
 
     def marker(self, owner: Any, session_id: str) -> tuple[int, int]:
@@ -76,7 +68,7 @@ class WorkingMemory:
 
     def remember(self, event: Event) -> None:
         """Add a just-stored event, if the cached session is otherwise current."""
-        if event.event_type not in CONVERSATION_TYPES:
+        if event.event_type not in EventType.CONTENT:
             return
         key = (event.owner_id, event.session_id)
         with self.lock:

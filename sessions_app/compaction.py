@@ -23,8 +23,7 @@ from django.db import transaction
 
 from agent.llm import LLMClient, LLMError, configured_endpoint
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
-from memory.models import Event, EventType
-from memory.working import CONVERSATION_TYPES
+from memory.models import Event, EventType, transcript
 from memory.workspace import workspace_dir
 from sessions_app.models import Session
 
@@ -42,13 +41,6 @@ FLUSH_PROMPT = (
     "The conversation above is about to be compacted. Save every durable fact about the "
     "user that is not saved yet by calling remember_fact; then answer DONE."
 )
-SPEAKERS = {
-    EventType.USER_MESSAGE: "User",
-    EventType.ASSISTANT_RESPONSE: "Assistant",
-    EventType.TOOL_RESULT: "Tool",
-    EventType.COMPACTION: "Earlier summary",
-    EventType.SUMMARY: "Earlier summary",
-}
 
 
 class CompactionError(Exception):
@@ -68,23 +60,13 @@ def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
     user message so that no exchange is cut in two."""
     events = list(
         Event.objects.owned_by(session.owner)
-        .filter(session_id=str(session.pk), event_type__in=CONVERSATION_TYPES)
+        .filter(session_id=str(session.pk), event_type__in=EventType.CONTENT)
         .order_by("created_at", "id")
     )
     start = max(0, len(events) - keep)
     while start > 0 and events[start].event_type != EventType.USER_MESSAGE:
         start -= 1
     return events[:start], events[start:]
-
-
-def transcript(events: list[Event]) -> str:
-    lines = [
-        f"{SPEAKERS.get(e.event_type, 'Note')} ({e.created_at:%Y-%m-%d %H:%M}): {e.text}"
-        for e in events
-        if e.text
-    ]
-    text = "\n".join(lines)
-    return text[-TRANSCRIPT_CHARS:]
 
 
 async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) -> int:
@@ -129,7 +111,7 @@ async def summarise(events: list[Event]) -> str:
     completion = await client.stream(
         [
             {"role": "system", "content": SUMMARY_PROMPT},
-            {"role": "user", "content": transcript(events)},
+            {"role": "user", "content": transcript(events, TRANSCRIPT_CHARS)},
         ]
     )
     summary = completion.content.strip()
@@ -202,6 +184,6 @@ def should_compact(meter: dict[str, Any], session: Session) -> bool:
     if meter["context_tokens"] < options["compaction_threshold"] * meter["context_window"]:
         return False
     count = Event.objects.filter(
-        owner_id=session.owner_id, session_id=str(session.pk), event_type__in=CONVERSATION_TYPES
+        owner_id=session.owner_id, session_id=str(session.pk), event_type__in=EventType.CONTENT
     ).count()
     return count >= options["compaction_min_messages"]

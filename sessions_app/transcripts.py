@@ -23,13 +23,6 @@ INDEX_NAME = "sessions.json"
 BATCH = 500
 TAIL_BLOCK = 64 * 1024
 
-ROLES: dict[str, str] = {
-    EventType.USER_MESSAGE: "user",
-    EventType.ASSISTANT_RESPONSE: "assistant",
-    EventType.TOOL_CALL: "assistant",
-    EventType.TOOL_RESULT: "tool",
-    EventType.SYSTEM: "system",
-}
 # Keys of `Event.data` that get a field of their own; the rest stay under "data".
 PROMOTED = ("content", "tool_calls", "tool_call_id", "is_error", "usage")
 
@@ -44,7 +37,7 @@ def event_record(event: Event) -> dict[str, Any]:
         "timestamp": event.created_at.isoformat(),
         "importance": event.importance,
     }
-    if role := ROLES.get(event.event_type):
+    if role := event.role:
         record["role"] = role
     record["content"] = data.pop("content") if "content" in data else event.text
     if event.event_type == EventType.TOOL_CALL:

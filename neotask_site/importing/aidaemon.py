@@ -51,7 +51,7 @@ from django.utils import timezone
 from agent.models import TerminalAllowedPrefix
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, Fact, Macro, default_importance
-from memory.tasks import BATCH_SIZE, EMBEDDED_TYPES, needs_embedding
+from memory.tasks import BATCH_SIZE, needs_embedding
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from scheduler.models import ScheduledTask
@@ -758,7 +758,7 @@ def queue_embeddings(owner: Any, session_id: str) -> None:
     """After commit, queue embedding jobs for the session's events without a vector."""
     ids = list(
         needs_embedding()
-        .filter(owner=owner, session_id=session_id, event_type__in=EMBEDDED_TYPES)
+        .filter(owner=owner, session_id=session_id, event_type__in=EventType.CONTENT)
         .order_by("id")
         .values_list("id", flat=True)
     )

@@ -48,7 +48,6 @@ from django.utils import timezone
 from agent.llm import Usage
 from memory import files
 from memory.models import Event, EventType, default_importance
-from memory.tasks import EMBEDDED_TYPES
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from sessions_app.chat import title_from
@@ -81,13 +80,8 @@ BOOKKEEPING_TYPES = {
     "leaf",
     "session_info",
 }
-ROLES = {
-    "user": EventType.USER_MESSAGE,
-    "assistant": EventType.ASSISTANT_RESPONSE,
-    "toolResult": EventType.TOOL_RESULT,
-    "tool": EventType.TOOL_RESULT,
-    "system": EventType.SYSTEM,
-}
+# OpenClaw's own name for a tool's result; its other roles are the chat's.
+ROLE_ALIASES = {"toolResult": "tool"}
 TOOL_CALL_BLOCKS = {"toolCall", "tool_use", "toolUse"}
 UNSAFE_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
 
@@ -364,7 +358,7 @@ def tool_call_event(call: dict[str, Any], position: int) -> dict[str, Any]:
 
 def parse_message(message: dict[str, Any]) -> Parsed | str:
     role = message.get("role")
-    event_type = ROLES.get(role) if isinstance(role, str) else None
+    event_type = EventType.of_role(ROLE_ALIASES.get(role, role)) if isinstance(role, str) else None
     if event_type is None:
         return f"unknown message role {str(role)[:40]}"
     parsed = Parsed([])
@@ -692,7 +686,7 @@ class SessionImport:
         Event.set_keys_in_order(events)
         Event.objects.bulk_create(events)
         self.embed_ids += [
-            event.pk for event in events if event.event_type in EMBEDDED_TYPES and event.text
+            event.pk for event in events if event.event_type in EventType.CONTENT and event.text
         ]
 
     def count(self, pending: Pending) -> None:

@@ -306,8 +306,8 @@ EMBEDDINGS = """
 import json
 from django_q.models import Failure, Success
 from memory.models import Event
-from memory.tasks import EMBEDDED_TYPES
-events = Event.objects.filter(event_type__in=EMBEDDED_TYPES).exclude(text="")
+from memory.models import EventType
+events = Event.objects.filter(event_type__in=EventType.CONTENT).exclude(text="")
 jobs, by_jobs = {}, 0  # how many jobs asked for each event; how many vectors they wrote
 for job in Success.objects.filter(func="memory.tasks.embed_events"):
     by_jobs += job.result or 0
