@@ -178,14 +178,9 @@ def cron_session(task: ScheduledTask) -> Session:
     else:
         replaced_agent = False
     key = str(SessionKey.for_task(str(task.pk), agent.name))
-    session = (
-        Session.objects.owned_by(task.owner)
-        .filter(key=key, status=Session.Status.ACTIVE)
-        .select_related("agent", "owner")
-        .first()
-    )
+    session = Session.objects.active(task.owner, key)
     if session is not None and session.agent_id != agent.pk:
-        Session.objects.filter(pk=session.pk).update(status=Session.Status.ARCHIVED)
+        session.archive()
         session = None
     if session is None:
         session = Session.start(task.owner, agent, SCHEDULED_CHANNEL, str(task.pk), title=task.name)

@@ -51,12 +51,7 @@ def find_chat(user: Any, key: str) -> Session:
         SessionKey.parse(key)
     except SessionKeyError as exc:
         raise ChatError(4404, str(exc)) from None
-    session = (
-        Session.objects.owned_by(user)
-        .filter(key=key, status=Session.Status.ACTIVE)
-        .select_related("agent", "owner")
-        .first()
-    )
+    session = Session.objects.active(user, key)
     if session is not None:
         return session
     if Session.objects.filter(key=key).exists():

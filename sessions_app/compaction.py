@@ -59,9 +59,7 @@ def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
     """The events to summarise and the recent ones to carry over, split at a
     user message so that no exchange is cut in two."""
     events = list(
-        Event.objects.owned_by(session.owner)
-        .filter(session_id=str(session.pk), event_type__in=EventType.CONTENT)
-        .order_by("created_at", "id")
+        session.events().filter(event_type__in=EventType.CONTENT).order_by("created_at", "id")
     )
     start = max(0, len(events) - keep)
     while start > 0 and events[start].event_type != EventType.USER_MESSAGE:
@@ -124,21 +122,9 @@ def replace_session(
     session: Session, summary: str, older: list[Event], recent: list[Event], reason: str
 ) -> Session:
     with transaction.atomic():
-        changed = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
-            status=Session.Status.ARCHIVED
-        )
-        if not changed:
+        fresh = session.continue_as(compaction_count=session.compaction_count + 1)
+        if fresh is None:
             raise CompactionError("the session changed meanwhile (another tab reset it?)")
-        fresh = Session.objects.create(
-            owner=session.owner,
-            agent=session.agent,
-            key=session.key,
-            channel=session.channel,
-            chat=session.chat,
-            title=session.title,
-            continues_from=session,
-            compaction_count=session.compaction_count + 1,
-        )
         Event.record(
             session.owner,
             str(fresh.pk),
@@ -183,7 +169,5 @@ def should_compact(meter: dict[str, Any], session: Session) -> bool:
         return False
     if meter["context_tokens"] < options["compaction_threshold"] * meter["context_window"]:
         return False
-    count = Event.objects.filter(
-        owner_id=session.owner_id, session_id=str(session.pk), event_type__in=EventType.CONTENT
-    ).count()
+    count = session.events().filter(event_type__in=EventType.CONTENT).count()
     return count >= options["compaction_min_messages"]

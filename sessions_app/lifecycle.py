@@ -24,23 +24,12 @@ def rollover(session: Session, reason: str) -> Session:
     """Archive `session` and start a fresh one under the same key; the new
     session opens with a visible notice saying why."""
     with transaction.atomic():
-        archived = Session.objects.filter(pk=session.pk, status=Session.Status.ACTIVE).update(
-            status=Session.Status.ARCHIVED, updated_at=timezone.now()
-        )
-        if not archived:
+        fresh = session.continue_as()
+        if fresh is None:
             # Someone else rolled it over a moment ago: use theirs.
             return Session.objects.get(
                 owner=session.owner, key=session.key, status=Session.Status.ACTIVE
             )
-        fresh = Session.objects.create(
-            owner=session.owner,
-            agent=session.agent,
-            key=session.key,
-            channel=session.channel,
-            chat=session.chat,
-            title=session.title,
-            continues_from=session,
-        )
         Event.record(
             session.owner,
             str(fresh.pk),
@@ -85,11 +74,7 @@ def stale_reason(session: Session, now: datetime) -> str | None:
 
 
 def has_conversation(session: Session) -> bool:
-    return (
-        Event.objects.filter(owner_id=session.owner_id, session_id=str(session.pk))
-        .exclude(event_type=EventType.SESSION_START)
-        .exists()
-    )
+    return session.events().exclude(event_type=EventType.SESSION_START).exists()
 
 
 def ensure_fresh(session: Session, now: datetime | None = None) -> tuple[Session, str | None]:

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from memory.models import Event
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
@@ -53,6 +54,17 @@ class Agent(OwnedModel):
         return self.name
 
 
+class SessionQuerySet(OwnedQuerySet):
+    def active(self, owner: Any, key: str) -> Session | None:
+        """`owner`'s active session of the chat `key` (there is one at most)."""
+        return (
+            self.owned_by(owner)
+            .filter(key=key, status=Session.Status.ACTIVE)
+            .select_related("agent", "owner")
+            .first()
+        )
+
+
 class Session(OwnedModel):
     """One conversation. A key may have many sessions over time (resets,
     compactions) but only one active at once; each continues the previous."""
@@ -81,7 +93,7 @@ class Session(OwnedModel):
     updated_at = models.DateTimeField(auto_now=True)
     last_activity_at = models.DateTimeField(default=timezone.now)
 
-    objects = OwnedQuerySet.as_manager()
+    objects = SessionQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_activity_at"]
@@ -106,6 +118,39 @@ class Session(OwnedModel):
         return cls.objects.create(
             owner=owner, agent=agent, key=str(key), channel=channel, chat=chat, **fields
         )
+
+    def archive(self) -> bool:
+        """Archive the session if it is still active; False if someone else
+        (another tab, another worker) did first."""
+        return bool(
+            Session.objects.filter(pk=self.pk, status=Session.Status.ACTIVE).update(
+                status=Session.Status.ARCHIVED, updated_at=timezone.now()
+            )
+        )
+
+    def continue_as(self, **fields: Any) -> Session | None:
+        """Archive the session and continue its chat in a fresh one (same key,
+        agent and title, unless `fields` say otherwise); None if it was no
+        longer active. Call it in the transaction that also writes the event
+        opening the new session, so that neither is kept without the other."""
+        if not self.archive():
+            return None
+        return Session.objects.create(
+            **{
+                "owner": self.owner,
+                "agent": self.agent,
+                "key": self.key,
+                "channel": self.channel,
+                "chat": self.chat,
+                "title": self.title,
+                "continues_from": self,
+                **fields,
+            }
+        )
+
+    def events(self) -> models.QuerySet[Event]:
+        """The session's events (its owner's, as every event of it is)."""
+        return Event.objects.filter(owner_id=self.owner_id, session_id=str(self.pk))
 
     @property
     def is_scheduled(self) -> bool:

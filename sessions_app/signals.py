@@ -5,7 +5,6 @@ from typing import Any
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
-from memory.models import Event
 from sessions_app.models import Session
 
 
@@ -13,4 +12,4 @@ from sessions_app.models import Session
 def delete_session_events(sender: type[Session], instance: Session, **kwargs: Any) -> None:
     # Events name their session by id only (memory knows nothing of sessions),
     # so they go with it here rather than by a database cascade.
-    Event.objects.filter(owner_id=instance.owner_id, session_id=str(instance.pk)).delete()
+    instance.events().delete()

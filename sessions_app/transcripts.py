@@ -59,7 +59,7 @@ def event_line(event: Event) -> str:
 def event_batches(session: Session, after: int = 0) -> Iterator[list[Event]]:
     """The session's events with an id above `after`, in the order they were
     stored, a batch at a time (keyset pages: constant memory, no open cursor)."""
-    events = Event.objects.owned_by(session.owner).filter(session_id=str(session.pk))
+    events = session.events()
     while batch := list(events.filter(id__gt=after).order_by("id")[:BATCH]):
         yield batch
         after = batch[-1].pk

@@ -514,20 +514,10 @@ class SessionImport:
                 self.report.skip(LINES, "already imported")
             return
         key = neotask_key(self.agent.name, self.source)
-        active = Session.objects.filter(
-            owner=self.owner, key=str(key), status=Session.Status.ACTIVE
-        ).first()
-        if active is not None:
-            Session.objects.filter(pk=active.pk).update(
-                status=Session.Status.ARCHIVED, updated_at=timezone.now()
-            )
-        self.session = Session.start(
-            self.owner,
-            self.agent,
-            key.channel,
-            key.chat,
-            title=self.index_title(),
-            continues_from=active,
+        active = Session.objects.active(self.owner, str(key))
+        fresh = active.continue_as(title=self.index_title()) if active else None
+        self.session = fresh or Session.start(
+            self.owner, self.agent, key.channel, key.chat, title=self.index_title()
         )
         self.created = True
         shown = self.source.key or f"transcript {self.name}"
