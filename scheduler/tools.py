@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from agent.tools import Tool, ToolContext, ToolError, register
+from agent.tools.registry import Tool, ToolContext, ToolError, register
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
     MAX_NAME_CHARS,

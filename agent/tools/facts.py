@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools import Tool, ToolContext, ToolError, register
+from agent.tools.registry import Tool, ToolContext, ToolError, register
 from memory.models import Event, EventType, Fact
 
 REMEMBERED_IMPORTANCE = 0.8

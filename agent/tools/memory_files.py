@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.tools import Tool, ToolContext, ToolError, register
+from agent.tools.registry import Tool, ToolContext, ToolError, register
 from memory import files
 from memory.models import MemoryFile
 

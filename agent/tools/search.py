@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools import Tool, ToolContext, register
+from agent.tools.registry import Tool, ToolContext, register
 from memory.files import FileHit
 from memory.search import SearchHit, search_memory
 

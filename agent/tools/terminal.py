@@ -6,7 +6,7 @@ from django.conf import settings
 
 from agent import sandbox
 from agent.approvals import has_terminal_permission, is_allowed
-from agent.tools import Tool, ToolContext, ToolError, register, terminal_enabled
+from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
 
 
 def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | None:

@@ -1,0 +1,98 @@
+"""The tools' registry: what a tool is, the tools by name, and their arguments checked
+against their JSON schemas. Each tool module registers itself here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should see and may correct."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    owner: Any
+    session_id: str
+    agent_name: str
+    workspace: Path
+    trusted: bool = False  # scheduled tasks marked trusted skip approvals
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[ToolContext, dict[str, Any]], str]
+    # Returns the command that needs the user's approval, or None when allowed.
+    approval_subject: Callable[[ToolContext, dict[str, Any]], str | None] | None = None
+    enabled: Callable[[], bool] = field(default=lambda: True)
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+REGISTRY: dict[str, Tool] = {}
+MAX_ARGUMENTS_BYTES = 64 * 1024
+
+
+def register(tool: Tool) -> Tool:
+    if tool.name in REGISTRY:
+        raise ValueError(f"tool {tool.name!r} is registered twice")
+    REGISTRY[tool.name] = tool
+    return tool
+
+
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+
+
+def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
+    """The model's JSON arguments, checked against the tool's schema."""
+    if len(raw.encode()) > MAX_ARGUMENTS_BYTES:
+        raise ToolError(f"Arguments for {tool.name} are larger than {MAX_ARGUMENTS_BYTES} bytes.")
+    try:
+        arguments = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise ToolError(f"Arguments for {tool.name} are not valid JSON ({exc}).") from None
+    if not isinstance(arguments, dict):
+        raise ToolError(f"Arguments for {tool.name} must be a JSON object.")
+    properties = tool.parameters.get("properties", {})
+    for name in tool.parameters.get("required", []):
+        if name not in arguments:
+            raise ToolError(f"{tool.name} needs the argument {name!r}.")
+    for name, value in arguments.items():
+        spec = properties.get(name)
+        if spec is None:
+            raise ToolError(f"{tool.name} has no argument {name!r}; it takes {sorted(properties)}.")
+        expected = JSON_TYPES[spec["type"]]
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            raise ToolError(f"{tool.name}: {name!r} must be a {spec['type']}.")
+        if isinstance(value, str):
+            if not value.strip() and name in tool.parameters.get("required", []):
+                raise ToolError(f"{tool.name}: {name!r} must not be empty.")
+            if len(value) > spec.get("maxLength", 10_000):
+                raise ToolError(f"{tool.name}: {name!r} is longer than {spec.get('maxLength')}.")
+    return arguments
+
+
+def terminal_enabled() -> bool:
+    return settings.NEOTASK["terminal"]["enabled"]
