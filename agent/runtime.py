@@ -23,9 +23,9 @@ from agent.context import build_messages
 from agent.frames import ApprovalRequest, Delta, Done, Error, EventFrame, Frame
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
+from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
-from memory.tasks import keep_vector
 from memory.workspace import DEFAULT_AGENT, workspace_dir
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Turn:
 
     async def run(self, text: str) -> TurnResult:
         # Embedded in answer(), for recall: that vector is also the message's own.
-        user_event = await self.store(EventType.USER_MESSAGE, {"content": text}, queue=False)
+        user_event = await self.store(EventType.USER_MESSAGE, {"content": text}, embed=False)
         result = await self.answer(user_event)
         result.user_event_id = user_event.pk
         # The turn's usage (all its LLM calls) kept with the message that caused it.
@@ -101,7 +101,7 @@ class Turn:
 
     def keep_and_recall(self, user_event: Event) -> Event | None:
         """The message's vector stored, and auto-recall by it: one database hop."""
-        keep_vector(user_event, self.query_vector)
+        recording.keep_vector(user_event, self.query_vector)
         return record_recall(
             self.request.owner,
             self.request.agent_name,
@@ -275,7 +275,7 @@ class Turn:
             raise ToolError(message)
 
     async def store(self, event_type: str, data: dict[str, Any], **fields: Any) -> Event:
-        event = await database_sync_to_async(Event.record)(
+        event = await database_sync_to_async(recording.record)(
             self.request.owner,
             self.request.session_id,
             event_type,

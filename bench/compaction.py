@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from memory import recording
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -43,7 +45,6 @@ def main() -> None:
             from django.core.management import call_command
 
             from agent import llm as llm_module
-            from memory.models import Event
             from memory.tasks import embedding_queue_paused
             from sessions_app import chat
             from sessions_app.compaction import compact
@@ -68,7 +69,7 @@ def main() -> None:
                 with embedding_queue_paused():
                     for number in range(options.messages):
                         kind = "user_message" if number % 2 == 0 else "assistant_response"
-                        Event.record(
+                        recording.record(
                             user,
                             str(session.pk),
                             kind,

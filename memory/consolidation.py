@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from memory import recording
 from memory.models import Event, EventType, Fact, transcript
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ def consolidate_session(session_id: str, owner_id: int, complete: Complete, repo
     try:
         proposal = propose(events, complete)
         with transaction.atomic():
-            Event.record(
+            recording.record(
                 events[0].owner,
                 session_id,
                 EventType.SUMMARY,

@@ -24,12 +24,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from memory import recording
 from memory.embeddings import embed_text
 from memory.models import Event, EventType
 from memory.recall import record_recall
 from memory.retrieval import estimate_tokens, get_context
 from memory.search import BRANCHES, search_memory
-from memory.tasks import embed_missing, embedding_queue_paused, keep_vector
+from memory.tasks import embed_missing, embedding_queue_paused
 from memory.vector_index import forget_indexes
 from memory.workspace import DEFAULT_AGENT
 
@@ -113,7 +114,7 @@ def ingest(user: Any, conversation: dict[str, Any]) -> None:
     with embedding_queue_paused():
         for turn in conversation["turns"]:
             session = turn["id"].split(":", 1)[0]
-            Event.record(
+            recording.record(
                 user,
                 f"{conversation['id']}:{session}",
                 EventType.USER_MESSAGE,
@@ -132,8 +133,8 @@ def context_probe(user: Any, conversation_id: str, number: int, question: str) -
     session_id = f"{conversation_id}:probe-{number}"
     query_vector = embed_text(question)
     with embedding_queue_paused():
-        message = Event.record(user, session_id, EventType.USER_MESSAGE, {"content": question})
-        keep_vector(message, query_vector)
+        message = recording.record(user, session_id, EventType.USER_MESSAGE, {"content": question})
+        recording.keep_vector(message, query_vector)
         record_recall(user, DEFAULT_AGENT, session_id, question, query_vector)
     context = get_context(user, session_id, question, query_vector=query_vector)
     recalled_ids = [item["event_id"] for item in context.session_recall if "event_id" in item]

@@ -162,33 +162,6 @@ class Event(OwnedModel):
     def __str__(self) -> str:
         return f"{self.event_type} #{self.pk}"
 
-    @classmethod
-    def record(
-        cls,
-        owner: Any,
-        session_id: str,
-        event_type: str,
-        data: dict | None = None,
-        *,
-        queue: bool = True,
-        **fields: Any,
-    ) -> Event:
-        """Store an event with its default importance and searchable text, and queue
-        its embedding (`queue=False`: the caller embeds it, see tasks.keep_vector)."""
-        from memory.tasks import queue_embedding
-        from memory.working import working_memory
-
-        data = data or {}
-        fields.setdefault("importance", default_importance(event_type))
-        fields.setdefault("text", data.get("content") or "")
-        event = cls(owner=owner, session_id=session_id, event_type=event_type, data=data, **fields)
-        event.set_keys(event.previous_turn_text())
-        event.save(force_insert=True)
-        working_memory.remember(event)
-        if queue:
-            queue_embedding(event)
-        return event
-
     def set_keys(self, previous_text: str | None) -> None:
         """The search fields (memory.keys), given the text of the session's turn
         before this one."""

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from memory import recording
 from memory.files import FileHit
 from memory.models import Event, EventType
 from memory.retrieval import RECALLED_CHARS
@@ -72,7 +73,7 @@ def record_recall(
     items = recall(owner, agent, session_id, query, query_vector)
     if not items:
         return None
-    return Event.record(
+    return recording.record(
         owner,
         session_id,
         EventType.RECALL,

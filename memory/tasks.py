@@ -231,16 +231,6 @@ def queue_embedding(event: Event) -> None:
     transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(event.pk))
 
 
-def keep_vector(event: Event, vector: Any) -> None:
-    """Store a vector already computed for `event`'s text (a chat message's, embedded
-    for recall) so that no job embeds it again; without one, queue the job."""
-    if vector is None or event.key_text != event.text:
-        return queue_embedding(event)
-    Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
-        embedding=pack(vector), embedded_at=timezone.now()
-    )
-
-
 def analyze_database() -> None:
     """Refresh the query planner's statistics. Without them SQLite cannot tell
     that, for one user, "owner = me" matches every row, and fetches 50 events

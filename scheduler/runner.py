@@ -24,7 +24,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import ApprovalRequest
-from memory.models import Event, EventType
+from memory import recording
+from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
@@ -217,7 +218,7 @@ def record(
     task: ScheduledTask, session_id: str, agent_name: str, event_type: str, text: str, kind: str
 ) -> None:
     try:
-        Event.record(
+        recording.record(
             task.owner,
             session_id,
             event_type,

@@ -23,6 +23,7 @@ from django.db import transaction
 
 from agent.llm import LLMClient, LLMError, configured_endpoint
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from memory import recording
 from memory.models import Event, EventType, transcript
 from memory.workspace import workspace_dir
 from sessions_app.models import Session
@@ -125,7 +126,7 @@ def replace_session(
         fresh = session.continue_as(compaction_count=session.compaction_count + 1)
         if fresh is None:
             raise CompactionError("the session changed meanwhile (another tab reset it?)")
-        Event.record(
+        recording.record(
             session.owner,
             str(fresh.pk),
             EventType.COMPACTION,

@@ -46,6 +46,7 @@ from agent.frames import (
     Started,
 )
 from agent.llm import Usage
+from memory import recording
 from memory.models import Event, EventType
 from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
@@ -493,14 +494,14 @@ def bury_turn(owner: Any, key: str, dead: ChatClaim) -> list[ChatInput]:
     running = list(ChatInput.objects.filter(owner=owner, key=key, status=ChatInput.Status.RUNNING))
     if dead.session_id:
         if dead.partial:
-            Event.record(
+            recording.record(
                 owner,
                 dead.session_id,
                 EventType.ASSISTANT_RESPONSE,
                 {"content": dead.partial, "interrupted": True, "reason": "server_stopped"},
             )
         if running:
-            Event.record(
+            recording.record(
                 owner, dead.session_id, EventType.ERROR, {"content": LOST, "kind": "server_stopped"}
             )
     return running

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memory.models import Event, EventType
+from memory import recording
+from memory.models import EventType
 from sessions_app.models import Session
 
 
@@ -30,7 +31,7 @@ def rollover(session: Session, reason: str) -> Session:
             return Session.objects.get(
                 owner=session.owner, key=session.key, status=Session.Status.ACTIVE
             )
-        Event.record(
+        recording.record(
             session.owner,
             str(fresh.pk),
             EventType.SESSION_START,

@@ -12,6 +12,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from memory import recording
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
@@ -46,7 +47,9 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
     return {
         Agent: agent,
         Session: session,
-        Event: Event.record(owner, str(session.pk), "user_message", {"content": f"hello {tag}"}),
+        Event: recording.record(
+            owner, str(session.pk), "user_message", {"content": f"hello {tag}"}
+        ),
         Fact: Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue"),
         Macro: Macro.objects.create(
             owner=owner, trigger_tool=f"search_memory{tag}", next_tool="terminal"

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from agent.context import build_messages, fit_to_window, history_messages
-from memory.models import Event, Fact
+from memory import recording
+from memory.models import Fact
 
 
 def record(owner, event_type, session="s1", **data):
-    return Event.record(owner, session, event_type, data)
+    return recording.record(owner, session, event_type, data)
 
 
 def test_it_turns_events_into_chat_messages(alice):

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat
@@ -37,7 +38,7 @@ def api(alice_token) -> Client:
 @pytest.fixture
 def session(alice) -> Session:
     session = chat.start_chat(alice)
-    Event.record(alice, str(session.pk), "user_message", {"content": "alice's secret plans"})
+    recording.record(alice, str(session.pk), "user_message", {"content": "alice's secret plans"})
     return session
 
 
@@ -230,7 +231,7 @@ def test_it_starts_sessions_only_for_the_users_own_agents(alice, bob, api):
 def test_it_reads_a_session_with_its_events_in_pages(alice, api):
     session = chat.start_chat(alice)
     events = [
-        Event.record(alice, str(session.pk), "user_message", {"content": f"message {i}"})
+        recording.record(alice, str(session.pk), "user_message", {"content": f"message {i}"})
         for i in range(5)
     ]
     body = api.get(f"/api/v1/sessions/{session.pk}/?limit=2").json()
@@ -258,7 +259,7 @@ def test_it_deletes_a_session_and_its_events(alice, api, session):
 
 
 def test_it_downloads_the_transcript_as_jsonl(alice, alice_client, api, session):
-    Event.record(alice, str(session.pk), "assistant_response", {"content": "Olá — fine"})
+    recording.record(alice, str(session.pk), "assistant_response", {"content": "Olá — fine"})
     stored = Event.objects.filter(session_id=str(session.pk)).order_by("id")
     for client in (api, alice_client):
         response = client.get(f"/api/v1/sessions/{session.pk}/transcript.jsonl")

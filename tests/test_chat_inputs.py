@@ -14,6 +14,7 @@ from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat, inputs
@@ -60,7 +61,7 @@ def crashed_holder(owner: User, session: Session, partial: str) -> None:
     ChatInput.objects.create(
         owner=owner, key=session.key, text="tell me everything", status=ChatInput.Status.RUNNING
     )
-    Event.record(owner, str(session.pk), "user_message", {"content": "tell me everything"})
+    recording.record(owner, str(session.pk), "user_message", {"content": "tell me everything"})
 
 
 async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(owner, session, llm):

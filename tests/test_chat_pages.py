@@ -6,7 +6,7 @@ from django.test import Client
 
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
-from memory.models import Event
+from memory import recording
 from sessions_app import chat, inputs
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.models import Agent, Session
@@ -35,8 +35,8 @@ def test_it_shows_the_conversation_sidebar_meter_and_pending_approvals(alice, al
     session.title = "Planning the trip"
     session.save()
     other = chat.start_chat(alice)
-    Event.record(alice, str(session.pk), "user_message", {"content": "Where to go?"})
-    Event.record(alice, str(session.pk), "assistant_response", {"content": "**Lisbon**"})
+    recording.record(alice, str(session.pk), "user_message", {"content": "Where to go?"})
+    recording.record(alice, str(session.pk), "assistant_response", {"content": "**Lisbon**"})
     create_request(alice, str(session.pk), "ls -la")
     content = alice_client.get(f"/chat/{session.key}/").content.decode()
     assert "Where to go?" in content
@@ -137,8 +137,8 @@ def test_it_takes_an_approval_only_from_its_owner_with_a_csrf_token(alice, bob, 
 
 def test_it_sends_the_events_a_reconnecting_page_missed(alice, alice_client):
     session = chat.start_chat(alice)
-    first = Event.record(alice, str(session.pk), "user_message", {"content": "one"})
-    Event.record(alice, str(session.pk), "user_message", {"content": "two"})
+    first = recording.record(alice, str(session.pk), "user_message", {"content": "one"})
+    recording.record(alice, str(session.pk), "user_message", {"content": "two"})
     content = alice_client.get(f"/chat/{session.key}/events/?after={first.pk}").content.decode()
     assert "two" in content and "one" not in content
     assert alice_client.get(f"/chat/{session.key}/events/?after=junk").status_code == 200
@@ -148,7 +148,7 @@ def test_it_hides_other_users_chats(alice, bob, bob_client):
     session = chat.start_chat(alice)
     session.title = "Alice's secret plans"
     session.save()
-    Event.record(alice, str(session.pk), "user_message", {"content": "secret"})
+    recording.record(alice, str(session.pk), "user_message", {"content": "secret"})
     assert bob_client.get(f"/chat/{session.key}/").status_code == 404
     response = bob_client.get(f"/chat/{session.key}/events/")
     assert response.status_code == 404 and b"secret" not in response.content
@@ -161,7 +161,7 @@ def test_it_lists_archived_sessions_and_opens_their_transcripts(alice, alice_cli
     from sessions_app.lifecycle import rollover
 
     old = chat.start_chat(alice)
-    Event.record(alice, str(old.pk), "user_message", {"content": "from the old session"})
+    recording.record(alice, str(old.pk), "user_message", {"content": "from the old session"})
     rollover(old, "/new")
     assert "Archived" in alice_client.get("/sessions/").content.decode()
     assert "from the old session" in alice_client.get(f"/sessions/{old.pk}/").content.decode()
@@ -169,7 +169,7 @@ def test_it_lists_archived_sessions_and_opens_their_transcripts(alice, alice_cli
 
 def test_it_pins_and_unpins_a_message(alice, alice_client, bob_client):
     session = chat.start_chat(alice)
-    event = Event.record(alice, str(session.pk), "user_message", {"content": "remember this"})
+    event = recording.record(alice, str(session.pk), "user_message", {"content": "remember this"})
     response = alice_client.post(f"/events/{event.pk}/pin/", HTTP_HX_REQUEST="true")
     event.refresh_from_db()
     assert event.importance == 1.0 and event.is_pinned
@@ -187,10 +187,10 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     from memory.tasks import embed_missing
 
     session = chat.start_chat(alice)
-    Event.record(
+    recording.record(
         alice, str(session.pk), "user_message", {"content": "My dog Biscuit loves <b>beef</b>"}
     )
-    Event.record(
+    recording.record(
         alice, "legacy-session-id", "user_message", {"content": "Biscuit from the old days"}
     )
     embed_missing()
@@ -211,10 +211,10 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
     from memory.tasks import embed_missing
 
     old = chat.start_chat(alice)
-    Event.record(
+    recording.record(
         alice, str(old.pk), "user_message", {"content": "My dog Biscuit is a golden retriever"}
     )
-    Event.record(
+    recording.record(
         alice,
         str(old.pk),
         "user_message",
@@ -222,7 +222,7 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
         importance=1.0,
     )
     session = chat.start_chat(alice)
-    Event.record(
+    recording.record(
         alice, str(session.pk), "user_message", {"content": "What kind of dog is Biscuit?"}
     )
     embed_missing()

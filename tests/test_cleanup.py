@@ -9,6 +9,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from django_q.models import Schedule
 
+from memory import recording
 from memory.models import Event
 from sessions_app import chat, cleanup
 from sessions_app.models import Session
@@ -20,7 +21,7 @@ def idle_session(owner: Any, days: float, *texts: str, archived: bool = False) -
     session.title = f"idle {days} days"
     session.save()
     for text in texts:
-        Event.record(owner, str(session.pk), "user_message", {"content": text})
+        recording.record(owner, str(session.pk), "user_message", {"content": text})
     status = Session.Status.ARCHIVED if archived else Session.Status.ACTIVE
     Session.objects.filter(pk=session.pk).update(
         last_activity_at=timezone.now() - timedelta(days=days), status=status

@@ -5,6 +5,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from agent.context import build_messages
+from memory import recording
 from memory.models import Event, Fact
 from memory.search import search_memory
 from sessions_app import chat
@@ -20,13 +21,13 @@ SUMMARY = "- The user plans a trip to Kyoto in April\n- Their sister Maya joins"
 def conversation(owner: User, turns: int = 15) -> Session:
     session = chat.start_chat(owner)
     for number in range(turns):
-        Event.record(
+        recording.record(
             owner,
             str(session.pk),
             "user_message",
             {"content": f"question {number} about the Kyoto trip " + "x" * 200},
         )
-        Event.record(
+        recording.record(
             owner,
             str(session.pk),
             "assistant_response",

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from agent.consolidation import SCHEDULE, run
+from memory import recording
 from memory.consolidation import claim
 from memory.models import Event, Fact
 from tests.scripted_llm import Reply
@@ -29,7 +30,7 @@ def chat_yesterday(owner, session="s1", texts=("I moved to Porto last week", "Ni
     events = []
     for number, text in enumerate(texts):
         kind = "user_message" if number % 2 == 0 else "assistant_response"
-        event = Event.record(owner, session, kind, {"content": text})
+        event = recording.record(owner, session, kind, {"content": text})
         Event.objects.filter(pk=event.pk).update(created_at=YESTERDAY + timedelta(minutes=number))
         events.append(event)
     return events
@@ -55,7 +56,7 @@ def test_it_turns_yesterdays_chat_into_a_summary_and_facts(alice, llm):
 
 
 def test_it_leaves_recent_conversation_alone(alice, llm):
-    Event.record(alice, "s1", "user_message", {"content": "said just now"})
+    recording.record(alice, "s1", "user_message", {"content": "said just now"})
     assert run().events == 0
     assert llm.requests == []
 

@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from django.db import OperationalError, close_old_connections, connection, connections
 from django.test import Client
 
+from memory import recording
 from memory.models import Event
 
 pytestmark = pytest.mark.skipif(
@@ -73,7 +74,7 @@ def test_it_keeps_every_write_of_concurrent_writers():
 
     def write_events(number: int) -> None:
         for index in range(25):
-            Event.record(owner, f"s{number}", "user_message", {"content": f"{number}-{index}"})
+            recording.record(owner, f"s{number}", "user_message", {"content": f"{number}-{index}"})
             Event.objects.filter(session_id=f"s{number}").count()
 
     errors = run_in_threads(20, write_events)

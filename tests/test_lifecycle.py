@@ -5,6 +5,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from memory import recording
 from memory.models import Event
 from sessions_app import chat
 from sessions_app.lifecycle import ensure_fresh, last_daily_reset, stale_reason
@@ -25,7 +26,7 @@ def berlin(configure):
 
 def session_active_at(owner, when: datetime) -> Session:
     session = chat.start_chat(owner)
-    Event.record(owner, str(session.pk), "user_message", {"content": "hello"})
+    recording.record(owner, str(session.pk), "user_message", {"content": "hello"})
     Session.objects.filter(pk=session.pk).update(last_activity_at=when)
     session.refresh_from_db()
     return session

@@ -10,7 +10,7 @@ import pytest
 from django_q.models import Schedule
 
 from agent.tools import ToolContext, ToolError, get_tool
-from memory import files
+from memory import files, recording
 from memory.files import chunk_markdown, index_all_workspaces, index_workspace, search_files
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
@@ -348,10 +348,9 @@ def test_it_picks_up_changes_on_each_search(alice, workspace, embed, backend):
 
 
 def test_it_joins_file_chunks_with_conversation_memory_in_search(alice, workspace, backend):
-    from memory.models import Event
     from memory.tasks import embed_missing
 
-    Event.record(alice, "s1", "user_message", {"content": "I adopted a cat called Miso."})
+    recording.record(alice, "s1", "user_message", {"content": "I adopted a cat called Miso."})
     embed_missing()
     write(workspace, "MEMORY.md", "# Car\nThe car is a blue 2015 Volvo, plate KX-201.\n")
     hits = search_memory(alice, "which car do I drive?")

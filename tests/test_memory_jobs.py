@@ -11,14 +11,14 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.models import Schedule
 
-from memory import tasks
+from memory import recording, tasks
 from memory.models import Event
 from memory.vectors import unpack
 from tests.helpers import take_queued_tasks
 
 
 def record(owner, text, event_type="user_message", session="s1"):
-    return Event.record(owner, session, event_type, {"content": text})
+    return recording.record(owner, session, event_type, {"content": text})
 
 
 def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_on_commit_callbacks):
@@ -26,7 +26,7 @@ def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_o
     with django_capture_on_commit_callbacks(execute=True):
         event = record(alice, "I adopted a cat called Miso")
         record(alice, "", event_type="assistant_response")  # nothing to embed
-        Event.record(alice, "s1", "session_start", {"content": "New session"})
+        recording.record(alice, "s1", "session_start", {"content": "New session"})
     [task] = take_queued_tasks()
     assert (task["func"], task["args"]) == ("memory.tasks.embed_events", ([event.pk],))
 

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from memory import keys, tasks
+from memory import keys, recording, tasks
 from memory.embeddings import embed_text
 from memory.models import Event
 from memory.search import search_memory
@@ -19,7 +19,7 @@ from memory.vectors import pack, unpack
 
 
 def say(owner, text, session="s1", event_type="user_message", **data):
-    return Event.record(owner, session, event_type, {"content": text, **data})
+    return recording.record(owner, session, event_type, {"content": text, **data})
 
 
 def test_it_keys_an_event_by_its_speaker_and_the_turn_before(alice):
@@ -78,7 +78,7 @@ def test_it_stores_the_vector_of_the_key(alice):
 
 def test_it_does_not_keep_the_text_vector_for_a_named_speaker(alice):
     event = say(alice, "My sister lives in Oslo", speaker="Maya")
-    tasks.keep_vector(event, embed_text(event.text))
+    recording.keep_vector(event, embed_text(event.text))
     event.refresh_from_db()
     assert event.embedding is None  # queued instead: the vector must be the key's
 

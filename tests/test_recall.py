@@ -5,6 +5,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from agent.runtime import TurnRequest, run_turn
+from memory import recording
 from memory.models import Event
 from memory.tasks import embed_missing
 from sessions_app import chat
@@ -18,7 +19,7 @@ async def ignore(frame: dict) -> None:
 
 
 def past(owner: User, text: str, session: str = "old") -> None:
-    Event.record(owner, session, "user_message", {"content": text})
+    recording.record(owner, session, "user_message", {"content": text})
     embed_missing()
 
 

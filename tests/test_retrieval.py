@@ -5,7 +5,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from memory import tasks
+from memory import recording, tasks
 from memory.models import Event
 from memory.retrieval import get_context
 from memory.search import search_memory
@@ -13,7 +13,7 @@ from memory.working import working_memory
 
 
 def say(owner, text, session="s1", event_type="user_message", agent="main", **fields):
-    return Event.record(owner, session, event_type, {"content": text}, agent=agent, **fields)
+    return recording.record(owner, session, event_type, {"content": text}, agent=agent, **fields)
 
 
 @pytest.fixture

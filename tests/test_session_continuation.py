@@ -3,7 +3,8 @@ session, continuing it in a fresh one, its events."""
 
 from __future__ import annotations
 
-from memory.models import Event, EventType
+from memory import recording
+from memory.models import EventType
 from sessions_app.chat import start_chat
 from sessions_app.models import Session
 
@@ -42,8 +43,8 @@ def test_a_session_already_continued_is_not_continued_twice(alice):
 
 def test_a_sessions_events_are_its_own(alice, bob):
     session, other = start_chat(alice), start_chat(alice)
-    mine = Event.record(alice, str(session.pk), EventType.USER_MESSAGE, {"content": "Mine"})
-    Event.record(alice, str(other.pk), EventType.USER_MESSAGE, {"content": "Another chat"})
+    mine = recording.record(alice, str(session.pk), EventType.USER_MESSAGE, {"content": "Mine"})
+    recording.record(alice, str(other.pk), EventType.USER_MESSAGE, {"content": "Another chat"})
     # A row of bob's naming alice's session id (no such thing is written; proof it stays out).
-    Event.record(bob, str(session.pk), EventType.USER_MESSAGE, {"content": "Bob's"})
+    recording.record(bob, str(session.pk), EventType.USER_MESSAGE, {"content": "Bob's"})
     assert list(session.events()) == [mine]

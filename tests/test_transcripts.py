@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import CommandError, call_command
 from django.test import AsyncClient
 
+from memory import recording
 from memory.models import Event
 from sessions_app import chat, transcripts
 from sessions_app.lifecycle import rollover
@@ -27,7 +28,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def say(session: Session, text: str, event_type: str = "user_message") -> Event:
-    return Event.record(session.owner, str(session.pk), event_type, {"content": text})
+    return recording.record(session.owner, str(session.pk), event_type, {"content": text})
 
 
 def test_it_exports_one_line_per_event_with_roles_tool_calls_and_usage(alice, tmp_path):
@@ -36,20 +37,20 @@ def test_it_exports_one_line_per_event_with_roles_tool_calls_and_usage(alice, tm
     say(session, "list my files")
     call = {"id": "call_1", "type": "function", "function": {"name": "terminal"}}
     usage = {"input": 12, "output": 3, "cache_read": 4, "cache_write": 0}
-    Event.record(
+    recording.record(
         alice,
         sid,
         "assistant_response",
         {"content": "", "tool_calls": [call], "usage": usage, "finish_reason": "tool_calls"},
     )
-    Event.record(
+    recording.record(
         alice,
         sid,
         "tool_call",
         {"id": "call_1", "name": "terminal", "arguments": '{"command": "ls"}'},
         tool_name="terminal",
     )
-    Event.record(
+    recording.record(
         alice,
         sid,
         "tool_result",

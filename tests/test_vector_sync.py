@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from memory import recording
 from memory.files import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, MemoryChunk, MemoryFile
 from memory.vector_index import NumpyIndex, one_sync
@@ -29,7 +30,7 @@ def blend(first: int, second: int, weight: float) -> np.ndarray:
 
 
 def record(owner, text, session="s1"):
-    return Event.record(owner, session, "user_message", {"content": text}, queue=False)
+    return recording.record(owner, session, "user_message", {"content": text}, embed=False)
 
 
 def store_vector(event, vector, stamp) -> None:

@@ -26,6 +26,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.db import OperationalError, connection
 
+from memory import recording
 from memory.models import Event, EventType
 from sessions_app.chat import start_chat
 from sessions_app.routing import websocket_urlpatterns
@@ -84,11 +85,12 @@ llm.server.serve_forever()
 # Distinct events to embed, each queueing its own job.
 STORE_EVENTS = """
 from django.contrib.auth import get_user_model
-from memory.models import Event, EventType
+from memory import recording
+from memory.models import EventType
 user = get_user_model().objects.create_user("embedder")
 for number in range(COUNT):
     text = f"note {number}: the fault suite stored this about topic {number % 7}"
-    Event.record(user, "fault-session", EventType.USER_MESSAGE, {"content": text})
+    recording.record(user, "fault-session", EventType.USER_MESSAGE, {"content": text})
 """
 
 # The minute sweep of the job cluster, run once by hand, and what the
@@ -309,14 +311,14 @@ def test_it_keeps_every_event_of_20_concurrent_chats_on_sqlite(tmp_path, process
 async def test_it_ends_the_turn_when_the_database_fails_mid_answer(llm, monkeypatch):
     owner = await sync_to_async(User.objects.create_user)("dbfault")
     session = await sync_to_async(start_chat)(owner)
-    original = Event.record
+    original = recording.record
 
     def record(owner: Any, session_id: str, event_type: str, *args: Any, **fields: Any) -> Event:
         if event_type == EventType.ASSISTANT_RESPONSE:
             raise OperationalError("database is locked")
         return original(owner, session_id, event_type, *args, **fields)
 
-    monkeypatch.setattr(Event, "record", staticmethod(record))
+    monkeypatch.setattr(recording, "record", record)
     llm.script(Reply(text="Lost answer."), Reply(text="Kept answer."))
     socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/chat/{session.key}/")
     socket.scope["user"] = owner

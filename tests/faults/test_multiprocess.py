@@ -252,6 +252,7 @@ import json
 from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from memory import recording
 from memory.models import Event
 owner = get_user_model().objects.get(username={username!r})
 lines = [
@@ -261,7 +262,7 @@ lines = [
     ("assistant_response", "Then book the night train early."),
 ]
 for number, (kind, text) in enumerate(lines):
-    event = Event.record(owner, "old-chat", kind, {{"content": text}})
+    event = recording.record(owner, "old-chat", kind, {{"content": text}})
     Event.objects.filter(pk=event.pk).update(
         created_at=timezone.now() - timedelta(days=2) + timedelta(minutes=number)
     )

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
-from memory import files
+from memory import files, recording
 from memory.models import Event, Fact, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
@@ -261,7 +261,7 @@ SQLISH = [
 def memories(alice, bob) -> None:
     for owner, text in [(alice, "a banana and an apple"), (bob, "bob's banana secret")]:
         session = chat.start_chat(owner)
-        Event.record(owner, str(session.pk), "user_message", {"content": text})
+        recording.record(owner, str(session.pk), "user_message", {"content": text})
         Fact.objects.create(owner=owner, category="fruit", key="banana", value=text)
 
 

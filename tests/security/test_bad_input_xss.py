@@ -20,8 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from memory import files
-from memory.models import Event, Fact, Macro
+from memory import files, recording
+from memory.models import Fact, Macro
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat
@@ -126,18 +126,18 @@ def stored(owner, payload, settings, tmp_path, monkeypatch) -> dict[str, object]
     )
     sid = str(session.pk)
     events = [
-        Event.record(owner, sid, "user_message", {"content": payload}),
-        Event.record(owner, sid, "assistant_response", {"content": payload}),
-        Event.record(owner, sid, "tool_call", {"name": payload, "arguments": payload}),
-        Event.record(owner, sid, "tool_result", {"name": payload, "content": payload}),
-        Event.record(
+        recording.record(owner, sid, "user_message", {"content": payload}),
+        recording.record(owner, sid, "assistant_response", {"content": payload}),
+        recording.record(owner, sid, "tool_call", {"name": payload, "arguments": payload}),
+        recording.record(owner, sid, "tool_result", {"name": payload, "content": payload}),
+        recording.record(
             owner,
             sid,
             "recall",
             {"content": payload, "items": [{"date": payload, "text": payload, "source": payload}]},
         ),
-        Event.record(owner, sid, "compaction", {"content": payload, "summarised": payload}),
-        Event.record(owner, sid, "error", {"content": payload}),
+        recording.record(owner, sid, "compaction", {"content": payload, "summarised": payload}),
+        recording.record(owner, sid, "error", {"content": payload}),
     ]
     fact = Fact.objects.create(owner=owner, category=payload, key=payload, value=payload)
     Macro.objects.create(

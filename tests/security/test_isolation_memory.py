@@ -16,6 +16,7 @@ from agent.consolidation import run as consolidate
 from agent.context import build_messages
 from agent.frames import Frame
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from memory import recording
 from memory.embeddings import embed_text
 from memory.files import FileHit
 from memory.models import Event, Fact
@@ -123,10 +124,10 @@ def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, 
     """Imported or legacy session ids are free text: two owners can share one. The
     cached window of one must not answer for the other, even when the event counts
     happen to line up."""
-    Event.record(bob, "imported-1", "user_message", {"content": "bob's first"})
-    Event.record(alice, "imported-1", "user_message", {"content": secret("shared-id")})
+    recording.record(bob, "imported-1", "user_message", {"content": "bob's first"})
+    recording.record(alice, "imported-1", "user_message", {"content": secret("shared-id")})
     assert [e.text for e in get_context(alice, "imported-1", "").recent] == [secret("shared-id")]
-    Event.record(bob, "imported-1", "user_message", {"content": "bob's second"})
+    recording.record(bob, "imported-1", "user_message", {"content": "bob's second"})
     recent = get_context(bob, "imported-1", "").recent
     assert [e.text for e in recent] == ["bob's first", "bob's second"]
     assert [e.text for e in get_context(alice, "imported-1", "").recent] == [secret("shared-id")]

@@ -20,7 +20,7 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from memory import files, tasks
+from memory import files, recording, tasks
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.models import ImportJob
@@ -92,11 +92,11 @@ def build_alice(alice: User) -> World:
     Session.objects.filter(pk=active.pk).update(title=secret("title"))
     active.refresh_from_db()
     session_id = str(active.pk)
-    pinned = Event.record(alice, session_id, "user_message", {"content": VAULT}, importance=1.0)
-    answer = Event.record(
+    pinned = recording.record(alice, session_id, "user_message", {"content": VAULT}, importance=1.0)
+    answer = recording.record(
         alice, session_id, "assistant_response", {"content": f"Noted. {secret('answer')}"}
     )
-    Event.record(
+    recording.record(
         alice,
         session_id,
         "tool_result",
@@ -112,8 +112,8 @@ def build_alice(alice: User) -> World:
         status=Session.Status.ARCHIVED,
         last_activity_at=LONG_AGO,
     )
-    Event.record(alice, str(archived.pk), "user_message", {"content": SISTER})
-    summary = Event.record(
+    recording.record(alice, str(archived.pk), "user_message", {"content": SISTER})
+    summary = recording.record(
         alice,
         str(archived.pk),
         "summary",
@@ -130,7 +130,7 @@ def build_alice(alice: User) -> World:
         next_run_at=timezone.now() + timedelta(hours=1),
     )
     cron = Session.start(alice, agent, "cron", str(task.pk), title=secret("cron-title"))
-    Event.record(alice, str(cron.pk), "assistant_response", {"content": secret("cron-answer")})
+    recording.record(alice, str(cron.pk), "assistant_response", {"content": secret("cron-answer")})
     fact = Fact.objects.create(
         owner=alice, category="home", key=secret("fact-key"), value=secret("fact-value")
     )
@@ -204,10 +204,10 @@ def build_bob(bob: User) -> Session:
     """Bob's own chat, with memories of his own: every branch has something of his to
     return, so an empty answer cannot pass for isolation."""
     session = chat.start_chat(bob)
-    Event.record(bob, "bob-old", "user_message", {"content": "My bike lock code is 2020."})
+    recording.record(bob, "bob-old", "user_message", {"content": "My bike lock code is 2020."})
     pinned = {"content": "Pinned: bob's gym is open late."}
-    Event.record(bob, "bob-old", "user_message", pinned, importance=1.0)
-    Event.record(bob, str(session.pk), "user_message", {"content": "What is on for today?"})
+    recording.record(bob, "bob-old", "user_message", pinned, importance=1.0)
+    recording.record(bob, str(session.pk), "user_message", {"content": "What is on for today?"})
     Fact.objects.create(owner=bob, category="sport", key="gym", value="open late")
     files.write_memory_file(workspace_dir(bob.pk, "main"), "memory/bob.md", "# Bob\nTea.\n")
     files.index_workspace(bob, "main")
