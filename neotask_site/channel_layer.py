@@ -28,6 +28,7 @@ from typing import Any
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as StockInMemoryChannelLayer
+from channels_redis.core import ChannelLock
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,12 @@ class RedisChannelLayer(StockRedisChannelLayer):
         loop = asyncio.get_running_loop()
         reader = self.reader
         if reader is None or reader.done() or reader.get_loop() is not loop:
+            if reader is not None and reader.get_loop() is not loop:
+                # A reader of an event loop that is gone (a sync caller's, through
+                # async_to_sync) may have died holding channels_redis's lock on
+                # the process's channel, bound to that loop: this loop starts
+                # with a lock of its own.
+                self.receive_clean_locks = ChannelLock()
             reader = self.reader = loop.create_task(self.read())
         return reader
 

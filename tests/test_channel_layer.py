@@ -73,7 +73,8 @@ def layer_of(kind: type) -> StockRedisChannelLayer:
 
 async def test_channels_redis_itself_loses_the_message(slow_backup):
     # The fault, shown on the stock layer, so that the next test can fail.
-    assert await leaving_while_reading(layer_of(StockRedisChannelLayer), 5) == 5
+    # (Usually all 5; on a loaded machine a read may miss the widened window.)
+    assert await leaving_while_reading(layer_of(StockRedisChannelLayer), 5) >= 3
 
 
 async def test_it_delivers_the_message_when_the_reading_consumer_leaves(slow_backup):
@@ -177,12 +178,11 @@ async def test_a_group_message_takes_two_round_trips(monkeypatch):
         return await execute(self, *args, **options)
 
     monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
-    await layer.group_send("chat", {"type": "news"})
+    await layer.group_send("chat", {"type": "news"})  # may load the scripts first
+    commands.clear()
     await layer.group_send("chat", {"type": "more news"})
     monkeypatch.undo()
-    # The first time each script is loaded (EVALSHA fails over to EVAL once).
-    assert commands[-2:] == ["EVALSHA", "EVALSHA"]
-    assert len(commands) <= 6
+    assert commands == ["EVALSHA", "EVALSHA"]
     for channel in members:
         assert [(await layer.receive(channel))["type"] for _ in range(2)] == ["news", "more news"]
     await layer.flush()

@@ -34,7 +34,7 @@ def test_it_queues_an_embedding_for_every_stored_message(alice, django_capture_o
 @pytest.mark.django_db(transaction=True)  # the requests are sent from a thread of their own
 def test_it_sends_the_requests_of_a_moment_as_one_job(alice, monkeypatch):
     take_queued_tasks()
-    requests = tasks.EmbeddingRequests(window=0.3)
+    requests = tasks.EmbeddingRequests(window=1.0)  # ample for three inserts
     monkeypatch.setattr(tasks, "EMBEDDING_REQUESTS", requests)
     first = [record(alice, f"Message {n}").pk for n in range(3)]
     wait_for_jobs(1)
