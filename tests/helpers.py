@@ -4,7 +4,9 @@ terminal; what the page tests send and read."""
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.contrib.auth.models import Permission, User
 from django.db import models
@@ -113,3 +115,23 @@ def allow_terminal(user: User) -> User:
 
 def text(response: HttpResponse) -> str:
     return response.content.decode()
+
+
+# A scheduled task's dates: the server in Berlin, a Friday morning, and the
+# next weekday-9am run after it.
+BERLIN = ZoneInfo("Europe/Berlin")
+FRIDAY = datetime(2026, 6, 5, 10, 0, tzinfo=BERLIN)
+MONDAY_9 = datetime(2026, 6, 8, 9, 0, tzinfo=BERLIN)
+
+
+def make_task(owner: User, name: str = "Report", **fields: Any) -> ScheduledTask:
+    values: dict[str, Any] = {
+        "cron_expr": "0 9 * * 1-5",
+        "original_schedule": "every weekday at 9am",
+        "prompt": "summarise my open todos",
+        "time_zone": "Europe/Berlin",
+        "next_run_at": MONDAY_9,
+        "agent": Agent.objects.default_for(owner),
+        **fields,
+    }
+    return ScheduledTask.objects.create(owner=owner, name=name, **values)

@@ -8,7 +8,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
@@ -25,12 +24,9 @@ from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
-from tests.helpers import allow_terminal
+from tests.helpers import BERLIN, FRIDAY, MONDAY_9, allow_terminal, make_task
 from tests.scripted_llm import Reply, reply_with_tool
 
-BERLIN = ZoneInfo("Europe/Berlin")
-FRIDAY = datetime(2026, 6, 5, 10, 0, tzinfo=BERLIN)
-MONDAY_9 = datetime(2026, 6, 8, 9, 0, tzinfo=BERLIN)
 TUESDAY_9 = datetime(2026, 6, 9, 9, 0, tzinfo=BERLIN)
 
 
@@ -56,19 +52,6 @@ def context_for(user: User) -> ToolContext:
 def use_tool(user: User, tool_name: str, /, **arguments: Any) -> str:
     tool = get_tool(tool_name)
     return tool.run(context_for(user), parse_arguments(tool, json.dumps(arguments)))
-
-
-def make_task(owner: User, name: str = "Report", **fields: Any) -> ScheduledTask:
-    values: dict[str, Any] = {
-        "cron_expr": "0 9 * * 1-5",
-        "original_schedule": "every weekday at 9am",
-        "prompt": "summarise my open todos",
-        "time_zone": "Europe/Berlin",
-        "next_run_at": MONDAY_9,
-        "agent": Agent.objects.default_for(owner),
-        **fields,
-    }
-    return ScheduledTask.objects.create(owner=owner, name=name, **values)
 
 
 def cron_events(task_id: Any) -> list[Event]:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -15,13 +12,19 @@ from memory.models import Event
 from scheduler import runner
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
-from sessions_app.models import Agent, Session
-from tests.helpers import ESCAPED, HTMX, XSS, take_queued_tasks, text
+from sessions_app.models import Session
+from tests.helpers import (
+    BERLIN,
+    ESCAPED,
+    FRIDAY,
+    HTMX,
+    MONDAY_9,
+    XSS,
+    make_task,
+    take_queued_tasks,
+    text,
+)
 from tests.scripted_llm import Reply
-
-BERLIN = ZoneInfo("Europe/Berlin")
-FRIDAY = datetime(2026, 6, 5, 10, 0, tzinfo=BERLIN)
-MONDAY_9 = datetime(2026, 6, 8, 9, 0, tzinfo=BERLIN)
 
 
 @pytest.fixture
@@ -29,19 +32,6 @@ def berlin_friday(configure, monkeypatch):
     """The server's zone is Berlin and it is Friday 10:00 there."""
     configure("server", time_zone="Europe/Berlin")
     monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
-
-
-def make_task(owner: User, name: str = "Report", **fields: Any) -> ScheduledTask:
-    values: dict[str, Any] = {
-        "cron_expr": "0 9 * * 1-5",
-        "original_schedule": "every weekday at 9am",
-        "prompt": "summarise my open todos",
-        "time_zone": "Europe/Berlin",
-        "next_run_at": MONDAY_9,
-        "agent": Agent.objects.default_for(owner),
-        **fields,
-    }
-    return ScheduledTask.objects.create(owner=owner, name=name, **values)
 
 
 # The page and the live preview -------------------------------------------------
