@@ -133,8 +133,9 @@ def context_probe(user: Any, conversation_id: str, number: int, question: str) -
     session_id = f"{conversation_id}:probe-{number}"
     query_vector = embed_text(question)
     with embedding_queue_paused():
-        message = recording.record(user, session_id, EventType.USER_MESSAGE, {"content": question})
-        recording.keep_vector(message, query_vector)
+        recording.record(
+            user, session_id, EventType.USER_MESSAGE, {"content": question}, vector=query_vector
+        )
         record_recall(user, DEFAULT_AGENT, session_id, question, query_vector)
     context = get_context(user, session_id, question, query_vector=query_vector)
     recalled_ids = [item["event_id"] for item in context.session_recall if "event_id" in item]

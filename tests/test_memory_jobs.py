@@ -156,3 +156,13 @@ def test_it_refreshes_the_planner_statistics(alice):
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'")
             assert cursor.fetchone()[0] > 0
+
+
+def test_a_vector_the_caller_has_is_stored_with_the_event_and_queues_no_job(alice):
+    take_queued_tasks()
+    vector = np.ones(384, dtype=np.float32) / np.sqrt(384)
+    event = recording.record(alice, "s1", "user_message", {"content": "Hi"}, vector=vector)
+    event.refresh_from_db()
+    assert event.embedded_at is not None
+    assert np.allclose(unpack(event.embedding), vector)
+    assert take_queued_tasks() == []
