@@ -24,7 +24,6 @@ from sessions_app.lifecycle import ensure_fresh
 from sessions_app.models import Agent, Session
 
 WEB = "web"
-TITLE_LENGTH = 60
 MAX_MESSAGE_BYTES = 64 * 1024
 
 HELP = """Commands:
@@ -116,16 +115,10 @@ def check_message(text: Any) -> str:
     return text.strip()
 
 
-def title_from(text: str) -> str:
-    """A chat's title: its first message, on one line, cut short."""
-    title = " ".join(text.split())
-    return title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
-
-
 def note_message(session: Session, text: str) -> None:
     fields: dict[str, Any] = {"last_activity_at": timezone.now(), "updated_at": timezone.now()}
     if not session.title:
-        session.title = title_from(text)
+        session.title = Session.title_from(text)
         fields["title"] = session.title
     Session.objects.filter(pk=session.pk).update(**fields)
 

@@ -17,6 +17,7 @@ from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
+TITLE_LENGTH = 60  # characters of the first message that name a chat
 TOKEN_SCHEME = "nt"
 # last_used_at is a hint for the user, not an audit log: one write a minute at most.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
@@ -111,6 +112,12 @@ class Session(OwnedModel):
 
     def __str__(self) -> str:
         return self.title or self.key
+
+    @staticmethod
+    def title_from(text: str) -> str:
+        """A chat's title: its first message, on one line, cut short."""
+        title = " ".join(text.split())
+        return title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
 
     @classmethod
     def start(cls, owner: Any, agent: Agent, channel: str, chat: str, **fields: Any) -> Session:

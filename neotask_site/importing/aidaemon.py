@@ -63,7 +63,6 @@ from scheduler.planning import (
     server_time_zone,
 )
 from scheduler.schedule import ScheduleError, next_run
-from sessions_app.chat import title_from
 from sessions_app.keys import SessionKey, is_part
 from sessions_app.models import Agent, Session
 
@@ -535,7 +534,7 @@ class Importer:
                 if first is None or event.created_at < first.created_at:
                     first = event
                 if not title and event.event_type == EventType.USER_MESSAGE and event.text:
-                    title = title_from(event.text)
+                    title = Session.title_from(event.text)
                 batch.append(event)
                 batch_bytes += len(event.text)
                 added[kind] += 1

@@ -50,7 +50,6 @@ from memory import files
 from memory.models import Event, EventType, default_importance
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
-from sessions_app.chat import title_from
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 
@@ -542,7 +541,7 @@ class SessionImport:
         for name in ("displayName", "label", "subject"):
             value = self.source.entry.get(name)
             if isinstance(value, str) and value.strip():
-                return title_from(clean(value))
+                return Session.title_from(clean(value))
         return ""
 
     def new_event(
@@ -693,7 +692,7 @@ class SessionImport:
         if first.event_type == EventType.USER_MESSAGE:
             self.close_turn()
             self.turn_event = first
-            self.title = self.title or title_from(first.text)
+            self.title = self.title or Session.title_from(first.text)
         if parsed.usage is not None:
             self.usage += parsed.usage
             self.turn_usage += parsed.usage
