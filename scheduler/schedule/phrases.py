@@ -1,11 +1,6 @@
-"""Schedules as users type them, turned into cron expressions.
-
-`parse_schedule` accepts a five-field cron expression or a short English phrase
-("every weekday at 9am", "every 15 minutes", "tomorrow at 9am") and returns a
-cron expression in the task's own time zone. One-shots are encoded as the cron
-expression of their minute, day and month; the runner deletes them after their
-run. `next_run` and `next_runs` compute run times from a cron expression with
-croniter, following cron's daylight-saving rules.
+"""English schedule phrases turned into cron expressions in the task's time zone:
+recurring ("every weekday at 9am", "every 15 minutes") and one-shot ("tomorrow
+at 9am", "in 2 hours", "on March 5th at 3pm").
 
 Intervals must divide evenly into the unit cron counts them in: `*/45` runs at
 :00 and :45 (15 minutes apart, then 45), so "every 45 minutes" is rejected with
@@ -19,30 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, croniter
-from django.utils import timezone
-
-MAX_LENGTH = 200
-EXAMPLES = '"every weekday at 9am", "every 15 minutes", "tomorrow at 9am"'
-CRON_EXAMPLES = '"*/15 * * * *" or "0 9 * * 1-5"'
-_TRAILING_PUNCTUATION = ",;:.-\u2013\u2014"  # "daily at 9am: do X", "daily at 9am - do X"
-
-
-class ScheduleError(ValueError):
-    """A schedule that cannot run; the message tells the user how to fix it."""
-
-
-class _NotASchedule(ScheduleError):
-    """Text that is not schedule syntax at all, as opposed to a schedule with a
-    bad value; `split_schedule` keeps looking for a shorter phrase only then."""
-
-
-@dataclass(frozen=True)
-class Schedule:
-    cron_expr: str
-    is_oneshot: bool
+from scheduler.schedule.cron import Schedule, ScheduleError, next_run
 
 
 @dataclass(frozen=True)
@@ -95,68 +68,12 @@ _MONTH = _one_of(_MONTHS)
 _AT = rf"(?:\s+at\s+(?P<times>{_TIMES}))?"
 
 
-# Parsing -----------------------------------------------------------------------
-
-
-def parse_schedule(
-    text: str, now: datetime | None = None, tz: tzinfo | str | None = None
-) -> Schedule:
-    """The cron expression (in `tz`) for what a user typed; see the module doc."""
-    zone = _zone(tz)
-    normalized = _normalize(text)
-    if not normalized:
-        raise ScheduleError(f"Enter a schedule, e.g. {EXAMPLES} or a cron expression.")
-    if len(normalized) > MAX_LENGTH:
-        raise ScheduleError(
-            f"A schedule can be at most {MAX_LENGTH} characters, e.g. {EXAMPLES}; "
-            "what the task should do belongs in its prompt."
-        )
-    schedule = _parse(normalized, _Context(_aware(now).astimezone(zone), zone))
-    if schedule is None:
-        raise _NotASchedule(
-            f'Could not understand "{" ".join(text.split())}" as a schedule. '
-            f"Try e.g. {EXAMPLES} or a cron expression like {CRON_EXAMPLES}."
-        )
-    return schedule
-
-
-def split_schedule(text: str) -> tuple[str, str]:
-    """The longest leading schedule phrase of `text` and the rest, e.g.
-    "every weekday at 9am summarise my todos" → ("every weekday at 9am",
-    "summarise my todos"). A phrase with a bad value ("daily at 25:00 …") still
-    counts as the schedule, so that `parse_schedule` then explains the problem."""
-    ends = [word.end() for word in re.finditer(r"\S+", text)]
-    for end in reversed(ends):
-        candidate = text[:end].strip().rstrip(_TRAILING_PUNCTUATION).strip()
-        if not candidate or len(candidate) > MAX_LENGTH:
-            continue
-        try:
-            parse_schedule(candidate)
-        except _NotASchedule:
-            continue
-        except ScheduleError:
-            pass
-        return candidate, text[end:].strip()
-    raise ScheduleError(
-        f'Could not find a schedule at the start of "{" ".join(text.split()[:8])}". '
-        f"Start with e.g. {EXAMPLES}."
-    )
-
-
-def _normalize(text: str) -> str:
-    text = re.sub(r"\b([ap])\.m\b\.?", r"\1m", " ".join(text.lower().split()))
-    return text.rstrip(".!").strip()
-
-
-def _parse(text: str, context: _Context) -> Schedule | None:
-    # "at 9am every weekday" reads the same as "every weekday at 9am".
-    leading_time = re.fullmatch(rf"at\s+({_TIMES})\s+(.+)", text)
-    if leading_time:
-        text = f"{leading_time[2]} at {leading_time[1]}"
-    if _looks_like_cron(text):
-        return _cron(text, context)
+def parse_phrase(text: str, now: datetime, zone: tzinfo) -> Schedule | None:
+    """The schedule of a normalized English phrase (`now` aware, in `zone`), or
+    None if `text` is not one."""
     if text in _KEYWORDS:
         return Schedule(_KEYWORDS[text], is_oneshot=False)
+    context = _Context(now, zone)
     for pattern, handler in _RULES:
         match = pattern.fullmatch(text)
         if match:
@@ -164,14 +81,10 @@ def _parse(text: str, context: _Context) -> Schedule | None:
     return None
 
 
-def _looks_like_cron(text: str) -> bool:
-    fields = text.split()
-    return len(fields) >= 3 and all(re.fullmatch(r"[\d*/,\-]+", field) for field in fields[:2])
-
-
-def _cron(text: str, context: _Context) -> Schedule:
-    next_run(text, context.now, context.zone)  # validates, and rejects one that never runs
-    return Schedule(text, is_oneshot=False)
+def time_last(text: str) -> str:
+    """Reads "at 9am every weekday" as "every weekday at 9am", which means the same."""
+    leading_time = re.fullmatch(rf"at\s+({_TIMES})\s+(.+)", text)
+    return f"{leading_time[2]} at {leading_time[1]}" if leading_time else text
 
 
 # Recurring phrases
@@ -458,74 +371,3 @@ _RULES: tuple[tuple[re.Pattern[str], _Handler], ...] = tuple(
         ),
     ]
 )
-
-
-# Run times ---------------------------------------------------------------------
-
-
-def next_run(cron_expr: str, after: datetime, tz: tzinfo | str | None = None) -> datetime:
-    """The first run of `cron_expr` (read in `tz`) strictly after `after`.
-
-    Follows cron's daylight-saving rules: a fixed-time run in the hour the
-    clocks skip happens when they jump, one in the hour that repeats happens
-    only the first time; runs with a wildcard minute or hour keep their pace.
-    """
-    zone = _zone(tz)
-    fields = cron_expr.split()
-    if len(fields) != 5:
-        raise _NotASchedule(
-            f'"{cron_expr}" has {len(fields)} fields, but a cron expression needs exactly 5 '
-            f"(minute hour day month weekday), e.g. {CRON_EXAMPLES}."
-        )
-    try:
-        runs = croniter(cron_expr, _aware(after).astimezone(zone))
-    except CroniterBadCronError:
-        raise ScheduleError(
-            f'"{cron_expr}" is not a valid cron expression (minute 0-59, hour 0-23, '
-            f"day 1-31, month 1-12, weekday 0-6), e.g. {CRON_EXAMPLES}."
-        ) from None
-    runs_once_per_wall_time = not (fields[0].startswith("*") or fields[1].startswith("*"))
-    try:
-        while True:
-            run = runs.get_next(datetime).astimezone(zone)
-            if not (run.fold and runs_once_per_wall_time):
-                return run
-    except CroniterBadDateError:
-        raise ScheduleError(
-            f'"{cron_expr}" never runs: no date matches its day and month, e.g. '
-            f'February 30th. Try e.g. "0 9 28 2 *" or "0 9 1 * *".'
-        ) from None
-
-
-def next_runs(
-    cron_expr: str, count: int = 3, now: datetime | None = None, tz: tzinfo | str | None = None
-) -> list[datetime]:
-    """The next `count` runs of `cron_expr` after `now`, aware, in `tz`."""
-    zone = _zone(tz)
-    runs: list[datetime] = []
-    after = _aware(now)
-    for _ in range(count):
-        after = next_run(cron_expr, after, zone)
-        runs.append(after)
-    return runs
-
-
-def _zone(tz: tzinfo | str | None) -> tzinfo:
-    if tz is None:
-        return timezone.get_current_timezone()
-    if not isinstance(tz, str):
-        return tz
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(
-            f'Unknown time zone "{tz}". Use a name like "Europe/Berlin" or "UTC".'
-        ) from None
-
-
-def _aware(moment: datetime | None) -> datetime:
-    if moment is None:
-        return timezone.now()
-    if timezone.is_naive(moment):
-        raise ValueError(f"{moment} needs a time zone.")
-    return moment
