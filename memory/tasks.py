@@ -177,11 +177,11 @@ class EmbeddingRequests:
         self.wake = threading.Event()
         self.sender: threading.Thread | None = None
 
-    def add(self, event_id: int) -> None:
+    def add(self, *event_ids: int) -> None:
         if self.window <= 0:
-            return send_embedding_job([event_id])
+            return send_embedding_job(list(event_ids))
         with self.lock:
-            self.waiting.append(event_id)
+            self.waiting.extend(event_ids)
             if self.sender is None:
                 self.sender = threading.Thread(
                     target=self.run, name="embedding requests", daemon=True
@@ -222,13 +222,21 @@ def send_embedding_job(ids: list[int]) -> None:
 EMBEDDING_REQUESTS = EmbeddingRequests(window=0.5)
 
 
+def queue_embeddings(ids: list[int]) -> None:
+    """After the transaction commits, ask the job cluster to embed these events
+    (with the other requests of the moment, BATCH_SIZE to a job): for one new
+    message, and for the importers' bulk writes."""
+    if ids:
+        transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(*ids))
+
+
 def queue_embedding(event: Event) -> None:
     """After the transaction commits, ask the job cluster to embed `event`."""
     if event.event_type not in EventType.CONTENT or not event.text:
         return
     if getattr(_local, "paused", False):
         return
-    transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(event.pk))
+    queue_embeddings([event.pk])
 
 
 def analyze_database() -> None:

@@ -51,7 +51,7 @@ from django.utils import timezone
 from agent.models import TerminalAllowedPrefix
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, Fact, Macro, default_importance
-from memory.tasks import BATCH_SIZE, needs_embedding
+from memory.tasks import needs_embedding, queue_embeddings
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from scheduler.models import ScheduledTask
@@ -554,7 +554,15 @@ class Importer:
         if not session.title:
             changes["title"] = title or f"Imported from aidaemon: {stored_id}"[:200]
         Session.objects.filter(pk=session.pk).update(**changes)
-        queue_embeddings(self.owner, neotask_id)
+        # After commit: the events that came without a vector.
+        queue_embeddings(
+            list(
+                needs_embedding()
+                .filter(owner=self.owner, session_id=neotask_id)
+                .order_by("id")
+                .values_list("id", flat=True)
+            )
+        )
 
     # Facts, macros, tasks, prefixes ----------------------------------------------
 
@@ -751,29 +759,3 @@ def task_id(raw: Any, owner: Any) -> uuid.UUID:
     """The aidaemon task's id, made the owner's own: stable across imports, and
     two users importing the same database do not collide."""
     return uuid.uuid5(TASK_NAMESPACE, f"{owner.pk}:{raw}")
-
-
-def queue_embeddings(owner: Any, session_id: str) -> None:
-    """After commit, queue embedding jobs for the session's events without a vector."""
-    ids = list(
-        needs_embedding()
-        .filter(owner=owner, session_id=session_id, event_type__in=EventType.CONTENT)
-        .order_by("id")
-        .values_list("id", flat=True)
-    )
-    if not ids:
-        return
-
-    def enqueue() -> None:
-        from django_q.tasks import async_task
-
-        for start in range(0, len(ids), BATCH_SIZE):
-            try:
-                chunk = ids[start : start + BATCH_SIZE]
-                async_task("memory.tasks.embed_events", chunk, group="embeddings")
-            except Exception:
-                # The broker is down: the embedding sweep finds them.
-                log.warning("could not queue embeddings of imported events", exc_info=True)
-                return
-
-    transaction.on_commit(enqueue)

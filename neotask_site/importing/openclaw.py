@@ -21,7 +21,7 @@ How it maps:
   both and imports only what is new, so a transcript that grew adds its new entries only.
 - A session is imported in one transaction: a failure leaves none of it. The file is streamed a
   line at a time and written in bounded batches, so memory stays flat on any size; a line
-  longer than MAX_LINE_BYTES is skipped. New events are queued for embedding, a job per batch,
+  longer than MAX_LINE_BYTES is skipped. New events are queued for embedding
   when the session commits (the sweep catches whatever a lost job missed).
 - Memory files are copied into the agent's workspace and indexed. A workspace file with other
   content is never overwritten: the imported one goes to memory/imported/ beside it, or is
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -48,12 +47,11 @@ from django.utils import timezone
 from agent.llm import Usage
 from memory import files
 from memory.models import Event, EventType, default_importance
+from memory.tasks import queue_embeddings
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
-
-log = logging.getLogger(__name__)
 
 INDEX_NAME = "sessions.json"
 MAX_INDEX_BYTES = 64 * 1024 * 1024
@@ -62,7 +60,6 @@ SKIP_CHUNK = 64 * 1024  # how much of an over-long line is read at a time to pas
 # A batch is written when it holds this many events or this many bytes of lines.
 BATCH_EVENTS = 500
 BATCH_BYTES = 1024 * 1024
-EMBED_JOB_EVENTS = 256
 MAX_LINE_REASONS = 20  # per transcript: further bad lines share one reason
 IMPORT_CHANNEL = "import"
 SESSION_MARK = "openclaw:"
@@ -730,24 +727,7 @@ class SessionImport:
         if not session.title and self.title:
             fields["title"] = self.title
         Session.objects.filter(pk=session.pk).update(**fields)
-        ids = self.embed_ids
-        for start in range(0, len(ids), EMBED_JOB_EVENTS):
-            queue_embeddings(ids[start : start + EMBED_JOB_EVENTS])
-
-
-def queue_embeddings(ids: list[int]) -> None:
-    """After the session commits, one embedding job for these events (imports write in
-    bulk: a job per event would flood the broker)."""
-
-    def enqueue() -> None:
-        from django_q.tasks import async_task
-
-        try:
-            async_task("memory.tasks.embed_events", ids, group="embeddings")
-        except Exception:  # the broker is down: the sweep embeds them
-            log.warning("could not queue the embedding of %d imported events", len(ids))
-
-    transaction.on_commit(enqueue)
+        queue_embeddings(self.embed_ids)
 
 
 def imported_sessions(owner: Any, agent_name: str) -> dict[str, str]:
