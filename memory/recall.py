@@ -11,7 +11,7 @@ import numpy as np
 from django.conf import settings
 
 from memory import recording
-from memory.files import FileHit
+from memory.files.search import FileHit
 from memory.models import Event, EventType
 from memory.retrieval import RECALLED_CHARS
 from memory.search import search_memory

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from memory import fulltext
-from memory.files import FileHit, search_files
+from memory.files.search import FileHit, search_files
 from memory.models import Event, EventType
 from memory.vector_index import index_for, one_sync
 from memory.workspace import DEFAULT_AGENT

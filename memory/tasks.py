@@ -258,7 +258,7 @@ def install_schedules(sender: object, **kwargs: object) -> None:
 
     for name, func, minutes in [
         (SWEEP_SCHEDULE, "memory.tasks.sweep", 1),
-        (FILES_SCHEDULE, "memory.files.index_all_workspaces", 1),
+        (FILES_SCHEDULE, "memory.files.indexing.index_all_workspaces", 1),
         (ANALYZE_SCHEDULE, "memory.tasks.analyze_database", 60),
     ]:
         Schedule.objects.update_or_create(

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from memory import files
+from memory.files import indexing, paths
 from memory.forms import FactForm
 from memory.models import Fact, Macro, MemoryFile
 from memory.search import search_memory
@@ -51,7 +51,7 @@ def files_url(agent: str) -> str:
 
 def memory_files(request: HttpRequest) -> HttpResponse:
     agent, _ = workspace_of(request)
-    files.index_workspace(request.user, agent)  # the list shows what is on disk now
+    indexing.index_workspace(request.user, agent)  # the list shows what is on disk now
     rows = (
         MemoryFile.objects.owned_by(request.user)
         .filter(agent=agent)
@@ -64,8 +64,8 @@ def existing_file(request: HttpRequest, workspace: Path) -> str:
     """The memory path the request names (?path= or the form), or 404."""
     path = request.GET.get("path") or request.POST.get("path", "")
     try:
-        shown, full = files.resolve_memory_path(workspace, path)
-    except files.MemoryPathError as exc:
+        shown, full = paths.resolve_memory_path(workspace, path)
+    except paths.MemoryPathError as exc:
         raise Http404(str(exc)) from None
     if not full.is_file():
         raise Http404("No such memory file")
@@ -81,25 +81,25 @@ def memory_file(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         text = request.POST.get("text", "")
         try:
-            files.save_if_unchanged(workspace, shown, text, request.POST.get("sha256", ""))
-        except files.FileConflict as conflict:
+            paths.save_if_unchanged(workspace, shown, text, request.POST.get("sha256", ""))
+        except paths.FileConflict as conflict:
             status = 200 if request.htmx else 409  # htmx swaps only successful responses
             context.update(
                 conflict=conflict.current_text, text=text, sha256=conflict.current_sha256
             )
-        except files.MemoryPathError as exc:
+        except paths.MemoryPathError as exc:
             status = 400
             context.update(error=str(exc), text=text, sha256=request.POST.get("sha256", ""))
         else:
-            files.index_path(request.user, agent, shown)
+            indexing.index_path(request.user, agent, shown)
             if not request.htmx:
                 messages.success(request, f"Saved {shown}.")
                 return redirect(file_url(agent, shown))
             context["saved"] = True
     if "text" not in context:
         try:
-            context["text"], context["sha256"] = files.read_memory_file(workspace, shown)
-        except files.MemoryPathError as exc:  # binary, too large, not UTF-8: not editable
+            context["text"], context["sha256"] = paths.read_memory_file(workspace, shown)
+        except paths.MemoryPathError as exc:  # binary, too large, not UTF-8: not editable
             context["unreadable"] = str(exc)
     return render_page(request, "memory/file.html", context, status=status)
 
@@ -108,16 +108,16 @@ def memory_file(request: HttpRequest) -> HttpResponse:
 def memory_file_new(request: HttpRequest) -> HttpResponse:
     agent, workspace = workspace_of(request)
     name = request.POST.get("name", "").strip()
-    path = files.new_file_path(name)
+    path = paths.new_file_path(name)
     try:
-        shown, full = files.resolve_memory_path(workspace, path)
+        shown, full = paths.resolve_memory_path(workspace, path)
         if full.exists():
-            raise files.MemoryPathError(f"{shown} already exists.")
-        files.write_memory_file(workspace, shown, "")
-    except files.MemoryPathError as exc:
+            raise paths.MemoryPathError(f"{shown} already exists.")
+        paths.write_memory_file(workspace, shown, "")
+    except paths.MemoryPathError as exc:
         messages.error(request, str(exc))
         return redirect(files_url(agent))
-    files.index_path(request.user, agent, shown)
+    indexing.index_path(request.user, agent, shown)
     return redirect(file_url(agent, shown))
 
 
@@ -126,8 +126,8 @@ def memory_file_delete(request: HttpRequest) -> HttpResponse:
     agent, workspace = workspace_of(request)
     shown = existing_file(request, workspace)
     if request.method == "POST":
-        files.delete_memory_file(workspace, shown)
-        files.index_path(request.user, agent, shown)
+        paths.delete_memory_file(workspace, shown)
+        indexing.index_path(request.user, agent, shown)
         messages.success(request, f"Deleted {shown}.")
         return redirect(files_url(agent))
     return render(request, "memory/file_delete.html", {"agent": agent, "path": shown})

@@ -7,14 +7,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from memory import files, tasks
+from memory import tasks
+from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
 from tests.scripted_llm import ScriptedLLM
 
 
 def forget_process_state() -> None:
-    files.forget_chunk_indexes()
+    forget_chunk_indexes()
     forget_indexes()
     working_memory.clear()
 

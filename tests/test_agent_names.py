@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from memory.files import workspaces_with_files
+from memory.files.discovery import workspaces_with_files
 from memory.workspace import (
     AGENT_NAME_RULE,
     DEFAULT_AGENT,

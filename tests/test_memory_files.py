@@ -10,8 +10,12 @@ import pytest
 from django_q.models import Schedule
 
 from agent.tools import ToolContext, ToolError, get_tool
-from memory import files, recording
-from memory.files import chunk_markdown, index_all_workspaces, index_workspace, search_files
+from memory import recording
+from memory.files import indexing
+from memory.files.chunking import chunk_markdown
+from memory.files.indexing import index_all_workspaces, index_workspace
+from memory.files.paths import MemoryPathError, resolve_memory_path
+from memory.files.search import forget_chunk_indexes, search_files
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
 from memory.tasks import FILES_SCHEDULE, install_schedules
@@ -57,7 +61,7 @@ def backend(request, configure) -> str:
 @pytest.fixture
 def embed(monkeypatch) -> CountingEmbed:
     counting = CountingEmbed()
-    monkeypatch.setattr(files, "embed_texts", counting)
+    monkeypatch.setattr(indexing, "embed_texts", counting)
     return counting
 
 
@@ -99,15 +103,15 @@ ESCAPES = [
 
 @pytest.mark.parametrize("path", [*ESCAPES, "notes.txt", "memory/x.txt", "", "memory/.hidden.md"])
 def test_it_refuses_paths_that_are_not_memory_files_of_the_workspace(workspace, path):
-    with pytest.raises(files.MemoryPathError):
-        files.resolve_memory_path(workspace, path)
+    with pytest.raises(MemoryPathError):
+        resolve_memory_path(workspace, path)
 
 
 def test_it_explains_why_a_path_is_refused(workspace):
-    with pytest.raises(files.MemoryPathError, match=r"'\.\.' is not allowed"):
-        files.resolve_memory_path(workspace, "memory/../../x.md")
-    with pytest.raises(files.MemoryPathError, match="absolute path"):
-        files.resolve_memory_path(workspace, "/etc/passwd")
+    with pytest.raises(MemoryPathError, match=r"'\.\.' is not allowed"):
+        resolve_memory_path(workspace, "memory/../../x.md")
+    with pytest.raises(MemoryPathError, match="absolute path"):
+        resolve_memory_path(workspace, "/etc/passwd")
 
 
 def test_it_refuses_symlinks_out_of_the_workspace(workspace, tmp_path):
@@ -116,8 +120,8 @@ def test_it_refuses_symlinks_out_of_the_workspace(workspace, tmp_path):
     (workspace / "memory" / "link.md").symlink_to(outside)
     (workspace / "memory" / "dir").symlink_to(outside.parent, target_is_directory=True)
     for path in ["memory/link.md", "memory/dir/secret.md", "memory/dir/new.md"]:
-        with pytest.raises(files.MemoryPathError, match="outside the workspace"):
-            files.resolve_memory_path(workspace, path)
+        with pytest.raises(MemoryPathError, match="outside the workspace"):
+            resolve_memory_path(workspace, path)
 
 
 @pytest.mark.parametrize("path", ESCAPES)
@@ -297,11 +301,11 @@ def test_it_retries_the_embedding_after_a_failure(alice, workspace, monkeypatch)
     def broken(texts, batch_size=32):
         raise RuntimeError("model missing")
 
-    monkeypatch.setattr(files, "embed_texts", broken)
+    monkeypatch.setattr(indexing, "embed_texts", broken)
     write(workspace, "MEMORY.md", "hello")
     assert index_workspace(alice).chunks_embedded == 0
     assert MemoryChunk.objects.get().embedding_error == "RuntimeError: model missing"
-    monkeypatch.setattr(files, "embed_texts", CountingEmbed())
+    monkeypatch.setattr(indexing, "embed_texts", CountingEmbed())
     assert index_workspace(alice).chunks_embedded == 1
     assert MemoryChunk.objects.get().embedding_error is None
 
@@ -513,7 +517,7 @@ def test_it_re_indexes_every_workspace_with_files_in_the_watcher_job(alice, bob,
 def test_it_schedules_the_watcher_every_minute(db):
     install_schedules(sender=None)
     schedule = Schedule.objects.get(name=FILES_SCHEDULE)
-    assert schedule.func == "memory.files.index_all_workspaces"
+    assert schedule.func == "memory.files.indexing.index_all_workspaces"
     assert (schedule.schedule_type, schedule.minutes) == (Schedule.MINUTES, 1)
 
 
@@ -529,7 +533,7 @@ def test_it_rebuilds_a_missing_or_corrupt_lancedb_table(alice, workspace, embed,
     table = Path(settings.DATA_DIR) / "lancedb" / f"chunks_{alice.pk}_main.lance"
     assert table.is_dir()
     for damage in ("corrupt", "missing"):
-        files.forget_chunk_indexes()  # a new process
+        forget_chunk_indexes()  # a new process
         if damage == "corrupt":
             for part in table.rglob("*"):
                 if part.is_file():

@@ -74,12 +74,12 @@ async def test_it_lists_the_recall_in_status(llm):
 
 async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client):
     """Issue 7's scenario: edit MEMORY.md in the page, ask in a new session."""
-    from memory import files
+    from memory.files.paths import write_memory_file
     from memory.workspace import workspace_dir
 
     owner = await User.objects.acreate(username="owner")
     workspace = await sync_to_async(workspace_dir)(owner.pk, "main")
-    await sync_to_async(files.write_memory_file)(workspace, "MEMORY.md", "# Memory\n")
+    await sync_to_async(write_memory_file)(workspace, "MEMORY.md", "# Memory\n")
     await sync_to_async(client.force_login)(owner)
     page = await sync_to_async(client.get)("/memory/files/view/", {"path": "MEMORY.md"})
     saved = await sync_to_async(client.post)(

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from memory import recording
-from memory.files import chunk_index_for, forget_chunk_indexes
+from memory.files.search import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, MemoryChunk, MemoryFile
 from memory.vector_index import NumpyIndex, one_sync
 from memory.vectors import EMBEDDING_DIM, pack

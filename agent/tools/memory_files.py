@@ -6,7 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
-from memory import files
+from memory.files.indexing import index_path, index_workspace
+from memory.files.paths import (
+    MemoryPathError,
+    append_memory_file,
+    read_memory_file,
+    write_memory_file,
+)
 from memory.models import MemoryFile
 
 MAX_TEXT = 200_000  # characters per write or append; the file size limit applies as well
@@ -25,19 +31,19 @@ def confined(action: Callable[[ToolContext, dict[str, Any]], str]) -> Callable:
     def run(context: ToolContext, arguments: dict[str, Any]) -> str:
         try:
             return action(context, arguments)
-        except files.MemoryPathError as exc:
+        except MemoryPathError as exc:
             raise ToolError(str(exc)) from None
 
     return run
 
 
 def reindex(context: ToolContext, path: str) -> None:
-    files.index_path(context.owner, context.agent_name, path)
+    index_path(context.owner, context.agent_name, path)
 
 
 @confined
 def read_file(context: ToolContext, arguments: dict[str, Any]) -> str:
-    text, _ = files.read_memory_file(context.workspace, arguments["path"])
+    text, _ = read_memory_file(context.workspace, arguments["path"])
     if len(text) > READ_CHARS:
         return text[:READ_CHARS] + f"\n[… {len(text) - READ_CHARS} more characters not shown]"
     return text or "(the file is empty)"
@@ -45,20 +51,20 @@ def read_file(context: ToolContext, arguments: dict[str, Any]) -> str:
 
 @confined
 def append_file(context: ToolContext, arguments: dict[str, Any]) -> str:
-    path = files.append_memory_file(context.workspace, arguments["path"], arguments["text"])
+    path = append_memory_file(context.workspace, arguments["path"], arguments["text"])
     reindex(context, path)
     return f"Appended {len(arguments['text'])} characters to {path}."
 
 
 @confined
 def write_file(context: ToolContext, arguments: dict[str, Any]) -> str:
-    path = files.write_memory_file(context.workspace, arguments["path"], arguments["text"])
+    path = write_memory_file(context.workspace, arguments["path"], arguments["text"])
     reindex(context, path)
     return f"Wrote {path} ({len(arguments['text'])} characters)."
 
 
 def list_files(context: ToolContext, arguments: dict[str, Any]) -> str:
-    files.index_workspace(context.owner, context.agent_name)
+    index_workspace(context.owner, context.agent_name)
     rows = MemoryFile.objects.owned_by(context.owner).filter(agent=context.agent_name)
     lines = [
         f"{row.path} ({row.size} bytes"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.tools.registry import Tool, ToolContext, register
-from memory.files import FileHit
+from memory.files.search import FileHit
 from memory.search import SearchHit, search_memory
 
 RESULTS = 8

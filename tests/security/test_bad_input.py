@@ -17,7 +17,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
-from memory import files, recording
+from memory import recording
+from memory.files import indexing
 from memory.models import Event, Fact, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
@@ -30,7 +31,7 @@ NUL = "\x00"
 
 @pytest.fixture(autouse=True)
 def counting_embed(monkeypatch):
-    monkeypatch.setattr(files, "embed_texts", CountingEmbed())
+    monkeypatch.setattr(indexing, "embed_texts", CountingEmbed())
 
 
 @pytest.fixture

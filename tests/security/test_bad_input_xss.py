@@ -20,7 +20,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from memory import files, recording
+from memory import recording
+from memory.files import indexing
+from memory.files.search import forget_chunk_indexes
 from memory.models import Fact, Macro
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
@@ -114,8 +116,8 @@ def client(owner) -> Client:
 def stored(owner, payload, settings, tmp_path, monkeypatch) -> dict[str, object]:
     """The payload in every field that a page shows."""
     settings.DATA_DIR = tmp_path / "data"
-    monkeypatch.setattr(files, "embed_texts", CountingEmbed())
-    files.forget_chunk_indexes()
+    monkeypatch.setattr(indexing, "embed_texts", CountingEmbed())
+    forget_chunk_indexes()
     agent = Agent.objects.default_for(owner)
     Agent.objects.filter(pk=agent.pk).update(system_prompt=payload)
     session = chat.start_chat(owner)
@@ -159,9 +161,9 @@ def stored(owner, payload, settings, tmp_path, monkeypatch) -> dict[str, object]
     path = "memory/" + payload.replace("/", "_") + ".md"
     (workspace / "memory").mkdir(parents=True)
     Path(workspace, path).write_text(f"# {payload}\n\n{payload}\n")
-    files.index_workspace(owner, "main")
+    indexing.index_workspace(owner, "main")
     yield {"session": session, "events": events, "fact": fact, "task": task, "path": path}
-    files.forget_chunk_indexes()
+    forget_chunk_indexes()
 
 
 def pages(stored: dict, payload: str) -> list[tuple[str, dict[str, str], bool]]:

@@ -18,7 +18,7 @@ from agent.frames import Frame
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
 from memory import recording
 from memory.embeddings import embed_text
-from memory.files import FileHit
+from memory.files.search import FileHit
 from memory.models import Event, Fact
 from memory.recall import recall
 from memory.retrieval import get_context

@@ -24,7 +24,8 @@ from django.db import connection
 from agent import sandbox
 from agent.approvals import ApprovalError, create_request, decide
 from agent.tools import ToolContext, ToolError, get_tool
-from memory import files
+from memory.files.indexing import index_workspace
+from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 from tests.helpers import allow_terminal
@@ -172,9 +173,9 @@ def test_it_leaves_the_agents_memory_tools_inside_the_workspace(bob_terminal, wo
     """A symlink made in the sandbox must not lead the server's own file tools out."""
     secret_key = host_paths(world)["the secret key"]
     run(bob_terminal, f"ln -s {secret_key} MEMORY.md; ln -s {world.workspace} memory")
-    with pytest.raises(files.MemoryPathError, match="outside the workspace"):
-        files.read_memory_file(bob_terminal.workspace, "MEMORY.md")
-    files.index_workspace(bob, "main")
+    with pytest.raises(MemoryPathError, match="outside the workspace"):
+        read_memory_file(bob_terminal.workspace, "MEMORY.md")
+    index_workspace(bob, "main")
     indexed = MemoryChunk.objects.filter(owner=bob).values_list("text", flat=True)
     assert_nothing_leaked(" ".join(indexed))
 

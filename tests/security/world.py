@@ -20,7 +20,9 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from memory import files, recording, tasks
+from memory import recording, tasks
+from memory.files.indexing import index_workspace
+from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.models import ImportJob
@@ -150,9 +152,9 @@ def build_alice(alice: User) -> World:
     )
 
     workspace = workspace_dir(alice.pk, agent.name)
-    files.write_memory_file(workspace, "MEMORY.md", MEMORY_MD)
-    files.write_memory_file(workspace, f"memory/{secret('notes')}.md", TRIP)
-    files.index_workspace(alice, agent.name)
+    write_memory_file(workspace, "MEMORY.md", MEMORY_MD)
+    write_memory_file(workspace, f"memory/{secret('notes')}.md", TRIP)
+    index_workspace(alice, agent.name)
     tasks.embed_missing()
     memory_file = MemoryFile.objects.get(owner=alice, path="MEMORY.md")
     return World(
@@ -209,8 +211,8 @@ def build_bob(bob: User) -> Session:
     recording.record(bob, "bob-old", "user_message", pinned, importance=1.0)
     recording.record(bob, str(session.pk), "user_message", {"content": "What is on for today?"})
     Fact.objects.create(owner=bob, category="sport", key="gym", value="open late")
-    files.write_memory_file(workspace_dir(bob.pk, "main"), "memory/bob.md", "# Bob\nTea.\n")
-    files.index_workspace(bob, "main")
+    write_memory_file(workspace_dir(bob.pk, "main"), "memory/bob.md", "# Bob\nTea.\n")
+    index_workspace(bob, "main")
     tasks.embed_missing()
     return session
 

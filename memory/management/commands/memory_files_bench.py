@@ -22,9 +22,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.test import override_settings
 
-from memory import files
 from memory.embeddings import embed_texts
 from memory.evaluation import throwaway_user
+from memory.files.indexing import index_workspace
+from memory.files.search import forget_chunk_indexes, search_files
 from memory.management.commands.memory_bench import percentiles
 from memory.models import MemoryChunk
 from memory.workspace import DEFAULT_AGENT, workspace_dir
@@ -75,7 +76,7 @@ class Command(BaseCommand):
             throwaway_user() as user,
         ):
             results = self.run(user, options["files"])
-            files.forget_chunk_indexes()
+            forget_chunk_indexes()
         if options["json"]:
             self.stdout.write(json.dumps(results, indent=2))
             return
@@ -94,28 +95,28 @@ class Command(BaseCommand):
         embed_texts(["warm up"])  # the model load is not indexing time
 
         started = time.perf_counter()
-        scratch = files.index_workspace(user)
+        scratch = index_workspace(user)
         from_scratch = time.perf_counter() - started
 
         edited = workspace / "memory" / f"note-{count // 2:04d}.md"
         edited.write_text(edited.read_text() + "- the door code is 4711.\n")
         started = time.perf_counter()
-        after_edit = files.index_workspace(user)
+        after_edit = index_workspace(user)
         one_edit = time.perf_counter() - started
 
         started = time.perf_counter()
-        unchanged = files.index_workspace(user)
+        unchanged = index_workspace(user)
         check = time.perf_counter() - started
 
         vectors = embed_texts(QUERIES)
         searches = {}
         for backend in backends():
             with using_backend(backend):
-                files.search_files(user, DEFAULT_AGENT, vectors[0], 10)  # loads the index
+                search_files(user, DEFAULT_AGENT, vectors[0], 10)  # loads the index
                 latencies = []
                 for n in range(SAMPLES):
                     started = time.perf_counter()
-                    files.search_files(user, DEFAULT_AGENT, vectors[n % len(QUERIES)], 10)
+                    search_files(user, DEFAULT_AGENT, vectors[n % len(QUERIES)], 10)
                     latencies.append(time.perf_counter() - started)
             for name, value in percentiles(latencies).items():
                 searches[f"search_{backend}_{name}"] = value
@@ -146,9 +147,9 @@ def backends() -> list[str]:
 def using_backend(backend: str) -> Iterator[None]:
     saved = settings.NEOTASK
     settings.NEOTASK = {**saved, "memory": {**saved["memory"], "vector_backend": backend}}
-    files.forget_chunk_indexes()
+    forget_chunk_indexes()
     try:
         yield
     finally:
         settings.NEOTASK = saved
-        files.forget_chunk_indexes()
+        forget_chunk_indexes()

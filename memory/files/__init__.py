@@ -1,0 +1,41 @@
+"""Memory files: each agent's MEMORY.md and memory/**/*.md, chunked, embedded and searchable.
+
+One module per concern; callers import from the module that defines what they use:
+
+- `paths`: which paths are memory files (`resolve_memory_path` keeps them inside the
+  workspace), reading and atomic writing, saving only over what the editor opened;
+- `discovery`: the files of a workspace with a stat each (nothing read), and the
+  workspaces that have any;
+- `chunking`: Markdown cut into chunks of whole lines under their headings;
+- `indexing`: the files' state and chunks stored, their vectors computed;
+- `search`: the chunks nearest a query, from the in-process or the LanceDB index.
+
+Indexing happens on writes (the tools, the files page, the importer), in the watcher
+job (`indexing.index_all_workspaces`, every minute) and before a search, which costs
+a stat per file when nothing changed; a GET of the files page only reads.
+"""
+
+# The OpenClaw importer's names, while it moves to importers/ (issue 17, item 4).
+from memory.files.discovery import walk_markdown
+from memory.files.indexing import index_workspace
+from memory.files.paths import (
+    MEMORY_DIR,
+    MEMORY_FILE,
+    MemoryPathError,
+    max_file_bytes,
+    resolve_memory_path,
+    skip_reason_for,
+    write_memory_file,
+)
+
+__all__ = [
+    "MEMORY_DIR",
+    "MEMORY_FILE",
+    "MemoryPathError",
+    "index_workspace",
+    "max_file_bytes",
+    "resolve_memory_path",
+    "skip_reason_for",
+    "walk_markdown",
+    "write_memory_file",
+]
