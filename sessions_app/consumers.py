@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
-from sessions_app import chat, inputs
+from sessions_app import broadcast, chat, inputs
 from sessions_app.approvals import answer_approval
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except chat.ChatError as exc:
             await self.close(code=exc.code)
             return
-        self.group = inputs.group_name(self.user.pk, self.key)
+        self.group = broadcast.group_name(self.user.pk, self.key)
         await self.channel_layer.group_add(self.group, self.channel_name)
         # Inputs left queued by a process that went away run now.
         inputs.background(inputs.resume(self.user, self.key))

@@ -17,7 +17,7 @@ from django.utils import timezone
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
-from sessions_app import chat, inputs
+from sessions_app import chat, claims, inputs
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
 from tests.scripted_llm import Reply
 from tests.test_chat_consumer import connect
@@ -77,7 +77,7 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
     assert await sync_to_async(turns)(session) == [
         ("user_message", "tell me everything", None),
         ("assistant_response", "The first half of", "server_stopped"),
-        ("error", inputs.LOST, None),
+        ("error", claims.LOST, None),
         ("user_message", "hello?", None),
         ("assistant_response", "Back again.", None),
     ]

@@ -7,7 +7,7 @@ from django.test import Client
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
 from memory import recording
-from sessions_app import chat, inputs
+from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.models import Agent, Session
 from tests.helpers import HTMX, allow_terminal, text
@@ -77,7 +77,7 @@ def test_it_answers_an_approval_with_its_button_and_tells_every_tab(alice, alice
     approval = create_request(alice, str(session.pk), "git status -s")
     layer = get_channel_layer()
     tab = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(inputs.group_name(alice.pk, session.key), tab)
+    async_to_sync(layer.group_add)(broadcast.group_name(alice.pk, session.key), tab)
     card = alice_client.get(f"/chat/{session.key}/").content.decode()
     assert 'hx-post="/chat/approval/"' in card and 'name="csrfmiddlewaretoken"' in card
 

@@ -27,7 +27,7 @@ from memory.models import Fact, Macro
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat
-from sessions_app.inputs import render_event
+from sessions_app.broadcast import render_event
 from sessions_app.models import Agent, ApiToken, Session
 from tests.helpers import OWNED_MODELS
 from tests.test_memory_files import CountingEmbed
