@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "agent",
     "sessions_app",
     "scheduler",
+    "importers",
 ]
 
 MIDDLEWARE = [

@@ -22,6 +22,6 @@ urlpatterns = [
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),
     path("settings/terminal/", include("agent.urls")),
-    path("import/", include("neotask_site.importing.urls")),
+    path("import/", include("importers.urls")),
     path("", include("sessions_app.urls")),
 ]

@@ -14,9 +14,9 @@ from django.http import HttpResponse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from importers.models import ImportJob
 from memory import recording
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
-from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 

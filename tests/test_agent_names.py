@@ -14,6 +14,10 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from importers.aidaemon import import_aidaemon
+from importers.forms import ImportForm
+from importers.openclaw import import_openclaw
+from importers.report import ImportRefused
 from memory.files.discovery import workspaces_with_files
 from memory.workspace import (
     AGENT_NAME_RULE,
@@ -22,10 +26,6 @@ from memory.workspace import (
     check_agent_name,
     workspace_dir,
 )
-from neotask_site.importing.aidaemon import import_aidaemon
-from neotask_site.importing.forms import ImportForm
-from neotask_site.importing.openclaw import import_openclaw
-from neotask_site.importing.report import ImportRefused
 from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
 from sessions_app.keys import SessionKey, SessionKeyError

@@ -17,14 +17,14 @@ from django.utils import timezone
 
 from agent.approvals import is_allowed
 from agent.models import TerminalAllowedPrefix
+from importers import aidaemon
+from importers.aidaemon import import_aidaemon
+from importers.report import ImportRefused
 from memory.embeddings import embed_text
 from memory.models import Event, Fact, Macro
 from memory.search import search_memory
 from memory.tasks import embed_missing, needs_embedding
 from memory.vectors import pack
-from neotask_site.importing import aidaemon
-from neotask_site.importing.aidaemon import import_aidaemon
-from neotask_site.importing.report import ImportRefused
 from scheduler.models import ScheduledTask
 from scheduler.schedule import next_run
 from sessions_app.models import Agent, Session

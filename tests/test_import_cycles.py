@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("agent", "memory", "neotask_site", "scheduler", "sessions_app")
+APPS = ("agent", "importers", "memory", "neotask_site", "scheduler", "sessions_app")
 
 
 def project_modules() -> dict[str, Path]:

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from importers import openclaw
+from importers.openclaw import import_openclaw
+from importers.report import ImportRefused
 from memory.models import Event, MemoryFile
 from memory.search import search_memory
 from memory.tasks import embed_missing
 from memory.workspace import workspace_dir
-from neotask_site.importing import openclaw
-from neotask_site.importing.openclaw import import_openclaw
-from neotask_site.importing.report import ImportRefused
 from sessions_app.models import Agent, Session
 from tests.helpers import take_queued_tasks
 

@@ -15,12 +15,12 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from importers import uploads
+from importers.aidaemon import count_rows
+from importers.jobs import JOB_TIMEOUT, run_import, upload_path
+from importers.models import ImportJob
+from importers.report import ImportRefused
 from memory.models import Event
-from neotask_site.importing import uploads
-from neotask_site.importing.aidaemon import count_rows
-from neotask_site.importing.jobs import JOB_TIMEOUT, run_import, upload_path
-from neotask_site.importing.report import ImportRefused
-from neotask_site.models import ImportJob
 from sessions_app.models import Session
 from tests.helpers import take_queued_tasks
 from tests.test_import_aidaemon import CAT, TELEGRAM, build_db
@@ -78,7 +78,7 @@ def test_it_imports_an_uploaded_database_in_a_job_and_shows_the_report(
     waiting = alice_client.get(f"/import/{job.pk}/").content.decode()
     assert "Waiting for a worker" in waiting and 'hx-trigger="every 1s"' in waiting
     [queued] = take_queued_tasks()  # for the cluster: the request imports nothing
-    assert queued["func"] == "neotask_site.importing.jobs.run_import"
+    assert queued["func"] == "importers.jobs.run_import"
     assert queued["args"] == (str(job.pk),) and queued["timeout"] == JOB_TIMEOUT
     assert not Event.objects.exists()
 

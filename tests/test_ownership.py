@@ -11,7 +11,7 @@ from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
 from sessions_app.models import Session
 from tests.helpers import OWNED_MODELS, make_rows
 
-PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site"]
+PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
 
 
 def project_models():

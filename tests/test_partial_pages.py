@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
+from importers.models import ImportJob
 from memory.models import Fact
 from memory.workspace import DEFAULT_AGENT, workspace_dir
-from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent
 from tests.helpers import HTMX, text

@@ -20,12 +20,12 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from importers.models import ImportJob
 from memory import recording, tasks
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
-from neotask_site.models import ImportJob
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session

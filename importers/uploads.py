@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from neotask_site.importing.report import ImportRefused
+from importers.report import ImportRefused
 
 # An upload larger than this is refused before it is read. Bigger databases
 # import from the shell: `python manage.py import_aidaemon`.

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neotask_site.importing import aidaemon, openclaw
-from neotask_site.importing.report import ImportReport, Progress
+from importers import aidaemon, openclaw
+from importers.report import ImportReport, Progress
 
 
 @dataclass(frozen=True)

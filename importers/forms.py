@@ -4,10 +4,10 @@ from typing import Any
 
 from django import forms
 
+from importers import uploads
+from importers.models import ImportJob
+from importers.report import ImportRefused
 from memory.workspace import DEFAULT_AGENT, validate_agent_name
-from neotask_site.importing import uploads
-from neotask_site.importing.report import ImportRefused
-from neotask_site.models import ImportJob
 
 
 class ImportForm(forms.Form):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from neotask_site.importing.command import ImportCommand
+from importers.command import ImportCommand
 
 
 class Command(ImportCommand):

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from neotask_site.models import ImportJob
+from importers.models import ImportJob
 from neotask_site.ownership import OwnedAdmin
 
 

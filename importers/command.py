@@ -8,9 +8,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from importers.kinds import IMPORTERS
+from importers.report import ImportRefused
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.importing.kinds import IMPORTERS
-from neotask_site.importing.report import ImportRefused
 
 
 class ImportCommand(BaseCommand):

@@ -7,10 +7,10 @@ import uuid
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from importers import jobs, uploads
+from importers.forms import ImportForm
+from importers.models import ImportJob
 from neotask_site.htmx import render_page
-from neotask_site.importing import jobs, uploads
-from neotask_site.importing.forms import ImportForm
-from neotask_site.models import ImportJob
 from neotask_site.ownership import get_owned_or_404
 
 RECENT_JOBS = 10
@@ -59,11 +59,11 @@ def import_page(request: HttpRequest) -> HttpResponse:
         "refused": refused,
         "max_upload": uploads.megabytes(uploads.MAX_UPLOAD_BYTES),
     }
-    return render(request, "neotask_site/import.html", context, status=status)
+    return render(request, "importers/import.html", context, status=status)
 
 
 def import_job(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """One job; htmx polls its partial while it runs."""
     jobs.expire_stale(request.user)
     job = get_owned_or_404(ImportJob, request.user, pk=pk)
-    return render_page(request, "neotask_site/import_job.html", {"job": job})
+    return render_page(request, "importers/import_job.html", {"job": job})

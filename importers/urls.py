@@ -1,6 +1,6 @@
 from django.urls import path
 
-from neotask_site.importing import views
+from importers import views
 
 urlpatterns = [
     path("", views.import_page, name="import"),

@@ -49,11 +49,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
+from importers.report import ImportRefused, ImportReport, Progress, no_progress
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, Fact, Macro, default_importance
 from memory.tasks import needs_embedding, queue_embeddings
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
     MAX_NAME_CHARS,

@@ -14,9 +14,9 @@ from django.core.exceptions import SuspiciousFileOperation
 from django.utils import timezone
 from django.utils.text import get_valid_filename
 
-from neotask_site.importing import uploads
-from neotask_site.importing.report import ImportRefused, ImportReport, Progress
-from neotask_site.models import ImportJob
+from importers import uploads
+from importers.models import ImportJob
+from importers.report import ImportRefused, ImportReport, Progress
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def start(
         return job
     try:
         async_task(
-            "neotask_site.importing.jobs.run_import",
+            "importers.jobs.run_import",
             str(job.pk),
             group="imports",
             timeout=JOB_TIMEOUT,
@@ -107,7 +107,7 @@ def run_import(job_id: str) -> None:
 
 
 def run(job: ImportJob, progress: Progress) -> ImportReport:
-    from neotask_site.importing.kinds import IMPORTERS
+    from importers.kinds import IMPORTERS
 
     path = upload_path(job)
     if job.kind == ImportJob.Kind.OPENCLAW:

@@ -48,6 +48,7 @@ class ImportJob(OwnedModel):
 
     class Meta:
         ordering = ["-created_at"]
+        db_table = "neotask_site_importjob"  # made when it was the site's model
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.filename}"

@@ -45,11 +45,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from agent.llm import Usage
+from importers.report import ImportRefused, ImportReport, Progress, no_progress
 from memory import files
 from memory.models import Event, EventType, default_importance
 from memory.tasks import queue_embeddings
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
-from neotask_site.importing.report import ImportRefused, ImportReport, Progress, no_progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 
