@@ -1,7 +1,8 @@
 """The LanceDB plugin: memory-file chunk vectors in a LanceDB table on disk.
 
 `pip install .[lancedb]` and `[memory] vector_backend = "lancedb"`. Same
-interface as the in-process numpy index (`search(vector, k, min_score)`); the
+interface as the in-process index of chunks (`search(vector, k, min_score)`), and
+the same reading of the rows (`vector_index.CHUNKS`: corrupt vectors cleared); the
 database stays the truth: the table (one per owner and agent, under
 DATA_DIR/lancedb/) is synced through a `StampWindow`, and a table that is missing,
 unreadable or out of step is rebuilt from the database with a log line while
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.models import MemoryChunk
+from memory.vector_index import CHUNKS
 from memory.vector_sync import SETTLE, StampWindow
-from memory.vectors import EMBEDDING_DIM, VectorError, unpack
+from memory.vectors import EMBEDDING_DIM
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +73,15 @@ class LanceChunkIndex:
         self.window = StampWindow()
 
     def rows(self) -> Any:
-        return MemoryChunk.objects.filter(
-            owner_id=self.owner_id, agent=self.agent, embedded_at__isnull=False
-        )
-
-    def vectors(self, queryset: Any) -> list[tuple[int, np.ndarray]]:
-        found = []
-        for chunk_id, blob, embedded_at in queryset.values_list("id", "embedding", "embedded_at"):
-            try:
-                found.append((chunk_id, unpack(blob)))
-            except (VectorError, TypeError):
-                log.warning("memory chunk %s has a corrupt vector; it is embedded again", chunk_id)
-                MemoryChunk.objects.filter(pk=chunk_id).update(embedding=None, embedded_at=None)
-                continue
-            self.window.read(chunk_id, embedded_at)
-        return found
+        return CHUNKS.stored(self.owner_id, self.agent)
 
     def unread(self) -> list[tuple[int, np.ndarray]]:
-        return [row for batch in self.window.unread(self.rows()) for row in self.vectors(batch)]
+        found = []
+        for batch in self.window.unread(self.rows()):
+            for chunk_id, vector, embedded_at, _ in CHUNKS.vectors(batch):
+                found.append((chunk_id, vector))
+                self.window.read(chunk_id, embedded_at)
+        return found
 
     def rebuild(self, why: str) -> None:
         log.warning("rebuilding the LanceDB table %s from the database: %s", self.name, why)

@@ -1,12 +1,15 @@
-"""Vector search over an owner's event embeddings.
+"""Vector search in process memory, over an owner's events or memory-file chunks.
 
 `VectorIndex` is the interface a backend implements; `NumpyIndex` keeps one
-owner-and-agent's vectors in process memory (384 float32 each: 150 MB per
-100k events), loaded once and then synced incrementally through a `StampWindow`
-(memory/vector_sync.py), so a query costs two small indexed queries (the window,
-and whether the hits still exist) plus a matrix-vector product. A deletion leaves
-no stamp behind: a deleted event is dropped when it comes up as a hit, and the
-next best takes its place.
+owner-and-agent's vectors of one table (`EVENTS` or `CHUNKS`) in process memory
+(384 float32 each: 150 MB per 100k rows), loaded once and then synced
+incrementally through a `StampWindow` (memory/vector_sync.py), so a query costs
+two small indexed queries (the window, and whether the hits still exist) plus a
+matrix-vector product. A deletion leaves no stamp behind: a deleted event is
+dropped when it comes up as a hit, and the next best takes its place; chunks
+vanish with every edit of their file, so a chunk index compares its count with
+the table's on each sync instead. A corrupt stored vector is cleared, for the
+embedding jobs to compute again.
 
 Contextual scores: a turn is also found by what its speaker said just before and
 just after it in the same session. An event's contextual vector is its own plus
@@ -24,14 +27,17 @@ import bisect
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+from django.db.models import QuerySet
 
-from memory.models import Event
+from memory.models import Event, MemoryChunk
 from memory.vector_sync import StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 from memory.workspace import DEFAULT_AGENT
@@ -41,6 +47,7 @@ Hits = list[tuple[int, float]]
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
 NEIGHBOUR_WEIGHT = 0.5
 NO_ROW = -1
+CORRUPT = "corrupt vector replaced"
 # The indexes synced in the current `one_sync` block.
 _synced: ContextVar[set[NumpyIndex] | None] = ContextVar("synced_indexes", default=None)
 
@@ -74,16 +81,55 @@ class VectorIndex(Protocol):
         ...
 
     def scores(
-        self, event_ids: list[int], vector: np.ndarray, contextual: bool = False
+        self, row_ids: list[int], vector: np.ndarray, contextual: bool = False
     ) -> dict[int, float]:
         """The similarity of these events (those with a vector) to `vector`."""
         ...
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The table an index holds the vectors of, and how it learns that rows are gone."""
+
+    model: type[Event] | type[MemoryChunk]
+    label: str  # in log lines
+    # Read with each vector: a speaker's turns of a session, for contextual scores.
+    thread_fields: tuple[str, ...] = ()
+    # Rows that vanish often (a file's chunks, on every edit) are counted on each
+    # sync, then their ids compared; rare deletions are found among the hits.
+    reconcile: bool = False
+
+    def stored(self, owner_id: int, agent: str) -> QuerySet:
+        """The owner's rows of `agent` that have a vector."""
+        return self.model.objects.filter(owner_id=owner_id, agent=agent, embedded_at__isnull=False)
+
+    def vectors(self, rows: QuerySet) -> Iterator[tuple[int, np.ndarray, datetime, tuple]]:
+        """(id, vector, stamp, thread) of `rows`; a corrupt vector is cleared instead,
+        for the embedding jobs to compute again."""
+        fields = ("id", "embedding", "embedded_at", *self.thread_fields)
+        for row_id, blob, embedded_at, *thread in rows.values_list(*fields).iterator(2000):
+            if blob is None:
+                continue
+            try:
+                vector = unpack(blob)
+            except VectorError:
+                log.warning("%s %s has a corrupt vector; it is embedded again", self.label, row_id)
+                self.model.objects.filter(pk=row_id).update(
+                    embedding=None, embedded_at=None, embedding_error=CORRUPT
+                )
+                continue
+            yield row_id, vector, embedded_at, tuple(thread)
+
+
+EVENTS = Rows(Event, "event", thread_fields=("session_id", "event_type", "speaker"))
+CHUNKS = Rows(MemoryChunk, "memory chunk", reconcile=True)
+
+
 class NumpyIndex:
-    def __init__(self, owner_id: int, agent: str) -> None:
+    def __init__(self, owner_id: int, agent: str, rows: Rows = EVENTS) -> None:
         self.owner_id = owner_id
         self.agent = agent
+        self.rows = rows
         self.lock = threading.Lock()
         self.ids = np.empty(0, dtype=np.int64)
         self.matrix = np.empty((0, EMBEDDING_DIM), dtype=np.float32)
@@ -93,7 +139,7 @@ class NumpyIndex:
         self.size = 0
         self.position: dict[int, int] = {}
         # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
-        self.threads: dict[tuple[str, str, str], list[int]] = {}
+        self.threads: dict[tuple[Any, ...], list[int]] = {}
         self.window = StampWindow()
         # The plain scores of the last query: a turn asks with one vector several
         # times (similarity, search, auto-recall, each tool round), and each
@@ -111,43 +157,38 @@ class NumpyIndex:
             synced.add(self)
 
     def read_new(self) -> None:
-        rows = Event.objects.filter(
-            owner_id=self.owner_id, agent=self.agent, embedded_at__isnull=False
-        )
-        for batch in self.window.unread(rows):
-            for event_id, blob, embedded_at, session_id, event_type, speaker in batch.values_list(
-                "id", "embedding", "embedded_at", "session_id", "event_type", "speaker"
-            ).iterator(chunk_size=2000):
-                if blob is None:
-                    continue
-                try:
-                    vector = unpack(blob)
-                except VectorError:
-                    log.warning(
-                        "event %s has a corrupt embedding; queued for re-embedding", event_id
-                    )
-                    # Cleared, the embedding sweep computes it again.
-                    Event.objects.filter(pk=event_id).update(
-                        embedding=None, embedded_at=None, embedding_error="corrupt vector replaced"
-                    )
-                    continue
-                self.put(event_id, vector, (session_id, event_type, speaker))
-                self.window.read(event_id, embedded_at)
+        stored = self.rows.stored(self.owner_id, self.agent)
+        for batch in self.window.unread(stored):
+            for row_id, vector, embedded_at, thread in self.rows.vectors(batch):
+                self.put(row_id, vector, thread or None)
+                self.window.read(row_id, embedded_at)
+        if self.rows.reconcile and stored.count() != self.size:
+            self.reconcile(stored)
+
+    def reconcile(self, stored: QuerySet) -> None:
+        """Drop the rows that are gone, and read those that committed more than
+        `vector_sync.SETTLE` after their stamp."""
+        present = set(stored.values_list("id", flat=True))
+        self.remove([row_id for row_id in self.position if row_id not in present])
+        missing = present - self.position.keys()
+        if missing:
+            for row_id, vector, _, thread in self.rows.vectors(stored.filter(pk__in=missing)):
+                self.put(row_id, vector, thread or None)
 
     def put(
-        self, event_id: int, vector: np.ndarray, thread: tuple[str, str, str] | None = None
+        self, row_id: int, vector: np.ndarray, thread: tuple[Any, ...] | None = None
     ) -> None:
         self.last_query = None
-        row = self.position.get(event_id)
+        row = self.position.get(row_id)
         if row is None:
             if self.size == len(self.ids):  # grow by doubling: appends stay cheap
-                self.grow(max(1024, 2 * len(self.ids)))
-            row = self.position[event_id] = self.size
+                self.grow(max(64, 2 * len(self.ids)))
+            row = self.position[row_id] = self.size
             self.size += 1
-            self.ids[row] = event_id
+            self.ids[row] = row_id
             self.before[row] = self.after[row] = NO_ROW
             if thread is not None:
-                self.link(row, event_id, thread)
+                self.link(row, row_id, thread)
         self.matrix[row] = vector
         for touched in (row, self.before[row], self.after[row]):
             if touched != NO_ROW:
@@ -162,18 +203,18 @@ class NumpyIndex:
         self.after = np.resize(self.after, capacity)
         self.norms = np.resize(self.norms, capacity)
 
-    def link(self, row: int, event_id: int, thread: tuple[str, str, str]) -> None:
+    def link(self, row: int, row_id: int, thread: tuple[str, str, str]) -> None:
         """Place the event among its speaker's turns of the session (they may be
         embedded in any order)."""
         turns = self.threads.setdefault(thread, [])
-        place = bisect.bisect_left(turns, event_id)
+        place = bisect.bisect_left(turns, row_id)
         if place > 0:
             previous = self.position[turns[place - 1]]
             self.before[row], self.after[previous] = previous, row
         if place < len(turns):
             following = self.position[turns[place]]
             self.after[row], self.before[following] = following, row
-        turns.insert(place, event_id)
+        turns.insert(place, row_id)
 
     def renorm(self, row: int) -> None:
         contextual = self.matrix[row].copy()
@@ -201,28 +242,28 @@ class NumpyIndex:
                 top = np.argpartition(-scores, min(k, self.size) - 1)[: min(k, self.size)]
                 top = top[np.argsort(-scores[top])]
                 hits = [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
-                gone = self.deleted([event_id for event_id, _ in hits])
+                gone = [] if self.rows.reconcile else self.deleted([row_id for row_id, _ in hits])
                 if not gone:
                     return hits
                 self.remove(gone)  # and the next best take their places
             return []
 
-    def deleted(self, event_ids: list[int]) -> list[int]:
-        """Those of `event_ids` that are no longer in the database. Deletions leave no
+    def deleted(self, row_ids: list[int]) -> list[int]:
+        """Those of `row_ids` that are no longer in the database. Deletions leave no
         stamp to sync from, so the hits are checked instead: one primary-key lookup."""
-        if not event_ids:
+        if not row_ids:
             return []
         present = set(
-            Event.objects.filter(pk__in=event_ids).order_by().values_list("id", flat=True)
+            self.rows.model.objects.filter(pk__in=row_ids).order_by().values_list("id", flat=True)
         )
-        return [event_id for event_id in event_ids if event_id not in present]
+        return [row_id for row_id in row_ids if row_id not in present]
 
-    def remove(self, event_ids: list[int]) -> None:
-        """Drop these events; the last row moves into each freed one."""
+    def remove(self, row_ids: list[int]) -> None:
+        """Drop these rows; the last row moves into each freed one."""
         self.last_query = None
-        for event_id in event_ids:
-            row = self.position.pop(event_id)
-            self.unthread(event_id)
+        for row_id in row_ids:
+            row = self.position.pop(row_id)
+            self.unthread(row_id)
             previous, following = int(self.before[row]), int(self.after[row])
             if previous != NO_ROW:
                 self.after[previous] = following
@@ -244,19 +285,19 @@ class NumpyIndex:
         if self.after[target] != NO_ROW:
             self.before[self.after[target]] = target
 
-    def unthread(self, event_id: int) -> None:
+    def unthread(self, row_id: int) -> None:
         # A scan of the threads: deletions are rare, and a thread per row would cost
         # memory on every row.
         for thread, turns in self.threads.items():
-            place = bisect.bisect_left(turns, event_id)
-            if place < len(turns) and turns[place] == event_id:
+            place = bisect.bisect_left(turns, row_id)
+            if place < len(turns) and turns[place] == row_id:
                 del turns[place]
                 if not turns:
                     del self.threads[thread]
                 return
 
     def all_scores(self, vector: np.ndarray, contextual: bool) -> np.ndarray:
-        """Every event's score (read-only: it is kept for the next same query)."""
+        """Every row's score (read-only: it is kept for the next same query)."""
         query = np.asarray(vector, dtype=np.float32)
         key = query.tobytes()
         if self.last_query is None or self.last_query[0] != key:
@@ -273,12 +314,12 @@ class NumpyIndex:
             return self.size
 
     def scores(
-        self, event_ids: list[int], vector: np.ndarray, contextual: bool = False
+        self, row_ids: list[int], vector: np.ndarray, contextual: bool = False
     ) -> dict[int, float]:
         query = np.asarray(vector, dtype=np.float32)
         with self.lock:
             self.sync()
-            known = [i for i in event_ids if i in self.position]
+            known = [i for i in row_ids if i in self.position]
             if not known:
                 return {}
             rows = np.array([self.position[i] for i in known], dtype=np.int64)
@@ -287,28 +328,43 @@ class NumpyIndex:
                 return self.matrix[some] @ query
 
             chosen = self.contextual(plain_of, rows) if contextual else plain_of(rows)
-            return {event_id: float(score) for event_id, score in zip(known, chosen, strict=True)}
+            return {row_id: float(score) for row_id, score in zip(known, chosen, strict=True)}
 
 
-_indexes: OrderedDict[tuple[int, str], NumpyIndex] = OrderedDict()
-_indexes_lock = threading.Lock()
+Index = TypeVar("Index")
+
+
+class IndexCache(Generic[Index]):
+    """The indexes a process keeps, the `MAX_CACHED_INDEXES` used last."""
+
+    def __init__(self) -> None:
+        self.indexes: OrderedDict[Any, Index] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Index]) -> Index:
+        with self.lock:
+            index = self.indexes.get(key)
+            if index is None:
+                index = self.indexes[key] = make()
+                while len(self.indexes) > MAX_CACHED_INDEXES:
+                    self.indexes.popitem(last=False)
+            self.indexes.move_to_end(key)
+        return index
+
+    def clear(self) -> None:
+        with self.lock:
+            self.indexes.clear()
+
+
+_event_indexes: IndexCache[NumpyIndex] = IndexCache()
 
 
 def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> VectorIndex:
     """The event-vector index (in process; [memory] vector_backend chooses the
-    backend of memory-file vectors only)."""
-    key = (owner_id, agent)
-    with _indexes_lock:
-        index = _indexes.get(key)
-        if index is None:
-            index = _indexes[key] = NumpyIndex(owner_id, agent)
-            while len(_indexes) > MAX_CACHED_INDEXES:
-                _indexes.popitem(last=False)
-        _indexes.move_to_end(key)
-    return index
+    backend of memory-file vectors only: `memory.files.search.chunk_index_for`)."""
+    return _event_indexes.get((owner_id, agent), lambda: NumpyIndex(owner_id, agent))
 
 
 def forget_indexes() -> None:
-    """Drop the cached indexes (tests; deleted users)."""
-    with _indexes_lock:
-        _indexes.clear()
+    """Drop the cached event indexes (tests; deleted users)."""
+    _event_indexes.clear()
