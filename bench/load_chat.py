@@ -32,58 +32,38 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load_clients import Chat, on_stall, run_chats  # noqa: E402
+from bench.load_report import (  # noqa: E402
+    count_events,
+    count_jobs,
+    cpu_seconds,
+    dump_stacks,
+    machine_busy_seconds,
+    print_table,
+    service_cpu_seconds,
+    summarise,
+)
+
 TEAM_DEFAULTS = {
     "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/neotask",
     "REDIS_URL": "redis://127.0.0.1:6379/0",
 }
-STORED_PER_TURN = ("user_message", "assistant_response")
-STAMP = re.compile(r"\[\d+@\d+\]")
-TURN_TIMEOUT = 120.0  # seconds without a frame before a chat gives up
-STALL_SECONDS = 30.0  # seconds without a frame that count as a stall
 
 
 class TimeUp(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class Chat:
-    cookie: str
-    key: str
-
-
-@dataclass
-class ChatResult:
-    sent: list[str] = field(default_factory=list)
-    first_delta_ms: list[float] = field(default_factory=list)
-    completed: int = 0
-    frames_lost: int = 0
-    errors: list[str] = field(default_factory=list)
-    stalls: list[str] = field(default_factory=list)
-
-
-# Called at a stall (once per run): dumps the servers' stacks.
-on_stall: list[Any] = []
-
-
-def message_text(chat: int, number: int) -> str:
-    # Unique per message, so the database count can tell lost from duplicated.
-    return f"Hello from chat {chat}, message {number}."
 
 
 def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
@@ -115,178 +95,6 @@ def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
     warm = [chat_for(f"warmup{number}") for number in range(warmups)]
     connections.close_all()
     return load, warm
-
-
-async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int) -> ChatResult:
-    import websockets
-
-    result = ChatResult()
-    waiting_for = "the connection"
-    try:
-        async with websockets.connect(
-            f"{url}/ws/chat/{chat.key}/",
-            additional_headers={"Cookie": chat.cookie, "Origin": "http://127.0.0.1"},
-            max_size=2**20,
-            open_timeout=TURN_TIMEOUT,  # a browser waits, too: slow is measured, not an error
-        ) as socket:
-            for message in range(messages):
-                text = message_text(number, message)
-                started = time.perf_counter()
-                await socket.send(json.dumps({"type": "message", "text": text}))
-                result.sent.append(text)
-                waiting_for = f"the answer to message {message}"
-                first_delta: float | None = None
-                streamed: set[str] = set()
-                stored: set[str] = set()
-                while True:
-                    frame = json.loads(
-                        await receive(socket, result, f"chat {number} {waiting_for}")
-                    )
-                    if frame["type"] == "delta":
-                        if first_delta is None:
-                            first_delta = (time.perf_counter() - started) * 1000
-                        # "[<number>@<time>]" each, several in a frame when coalesced
-                        streamed.update(STAMP.findall(frame["text"]))
-                    elif frame["type"] == "event":
-                        stored.add(frame["event"]["event_type"])
-                    elif frame["type"] == "error":
-                        result.errors.append(f"error frame: {frame['message']}")
-                    elif frame["type"] == "done":
-                        break
-                # The scripted LLM streams exactly --deltas deltas; every turn
-                # must show its message and its answer as stored events.
-                missing = deltas - len(streamed) + len(set(STORED_PER_TURN) - stored)
-                result.frames_lost += max(0, missing)
-                if frame.get("status") != "completed":
-                    result.errors.append(f"turn ended {frame.get('status')!r}")
-                    continue
-                result.completed += 1
-                if first_delta is not None:
-                    result.first_delta_ms.append(first_delta)
-    except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-        result.errors.append(f"disconnected waiting for {waiting_for}: {exc!r}")
-    return result
-
-
-async def receive(socket: Any, result: ChatResult, what: str) -> str:
-    """The next frame; a wait past STALL_SECONDS is noted as a stall, and one past
-    TURN_TIMEOUT gives up (TimeoutError)."""
-    waited = 0.0
-    while True:
-        try:
-            return await asyncio.wait_for(socket.recv(), STALL_SECONDS)
-        except TimeoutError:
-            waited += STALL_SECONDS
-            if waited == STALL_SECONDS:
-                result.stalls.append(what)
-                while on_stall:  # in a thread: the other chats go on meanwhile
-                    asyncio.get_running_loop().run_in_executor(None, on_stall.pop())
-            if waited >= TURN_TIMEOUT:
-                raise
-
-
-async def run_chats(
-    urls: list[str], chats: list[Chat], messages: int, deltas: int
-) -> list[ChatResult]:
-    return await asyncio.gather(
-        *(
-            one_chat(urls[number % len(urls)], chat, number, messages, deltas)
-            for number, chat in enumerate(chats)
-        )
-    )
-
-
-def count_events(chats: list[Chat], results: list[ChatResult]) -> tuple[int, int]:
-    """(lost, duplicated) stored events: each sent message must be stored once,
-    and answered once, in its chat (whatever session the chat is in now)."""
-    from memory.models import Event
-    from sessions_app.models import Session
-
-    lost = duplicated = 0
-    for chat, result in zip(chats, results, strict=True):
-        sessions = [
-            str(pk) for pk in Session.objects.filter(key=chat.key).values_list("pk", flat=True)
-        ]
-        events = Event.objects.filter(session_id__in=sessions, event_type__in=STORED_PER_TURN)
-        asked: Counter[str] = Counter()
-        answers = 0
-        for kind, text in events.values_list("event_type", "text"):
-            if kind == "user_message":
-                asked[text] += 1
-            else:
-                answers += 1
-        stored_once = sum(1 for text in result.sent if asked[text])
-        lost += len(result.sent) - stored_once + max(0, len(result.sent) - answers)
-        duplicated += asked.total() - stored_once + max(0, answers - len(result.sent))
-    return lost, duplicated
-
-
-def count_jobs() -> dict[str, int]:
-    """What the job cluster did: its jobs, and the vectors they wrote."""
-    from django.db.models import Count
-    from django_q.models import Success
-
-    done = dict(
-        Success.objects.values_list("func").annotate(n=Count("id")).values_list("func", "n")
-    )
-    embedded = Success.objects.filter(func__startswith="memory.tasks.embed")
-    return {
-        "jobs": sum(done.values()),
-        "jobs_by_func": done,
-        "embedded_by_jobs": sum(job.result or 0 for job in embedded),
-    }
-
-
-def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: float) -> dict:
-    from memory.management.commands.memory_bench import percentiles
-
-    latencies = sorted(x / 1000 for result in results for x in result.first_delta_ms)
-    completed = sum(result.completed for result in results)
-    shares = percentiles(latencies) if latencies else {}
-    return {
-        "profile": options.profile,
-        "workers": options.workers,
-        "chats": options.chats,
-        "messages": options.messages,
-        "turns": completed,
-        "seconds": round(seconds, 1),
-        "messages_per_s": round(completed / seconds, 1) if seconds else 0.0,
-        "p50_ms": round(shares["p50_ms"]) if latencies else None,
-        "p95_ms": round(shares["p95_ms"]) if latencies else None,
-        "max_ms": round(latencies[-1] * 1000) if latencies else None,
-        "errors": sum(len(result.errors) for result in results),
-        "stalls": sum(len(result.stalls) for result in results),
-        "unanswered": sum(len(result.sent) - result.completed for result in results),
-        "frames_lost": sum(result.frames_lost for result in results),
-        "error_samples": sorted({e for result in results for e in result.errors})[:5]
-        + [f"stall: {stall}" for result in results for stall in result.stalls][:5],
-    }
-
-
-def print_table(row: dict) -> None:
-    print(
-        "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
-        "errors  stalls  frames lost  events lost  duplicated  server cpu ms/turn  "
-        "services  machine busy"
-    )
-    print(
-        f"{row['profile']:<9} {row['workers']:>7}  "
-        f"{row['chats']:>5} x {row['messages']:<8}  {row['messages_per_s']:>10}  "
-        f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
-        f"{row['errors']:>6}  {row['stalls']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  "
-        f"{row['duplicated']:>10}  {row.get('server_cpu_ms_per_turn')!s:>18}  "
-        f"{row.get('services_cpu_ms_per_turn')!s:>8}  {row.get('machine_busy_percent')!s:>11}%"
-    )
-    print(
-        f"| {row['profile']} | {row['workers']} | "
-        f"{row['chats']} \N{MULTIPLICATION SIGN} {row['messages']} | "
-        f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
-        f"{row['errors']} | {row['stalls']} | {row['frames_lost']} | {row['lost']} | "
-        f"{row['duplicated']} | {row.get('server_cpu_ms_per_turn')} ms | "
-        f"{row.get('services_cpu_ms_per_turn')} ms |"
-    )
-    for sample in row["error_samples"]:
-        print("  e.g.", sample, file=sys.stderr)
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
@@ -405,72 +213,6 @@ def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
         if code == 130:
             sys.exit(code)
         return code, row
-
-
-def cpu_seconds(processes: list[subprocess.Popen]) -> float:
-    """User + system CPU time of these processes and all their descendants
-    (Linux /proc; 0 elsewhere)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        pid = int(stat.parent.name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        times[pid] = (int(fields[11]) + int(fields[12])) / tick
-    total, todo = 0.0, [process.pid for process in processes]
-    while todo:
-        pid = todo.pop()
-        total += times.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
-
-
-def service_cpu_seconds(names: tuple[str, ...] = ("postgres", "redis-server")) -> float:
-    """User + system CPU time of the services' processes (PostgreSQL's backends
-    and Redis), which run on the same cores and are part of a turn's price."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            comm, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
-        except (OSError, ValueError):
-            continue
-        if comm.startswith(names):
-            fields = rest.split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def machine_busy_seconds() -> tuple[float, float]:
-    """(busy, all) CPU seconds of the whole machine since boot (/proc/stat)."""
-    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    tick = os.sysconf("SC_CLK_TCK")
-    return (sum(fields) - idle) / tick, sum(fields) / tick
-
-
-def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
-    """Where every server process is, now: py-spy's dump of each (with its
-    threads and idle frames), into the run's logs."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    with (data_dir / "stall-stacks.log").open("w") as out:
-        for process in processes:
-            out.write(f"=== {' '.join(map(str, process.args[-3:]))} (pid {process.pid})\n")
-            out.flush()
-            try:
-                subprocess.run(
-                    [py_spy, "dump", "--pid", str(process.pid), "--locals"],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=60,
-                )
-            except (OSError, subprocess.SubprocessError) as exc:
-                out.write(f"py-spy failed: {exc}\n")
-    print(f"load_chat: a stall; stacks dumped to {data_dir / 'stall-stacks.log'}", file=sys.stderr)
 
 
 def run(
