@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from importers import aidaemon, openclaw
+from importers import aidaemon
+from importers.openclaw import import_openclaw
+from importers.openclaw.reading import Folder
 from importers.report import ImportReport, Progress
 
 
@@ -28,8 +30,8 @@ class Importer:
 IMPORTERS = {
     "aidaemon": Importer(aidaemon.import_aidaemon, aidaemon.count_rows, "row", "rows"),
     "openclaw": Importer(
-        openclaw.import_openclaw,
-        lambda path: openclaw.Folder.locate(path).transcript_bytes,
+        import_openclaw,
+        lambda path: Folder.locate(path).transcript_bytes,
         "B",
         "transcripts",
     ),

@@ -44,6 +44,15 @@ class ImportReport:
     def note(self, line: str) -> None:
         self.notes.append(line)
 
+    def merge(self, other: ImportReport) -> None:
+        """Add `other`'s counts, reasons and notes (one session's report) to these."""
+        self.read.update(other.read)
+        self.imported.update(other.imported)
+        self.skipped.update(other.skipped)
+        for kind, reasons in other.reasons.items():
+            self.reasons.setdefault(kind, Counter()).update(reasons)
+        self.notes.extend(other.notes)
+
     @property
     def kinds(self) -> list[str]:
         return list(dict.fromkeys([*self.read, *self.imported, *self.skipped]))

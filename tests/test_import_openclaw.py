@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from importers import openclaw
-from importers.openclaw import import_openclaw
+from importers.openclaw import import_openclaw, reading, writing
 from importers.report import ImportRefused
 from memory.models import Event, MemoryFile
 from memory.search import search_memory
@@ -309,15 +308,15 @@ def test_a_dry_run_reports_everything_and_writes_nothing(alice, folder):
 
 def test_a_failing_session_is_rolled_back_whole_and_the_others_import(alice, folder, monkeypatch):
     # One event per batch: the failure comes after the session's first batches were written.
-    monkeypatch.setattr(openclaw, "BATCH_EVENTS", 1)
-    real_parse = openclaw.parse_entry
+    monkeypatch.setattr(writing, "BATCH_EVENTS", 1)
+    real_parse = reading.parse_entry
 
     def failing(entry: dict) -> Any:
         if entry.get("id") == "a2":
             raise RuntimeError("disk on fire")
         return real_parse(entry)
 
-    monkeypatch.setattr(openclaw, "parse_entry", failing)
+    monkeypatch.setattr(writing, "parse_entry", failing)
     report = import_openclaw(folder, alice)
 
     assert not Session.objects.filter(key="agent:main:import:main").exists()
@@ -327,7 +326,7 @@ def test_a_failing_session_is_rolled_back_whole_and_the_others_import(alice, fol
     assert "failed (RuntimeError), nothing of it kept" in row(report, "sessions")[3]
     assert any("disk on fire" in note for note in report.notes)
 
-    monkeypatch.setattr(openclaw, "parse_entry", real_parse)
+    monkeypatch.setattr(writing, "parse_entry", real_parse)
     import_openclaw(folder, alice)
     main = Session.objects.get(key="agent:main:import:main")
     assert len(events_of(main)) == 8 and main.input_tokens == 250
@@ -345,7 +344,7 @@ def test_it_streams_a_huge_transcript_in_bounded_memory(alice, tmp_path, monkeyp
             lines += 1
             role = "user" if lines % 2 else "assistant"
             handle.write(json.dumps(message(f"e{lines}", 1, role, f"{lines} {words}")) + "\n")
-    monkeypatch.setattr(openclaw, "queue_embeddings", lambda ids: None)
+    monkeypatch.setattr(writing, "queue_embeddings", lambda ids: None)
 
     tracemalloc.start()
     try:
@@ -363,7 +362,7 @@ def test_it_streams_a_huge_transcript_in_bounded_memory(alice, tmp_path, monkeyp
 def test_it_skips_a_line_longer_than_the_limit_without_holding_it(alice, tmp_path):
     root = tmp_path / "long"
     (root / "sessions").mkdir(parents=True)
-    huge = message("x1", 1, "user", "y" * (openclaw.MAX_LINE_BYTES + 10))
+    huge = message("x1", 1, "user", "y" * (reading.MAX_LINE_BYTES + 10))
     lines = [huge, message("x2", 2, "user", text("still here"))]
     (root / "sessions" / "s.jsonl").write_text(jsonl(lines), encoding="utf-8")
 
