@@ -5,7 +5,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from memory.files import indexing, paths
 from memory.forms import FactForm
-from memory.models import Fact, Macro, MemoryFile
+from memory.models import Fact, Macro
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.htmx import render_page
@@ -50,14 +50,10 @@ def files_url(agent: str) -> str:
 
 
 def memory_files(request: HttpRequest) -> HttpResponse:
+    """The files on disk now; a GET indexes nothing (writes, searches and the watcher job do)."""
     agent, _ = workspace_of(request)
-    indexing.index_workspace(request.user, agent)  # the list shows what is on disk now
-    rows = (
-        MemoryFile.objects.owned_by(request.user)
-        .filter(agent=agent)
-        .annotate(chunk_count=Count("chunks"))
-    )
-    return render(request, "memory/files.html", {"agent": agent, "files": rows})
+    listed = indexing.list_files(request.user, agent)
+    return render(request, "memory/files.html", {"agent": agent, "files": listed})
 
 
 def existing_file(request: HttpRequest, workspace: Path) -> str:

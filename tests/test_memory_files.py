@@ -415,10 +415,38 @@ def test_it_leaves_no_temporary_files_behind(context, workspace, embed):
 def test_it_lists_the_users_files_with_skip_reasons(alice_client, alice, workspace, embed):
     write(workspace, "MEMORY.md", "# Me\nhello")
     write(workspace, "memory/blob.md", b"\x00")
+    index_all_workspaces()  # the watcher job
     content = alice_client.get("/memory/files/").content.decode()
     assert "MEMORY.md" in content and "memory/blob.md" in content
     assert "Skipped: binary (contains NUL bytes)" in content
     assert 'href="/memory/files/"' in alice_client.get("/memory/").content.decode()
+
+
+def test_it_lists_the_files_on_disk_without_indexing_them(alice_client, alice, workspace, embed):
+    write(workspace, "MEMORY.md", "# Me\nhello")
+    index_workspace(alice)
+    write(workspace, "memory/new.md", "written outside Neotask")
+    (workspace / "MEMORY.md").unlink()
+    indexed = list(MemoryFile.objects.values_list("path", "sha256", "indexed_at"))
+    embed.reset()
+    content = alice_client.get("/memory/files/").content.decode()
+    assert "memory/new.md" in content and "Not yet" in content
+    assert "MEMORY.md</a>" not in content  # gone from disk, though its rows are still there
+    assert list(MemoryFile.objects.values_list("path", "sha256", "indexed_at")) == indexed
+    assert embed.calls == []
+
+
+def test_it_finds_a_file_edited_outside_neotask_after_the_page_showed_it(
+    alice_client, alice, workspace, embed
+):
+    full = write(workspace, "MEMORY.md", "# Pets\nThe cat is called Tom.")
+    index_workspace(alice)
+    full.write_text("# Pets\nThe dog is called Rex.", encoding="utf-8")
+    os.utime(full, ns=(full.stat().st_atime_ns, full.stat().st_mtime_ns + 1_000_000_000))
+    assert "Not yet" in alice_client.get("/memory/files/").content.decode()
+    hits = search_files(alice, "main", fake_vector("# Pets\nThe dog is called Rex."), k=1)
+    assert [hit.text for hit in hits] == ["# Pets\nThe dog is called Rex."]
+    assert "Not yet" not in alice_client.get("/memory/files/").content.decode()
 
 
 def test_it_shows_and_saves_a_file(alice_client, alice, workspace, embed):

@@ -161,3 +161,14 @@ def test_it_replaces_a_re_embedded_chunk_in_place(alice, chunk_index):
     assert chunk_index.search(axis(0), 1)[0][0] == row.pk
     store_chunk_vector(row, axis(1), timezone.now())
     assert chunk_index.search(axis(1), 5) == [(row.pk, pytest.approx(1.0))]
+
+
+def test_it_clears_a_corrupt_chunk_vector_for_the_embedding_to_replace(alice, chunk_index):
+    good, bad = chunk(alice, 0), chunk(alice, 1)
+    store_chunk_vector(good, axis(0), timezone.now())
+    MemoryChunk.objects.filter(pk=bad.pk).update(
+        embedding=b"not a vector", embedded_at=timezone.now()
+    )
+    assert [hit for hit, _ in chunk_index.search(axis(0), 5)] == [good.pk]
+    bad.refresh_from_db()
+    assert (bad.embedding, bad.embedded_at) == (None, None)

@@ -21,6 +21,10 @@ class FileStat:
     mtime_ns: int
     outside: bool = False  # a symlink leading out of the workspace: listed, never read
 
+    def matches(self, size: int, mtime_ns: int) -> bool:
+        """Whether a stored size and mtime are this file's: then it is taken as unchanged."""
+        return (size, mtime_ns) == (self.size, self.mtime_ns)
+
 
 def stat_entry(root: Path, relative: str, full: Path | os.DirEntry) -> FileStat | None:
     # A DirEntry from scandir knows whether it is a symlink without another system call.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from memory.embeddings import embed_texts
@@ -59,13 +60,46 @@ def index_workspace(owner: Any, agent: str = DEFAULT_AGENT) -> IndexStats:
         MemoryFile.objects.filter(pk__in=gone).delete()
         stats.files_deleted = len(gone)
     for path, entry in found.items():
-        if known.get(path, (None,))[1:] == (entry.size, entry.mtime_ns):
+        if path in known and entry.matches(*known[path][1:]):
             continue
         stats.files_changed += 1
         if index_file(owner.pk, agent, workspace, entry):
             stats.files_skipped += 1
     stats.chunks_embedded = embed_missing_chunks(owner.pk, agent)
     return stats
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """A memory file as it is on disk, with what the index holds of it if that is current."""
+
+    path: str
+    size: int
+    indexed: bool
+    skip_reason: str = ""
+    chunk_count: int = 0
+
+
+def list_files(owner: Any, agent: str) -> list[ListedFile]:
+    """The workspace's memory files as they are on disk now, by path; what is not
+    indexed yet the next write, search or watcher job indexes. A stat per file and
+    one query: nothing is read or written."""
+    check_agent_name(agent)
+    found = scan_workspace(workspace_dir(owner.pk, agent))
+    rows = {
+        row.path: row
+        for row in MemoryFile.objects.owned_by(owner)
+        .filter(agent=agent)
+        .annotate(chunk_count=Count("chunks"))
+    }
+    listed = []
+    for path, entry in sorted(found.items()):
+        row = rows.get(path)
+        if row is not None and entry.matches(row.size, row.mtime_ns):
+            listed.append(ListedFile(path, entry.size, True, row.skip_reason, row.chunk_count))
+        else:
+            listed.append(ListedFile(path, entry.size, False))
+    return listed
 
 
 def index_path(owner: Any, agent: str, path: str) -> IndexStats:

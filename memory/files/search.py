@@ -64,8 +64,9 @@ def forget_chunk_indexes() -> None:
 def search_files(
     owner: Any, agent: str, query_vector: np.ndarray, k: int, min_score: float = -1.0
 ) -> list[FileHit]:
-    """The `k` chunks of the owner's memory files most similar to the query, best first;
-    the workspace is checked for changes first."""
+    """The `k` chunks of the owner's memory files most similar to the query, best first.
+    The workspace is checked first, cheaply (a stat per file against the stored size
+    and mtime), so that a file edited outside Neotask is found; what changed is indexed."""
     try:
         index_workspace(owner, agent)
     except Exception:
