@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from importers import aidaemon
+from importers.aidaemon import import_aidaemon
+from importers.aidaemon.reading import count_rows
 from importers.openclaw import import_openclaw
 from importers.openclaw.reading import Folder
 from importers.report import ImportReport, Progress
@@ -28,7 +29,7 @@ class Importer:
 
 
 IMPORTERS = {
-    "aidaemon": Importer(aidaemon.import_aidaemon, aidaemon.count_rows, "row", "rows"),
+    "aidaemon": Importer(import_aidaemon, count_rows, "row", "rows"),
     "openclaw": Importer(
         import_openclaw,
         lambda path: Folder.locate(path).transcript_bytes,

@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from agent.approvals import is_allowed
 from agent.models import TerminalAllowedPrefix
-from importers import aidaemon
-from importers.aidaemon import import_aidaemon
+from importers.aidaemon import import_aidaemon, reading, writing
 from importers.report import ImportRefused
 from memory.embeddings import embed_text
 from memory.models import Event, Fact, Macro
@@ -327,7 +326,7 @@ def test_it_imports_a_whole_aidaemon_database(alice, aidaemon_db, neotask_facts)
     assert session.title == CAT and session.owner == alice
     assert session.created_at == cat.created_at
 
-    discord_key = f"agent:main:import:{aidaemon.chat_for(DISCORD)}"
+    discord_key = f"agent:main:import:{writing.chat_for(DISCORD)}"
     assert f"aidaemon session {DISCORD!r} → chat {discord_key}" in report.notes
     question, answer = session_events(discord_key)
     assert question.text == "What is the capital of Portugal?"
@@ -439,14 +438,14 @@ def test_it_rolls_back_a_session_that_fails_and_imports_the_others(alice, tmp_pa
             message("b3", "doomed", "user", "Last words.", "2025-05-01 09:00:02"),
         ],
     }
-    real = aidaemon.message_event
+    real = reading.message_event
 
     def failing(row: dict[str, Any], owner: Any) -> Event:
         if row["content"] == "explode":
             raise RuntimeError("the disk is on fire")
         return real(row, owner)
 
-    monkeypatch.setattr(aidaemon, "message_event", failing)
+    monkeypatch.setattr(writing, "message_event", failing)
     path = build_db(tmp_path / "a.db", rows)
     report = import_aidaemon(path, alice)
 
@@ -459,7 +458,7 @@ def test_it_rolls_back_a_session_that_fails_and_imports_the_others(alice, tmp_pa
         for note in report.notes
     )
     # Once the cause is gone, the session comes over whole.
-    monkeypatch.setattr(aidaemon, "message_event", real)
+    monkeypatch.setattr(writing, "message_event", real)
     import_aidaemon(path, alice)
     assert [e.text for e in session_events("agent:main:import:doomed")] == [
         "First words.",

@@ -16,7 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from importers import uploads
-from importers.aidaemon import count_rows
+from importers.aidaemon.reading import count_rows
 from importers.jobs import JOB_TIMEOUT, run_import, upload_path
 from importers.models import ImportJob
 from importers.report import ImportRefused

@@ -1,32 +1,5 @@
-"""Moving in from aidaemon: its SQLite database, read-only, into Neotask.
-
-What comes over:
-
-- conversation: legacy `messages` rows and `events` rows, both if present.
-  A row becomes an event of the user and agent chosen, in a session keyed
-  `agent:<agent>:import:<aidaemon session id>`; an aidaemon id that is not a
-  valid key part (letters, digits, '.', '_', '-', at most 64) becomes a slug
-  plus a short hash, and the report lists each such mapping. Each session is
-  imported in one transaction: a bad row is skipped with its reason, an
-  error rolls the whole session back.
-- de-duplication, as the messages→events migration does: an event remembers
-  its source row in `legacy_message_id` (a message's id; an event's
-  `data.message_id` when it has one, so the same message written to both
-  tables is imported once, else `event:<id>`), and a row whose (session, event
-  type, legacy id) exists is not imported again.
-- embeddings: a JSON list of 384 floats is stored as the vector; anything
-  else is left empty and the events are queued for embedding.
-- event types Neotask's chat shows are imported; aidaemon's telemetry
-  (task_start, llm_call, thinking_start, ...) is skipped with its type as reason.
-- facts (by category/key: a fact you set yourself in Neotask wins over the
-  imported value, one from the agent is replaced), macros, scheduled tasks
-  (cron, original schedule, paused/one-time kept, next run recomputed; a
-  one-time task whose time has passed comes paused; every task arrives
-  untrusted), terminal prefixes (switched off). Trust comes from a person
-  with the permission, never from a file: the report says what was not kept.
-
-Everything is idempotent: a second import of the same file adds nothing.
-"""
+"""Writing an aidaemon database into Neotask: each session in its own transaction,
+then facts, macros, scheduled tasks and terminal prefixes, a row at a time."""
 
 from __future__ import annotations
 
@@ -39,9 +12,6 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from django.db import transaction
@@ -49,11 +19,18 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
-from importers.report import ImportRefused, ImportReport, Progress, no_progress
-from memory.legacy import event_for, parse_timestamp
-from memory.models import Event, EventType, Fact, Macro, default_importance
+from importers.aidaemon.reading import (
+    KIND,
+    TABLES,
+    BadRow,
+    message_event,
+    optional_timestamp,
+    payload_event,
+    storable,
+)
+from importers.report import ImportReport, Progress
+from memory.models import Event, EventType, Fact, Macro
 from memory.tasks import needs_embedding, queue_embeddings
-from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
     MAX_NAME_CHARS,
@@ -72,153 +49,12 @@ CHANNEL = "import"
 # Rows per insert, and their text at most: a batch of huge rows stays small.
 BATCH = 500
 BATCH_BYTES = 512 * 1024
-LEGACY_ID_LENGTH = 64  # Event.legacy_message_id
-
-# Per table: the columns an import needs, and those it uses when present.
-# Other columns are ignored.
-TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "messages": (
-        ("id", "session_id", "role", "content", "created_at"),
-        (
-            "tool_call_id",
-            "tool_name",
-            "tool_calls_json",
-            "importance",
-            "embedding",
-            "embedding_error",
-            "consolidated_at",
-        ),
-    ),
-    "events": (
-        ("id", "session_id", "event_type", "data", "created_at"),
-        ("consolidated_at", "task_id", "tool_name"),
-    ),
-    "facts": (("category", "key", "value"), ("source", "created_at", "updated_at")),
-    "macros": (
-        ("trigger_tool", "next_tool"),
-        ("trigger_args_pattern", "next_args", "confidence", "used_count"),
-    ),
-    "scheduled_tasks": (
-        ("id", "name", "cron_expr", "prompt"),
-        ("original_schedule", "source", "is_oneshot", "is_paused", "is_trusted", "next_run_at"),
-    ),
-    "terminal_allowed_prefixes": (("prefix",), ()),
-}
-# How the report names each table's rows.
-KIND = {
-    "messages": "messages",
-    "events": "events",
-    "facts": "facts",
-    "macros": "macros",
-    "scheduled_tasks": "scheduled tasks",
-    "terminal_allowed_prefixes": "terminal prefixes",
-}
-SESSIONS = "sessions"
-
-# aidaemon event types the chat shows; its telemetry types have no equivalent.
-IMPORTED_TYPES = {
-    EventType.USER_MESSAGE,
-    EventType.ASSISTANT_RESPONSE,
-    EventType.TOOL_CALL,
-    EventType.TOOL_RESULT,
-    EventType.SYSTEM,
-    EventType.SESSION_START,
-    EventType.SESSION_END,
-    EventType.COMPACTION,
-    EventType.SUMMARY,
-    EventType.ERROR,
-}
-# Where an aidaemon payload keeps the words of a non-conversation event.
-TEXT_KEYS = ("content", "message", "summary", "error", "reason")
-
+SESSIONS = "sessions"  # the report's kind
 ALREADY = "already imported"
 SAME_MESSAGE = "same message as a messages row"
 NOT_A_KEY_CHAR = re.compile(r"[^A-Za-z0-9_.-]+")
 # Imported tasks' ids derive from their owner and aidaemon's id (see task_id).
 TASK_NAMESPACE = uuid.UUID("5c6e0f3a-5a43-4f55-9d1b-6f0b1b4d7a10")
-
-
-class BadRow(Exception):
-    """A row that cannot be imported; the message is the report's reason."""
-
-
-def import_aidaemon(
-    path: str | Path,
-    owner: Any,
-    agent_name: str = DEFAULT_AGENT,
-    dry_run: bool = False,
-    progress: Progress = no_progress,
-) -> ImportReport:
-    """Import the aidaemon database at `path` for `owner`; ImportRefused if it
-    cannot start (nothing written then)."""
-    try:
-        check_agent_name(agent_name)
-    except AgentNameError as exc:
-        raise ImportRefused(str(exc)) from None
-    report = ImportReport(dry_run=dry_run)
-    with open_database(path) as source:
-        tables = usable_tables(source, report)
-        importer = Importer(source, tables, owner, agent_name, report, progress)
-        importer.conversations()
-        importer.facts()
-        importer.macros()
-        importer.scheduled_tasks()
-        importer.prefixes()
-    return report
-
-
-def count_rows(path: str | Path) -> int:
-    """How many rows an import reads: the total of its progress."""
-    with open_database(path) as source:
-        return sum(
-            source.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-            for table in usable_tables(source, ImportReport())
-        )
-
-
-@contextmanager
-def open_database(path: str | Path) -> Iterator[sqlite3.Connection]:
-    file = Path(path)
-    if not file.is_file():
-        raise ImportRefused(f"{file}: no such file.")
-    source = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-    source.row_factory = sqlite3.Row
-    # A badly encoded text must cost one character, not the session.
-    source.text_factory = lambda raw: raw.decode("utf-8", "replace")
-    try:
-        try:
-            names = {row[0] for row in source.execute("SELECT name FROM sqlite_master")}
-        except sqlite3.DatabaseError as exc:
-            raise ImportRefused(f"{file.name} is not a SQLite database ({exc}).") from None
-        if not names & set(TABLES):
-            raise ImportRefused(
-                f"{file.name} has none of aidaemon's tables ({', '.join(TABLES)}): "
-                "is it an aidaemon database?"
-            )
-        yield source
-    finally:
-        source.close()
-
-
-def usable_tables(source: sqlite3.Connection, report: ImportReport) -> dict[str, list[str]]:
-    """Each importable table with the columns to read; notes on what is missing."""
-    names = {row[0] for row in source.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    usable: dict[str, list[str]] = {}
-    for table, (required, optional) in TABLES.items():
-        if table not in names:
-            report.note(f"No {table} table: nothing of it to import.")
-            continue
-        columns = {row["name"] for row in source.execute(f'PRAGMA table_info("{table}")')}
-        missing = [column for column in required if column not in columns]
-        if missing:
-            rows = source.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-            reason = f"the {table} table has no column {', '.join(missing)}"
-            report.saw(KIND[table], rows)
-            report.skip(KIND[table], reason, rows)
-            report.note(f"Not imported: {reason}.")
-            continue
-        usable[table] = [*required, *(column for column in optional if column in columns)]
-    return usable
 
 
 def chat_for(session_id: str) -> str:
@@ -227,145 +63,6 @@ def chat_for(session_id: str) -> str:
         return session_id
     slug = NOT_A_KEY_CHAR.sub("-", session_id).strip("-._")[:48] or "session"
     return f"{slug}-{hashlib.sha256(session_id.encode()).hexdigest()[:8]}"
-
-
-def storable(value: Any) -> Any:
-    """What a database can store of `value`: PostgreSQL takes no NUL character
-    and no lone surrogate (JSON's "\\ud800"), in text or JSON."""
-    if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
-        return [storable(item) for item in value]
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    return value
-
-
-def timestamp(raw: Any, what: str = "created_at") -> datetime:
-    try:
-        value = parse_timestamp(raw) if isinstance(raw, str) else None
-    except ValueError:
-        value = None
-    if value is None:
-        raise BadRow(f"{what} is not a timestamp")
-    return value
-
-
-def optional_timestamp(raw: Any) -> datetime | None:
-    try:
-        return parse_timestamp(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-
-
-def openai_tool_call(call: Any) -> Any:
-    """aidaemon's {id, name, arguments} as the OpenAI form the agent sends back."""
-    if not isinstance(call, dict) or "function" in call or "name" not in call:
-        return call
-    arguments = call.get("arguments", "")
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
-    return {
-        "id": call.get("id"),
-        "type": "function",
-        "function": {"name": call["name"], "arguments": arguments},
-    }
-
-
-def message_event(row: dict[str, Any], owner: Any) -> Event:
-    """A `messages` row as an event, converted as the migration does, with its
-    payload in the shape the chat and the agent read."""
-    timestamp(row["created_at"])
-    row["id"] = str(row["id"])  # SQLite may hold a number: compared as text later
-    if len(row["id"]) > LEGACY_ID_LENGTH:
-        raise BadRow(f"id is longer than {LEGACY_ID_LENGTH} characters")
-    if isinstance(row.get("embedding"), str):
-        row["embedding"] = row["embedding"].encode()
-    event = event_for(SimpleNamespace(**row), owner, Event)
-    data = event.data
-    if isinstance(data.get("tool_calls"), list):
-        data["tool_calls"] = [openai_tool_call(call) for call in data["tool_calls"]]
-    if event.event_type == EventType.TOOL_RESULT:
-        data.setdefault("name", row.get("tool_name") or "")
-    event.data = storable(data)
-    event.text = storable(event.text)
-    return event
-
-
-def payload_event(row: dict[str, Any], owner: Any) -> Event:
-    """An `events` row as an event; its payload reshaped for the chat."""
-    event_type = row["event_type"]
-    if event_type not in IMPORTED_TYPES:
-        raise BadRow(f"event type {event_type!r} has no Neotask equivalent")
-    try:
-        payload = json.loads(row["data"]) if row["data"] else {}
-    except (TypeError, ValueError):
-        raise BadRow("data is not JSON") from None
-    if not isinstance(payload, dict):
-        raise BadRow("data is not a JSON object")
-    created_at = timestamp(row["created_at"])
-    data, tool_name = chat_payload(event_type, payload)
-    message_id = payload.get("message_id")
-    if isinstance(message_id, str) and 0 < len(message_id) <= LEGACY_ID_LENGTH:
-        legacy_id = message_id
-    else:
-        legacy_id = f"event:{row['id']}"
-    task_id = row.get("task_id")
-    return Event(
-        owner=owner,
-        event_type=event_type,
-        data=storable(data),
-        text=storable(data.get("content") or ""),
-        created_at=created_at,
-        consolidated_at=optional_timestamp(row.get("consolidated_at")),
-        task_id=str(task_id)[:64] if task_id else None,
-        tool_name=(row.get("tool_name") or tool_name or None),
-        importance=default_importance(event_type),
-        legacy_message_id=legacy_id,
-    )
-
-
-def chat_payload(event_type: str, payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """Neotask's `data` for an aidaemon payload (as agent/runtime.py records
-    it), and the tool's name if any."""
-    if event_type == EventType.USER_MESSAGE:
-        if not payload.get("content"):
-            raise BadRow("a user message without content")
-        return {"content": str(payload["content"])}, None
-    if event_type == EventType.ASSISTANT_RESPONSE:
-        data: dict[str, Any] = {
-            "content": str(payload.get("content") or ""),
-            "tool_calls": [openai_tool_call(call) for call in payload.get("tool_calls") or []],
-        }
-        if payload.get("input_tokens") or payload.get("output_tokens"):
-            data["usage"] = {
-                "input": int(payload.get("input_tokens") or 0),
-                "output": int(payload.get("output_tokens") or 0),
-                "cache_read": 0,
-                "cache_write": 0,
-            }
-        if payload.get("model"):
-            data["model"] = payload["model"]
-        return data, None
-    if event_type == EventType.TOOL_CALL:
-        name = str(payload.get("name") or "")
-        arguments = payload.get("arguments", "")
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        return {"id": payload.get("tool_call_id"), "name": name, "arguments": arguments}, name
-    if event_type == EventType.TOOL_RESULT:
-        name = str(payload.get("name") or "")
-        failed = payload.get("success") is False or bool(payload.get("error"))
-        content = payload.get("result") or payload.get("content") or payload.get("error") or ""
-        data = {
-            "tool_call_id": payload.get("tool_call_id"),
-            "name": name,
-            "content": str(content),
-            "is_error": failed,
-        }
-        return data, name
-    words = next((payload[key] for key in TEXT_KEYS if isinstance(payload.get(key), str)), "")
-    return {**payload, "content": words}, None
 
 
 @contextmanager
