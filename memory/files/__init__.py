@@ -14,28 +14,3 @@ Indexing happens on writes (the tools, the files page, the importer), in the wat
 job (`indexing.index_all_workspaces`, every minute) and before a search, which costs
 a stat per file when nothing changed; a GET of the files page only reads.
 """
-
-# The OpenClaw importer's names, while it moves to importers/ (issue 17, item 4).
-from memory.files.discovery import walk_markdown
-from memory.files.indexing import index_workspace
-from memory.files.paths import (
-    MEMORY_DIR,
-    MEMORY_FILE,
-    MemoryPathError,
-    max_file_bytes,
-    resolve_memory_path,
-    skip_reason_for,
-    write_memory_file,
-)
-
-__all__ = [
-    "MEMORY_DIR",
-    "MEMORY_FILE",
-    "MemoryPathError",
-    "index_workspace",
-    "max_file_bytes",
-    "resolve_memory_path",
-    "skip_reason_for",
-    "walk_markdown",
-    "write_memory_file",
-]

@@ -4,6 +4,7 @@ Indexing is incremental at three levels, so an edit never causes a re-index stor
 a stat per file (size, mtime_ns) finds the files that may have changed; their sha256
 tells whether the content did; and a changed file's chunks are embedded only when no
 chunk of the same owner and agent already has a vector for the same content hash.
+`list_files`, what the files page shows, compares the same stats and writes nothing.
 """
 
 from __future__ import annotations
