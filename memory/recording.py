@@ -22,7 +22,7 @@ def record(
     owner: Any,
     session_id: str,
     event_type: str,
-    data: dict | None = None,
+    data: dict[str, Any] | None = None,
     *,
     vector: Any = None,
     embed: bool = True,
