@@ -26,8 +26,8 @@ class Chat:
 @dataclass
 class ChatResult:
     sent: list[str] = field(default_factory=list)
-    first_delta_ms: list[float] = field(default_factory=list)
     completed: int = 0
+    first_delta_ms: list[float] = field(default_factory=list)
     frames_lost: int = 0
     errors: list[str] = field(default_factory=list)
     stalls: list[str] = field(default_factory=list)
