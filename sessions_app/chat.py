@@ -217,7 +217,7 @@ async def run_chat_turn(
 ) -> TurnResult:
     """One turn in `session` (or its successor, if it went stale): the agent
     answers, usage is added, the meter read; `result.done()` ends it (the
-    caller sends it, sessions_app.inputs, after recording the input's end).
+    caller sends it, sessions_app.holder, after recording the input's end).
     Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
     watching them."""
     session, reason = await database_sync_to_async(ensure_fresh)(session)

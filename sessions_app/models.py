@@ -248,7 +248,7 @@ class ApiToken(OwnedModel):
 class ChatInput(OwnedModel):
     """Something sent to a chat that runs as one turn: a message, or a reset or
     compaction. Kept in order and run one at a time by the holder of the chat's
-    claim (sessions_app.inputs), whichever process that is."""
+    claim (sessions_app.holder), whichever process that is."""
 
     class Kind(models.TextChoices):
         MESSAGE = "message", "Message"
