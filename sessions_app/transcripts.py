@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import IO, Any
 
 from asgiref.sync import sync_to_async
 
+from memory.files.paths import atomic_write
 from memory.models import Event, EventType
 from sessions_app.models import Session
 
@@ -143,23 +142,6 @@ def read_index(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return index if isinstance(index, dict) else {}
-
-
-@contextmanager
-def atomic_write(path: Path) -> Iterator[IO[str]]:
-    """Write `path` through a temporary file in the same directory, so that a
-    crash leaves the old file or the new one, never half of either."""
-    # mkstemp's owner-only mode suits transcripts: they hold private conversations.
-    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
 
 
 def write_index(out_dir: Path, sessions: Iterable[Session]) -> dict[str, Any]:

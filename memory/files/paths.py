@@ -11,7 +11,10 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from django.conf import settings
 
@@ -118,6 +121,26 @@ def read_memory_file(workspace: Path, path: str) -> tuple[str, str]:
     return decode_memory_text(data, shown), sha256_hex(data)
 
 
+@contextmanager
+def atomic_write(path: Path) -> Iterator[IO[str]]:
+    """Write `path` (UTF-8 text) through a temporary file in the same directory, so
+    that a reader or a crash sees the old file or the new one, never half of either."""
+    # mkstemp's owner-only mode suits what is written here: memory files and
+    # transcripts hold private conversations and notes.
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def write_memory_file(workspace: Path, path: str, text: str) -> str:
     """Replace the file's content atomically; returns the relative path."""
     shown, full = resolve_memory_path(workspace, path)
@@ -128,18 +151,8 @@ def write_memory_file(workspace: Path, path: str, text: str) -> str:
         )
     full.parent.mkdir(parents=True, exist_ok=True)
     # A reader (the indexer, the page) sees the old or the new file, never half of one.
-    descriptor, temporary = tempfile.mkstemp(
-        dir=full.parent, prefix=f".{full.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, full)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_write(full) as handle:
+        handle.write(text)
     return shown
 
 
