@@ -175,9 +175,7 @@ class NumpyIndex:
             for row_id, vector, _, thread in self.rows.vectors(stored.filter(pk__in=missing)):
                 self.put(row_id, vector, thread or None)
 
-    def put(
-        self, row_id: int, vector: np.ndarray, thread: tuple[Any, ...] | None = None
-    ) -> None:
+    def put(self, row_id: int, vector: np.ndarray, thread: tuple[Any, ...] | None = None) -> None:
         self.last_query = None
         row = self.position.get(row_id)
         if row is None:
