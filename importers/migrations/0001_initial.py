@@ -3,11 +3,19 @@
 # neotask_site's 0001 made it. Its content type (and so its permissions and
 # admin history) follows it.
 
-import uuid
+import copy
+from importlib import import_module
 
-import django.db.models.deletion
 from django.conf import settings
-from django.db import migrations, models
+from django.db import migrations
+
+
+def import_job_state():
+    """The model as neotask_site's 0001 created it, its table named."""
+    site_initial = import_module("neotask_site.migrations.0001_initial").Migration
+    [create] = copy.deepcopy(site_initial.operations)
+    create.options["db_table"] = "neotask_site_importjob"
+    return create
 
 
 def relabel_content_type(apps, schema_editor, old="neotask_site", new="importers"):
@@ -30,67 +38,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.CreateModel(
-                    name="ImportJob",
-                    fields=[
-                        (
-                            "id",
-                            models.UUIDField(
-                                default=uuid.uuid4,
-                                editable=False,
-                                primary_key=True,
-                                serialize=False,
-                            ),
-                        ),
-                        (
-                            "kind",
-                            models.CharField(
-                                choices=[
-                                    ("aidaemon", "aidaemon database"),
-                                    ("openclaw", "OpenClaw folder"),
-                                ],
-                                max_length=16,
-                            ),
-                        ),
-                        (
-                            "status",
-                            models.CharField(
-                                choices=[
-                                    ("queued", "Waiting for a worker"),
-                                    ("running", "Importing"),
-                                    ("done", "Done"),
-                                    ("failed", "Failed"),
-                                ],
-                                default="queued",
-                                max_length=16,
-                            ),
-                        ),
-                        ("filename", models.CharField(max_length=255)),
-                        ("agent", models.CharField(default="main", max_length=64)),
-                        ("dry_run", models.BooleanField(default=False)),
-                        ("progress_done", models.PositiveBigIntegerField(default=0)),
-                        ("progress_total", models.PositiveBigIntegerField(blank=True, null=True)),
-                        ("report", models.JSONField(blank=True, null=True)),
-                        ("error", models.TextField(blank=True)),
-                        ("created_at", models.DateTimeField(auto_now_add=True)),
-                        ("started_at", models.DateTimeField(blank=True, null=True)),
-                        ("finished_at", models.DateTimeField(blank=True, null=True)),
-                        (
-                            "owner",
-                            models.ForeignKey(
-                                on_delete=django.db.models.deletion.CASCADE,
-                                to=settings.AUTH_USER_MODEL,
-                            ),
-                        ),
-                    ],
-                    options={
-                        "ordering": ["-created_at"],
-                        "db_table": "neotask_site_importjob",
-                    },
-                ),
-            ],
-            database_operations=[],
+            state_operations=[import_job_state()], database_operations=[]
         ),
         migrations.RunPython(relabel_content_type, unrelabel_content_type),
     ]
