@@ -135,3 +135,16 @@ def make_task(owner: User, name: str = "Report", **fields: Any) -> ScheduledTask
         **fields,
     }
     return ScheduledTask.objects.create(owner=owner, name=name, **values)
+
+
+def config_task(**fields: Any) -> dict[str, Any]:
+    """A [[scheduled_tasks]] entry of config.toml, as load_config returns it."""
+    values = {
+        "name": "Morning brief",
+        "schedule": "daily at 7am",
+        "prompt": "brief me",
+        "owner": "alice",
+        "agent": "main",
+        "trusted": False,
+    }
+    return {**values, **fields}

@@ -30,6 +30,7 @@ from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, ApiToken, Session
+from tests.helpers import config_task
 from tests.test_import_aidaemon import build_db
 
 # Valid for the memory files' old rule, not for the session keys' one.
@@ -96,16 +97,8 @@ def test_it_refuses_the_name_in_the_api(alice, name):
 
 @pytest.mark.parametrize("name", LEADING_MARKS)
 def test_it_refuses_the_name_in_config_tasks(alice, name):
-    entry = {
-        "name": "Morning brief",
-        "schedule": "daily at 7am",
-        "prompt": "brief me",
-        "owner": "alice",
-        "agent": name,
-        "trusted": False,
-    }
     with pytest.raises(SyncError) as refused:
-        sync_config_tasks([entry])
+        sync_config_tasks([config_task(agent=name)])
     assert str(refused.value) == (
         f'[[scheduled_tasks]] #1 "Morning brief": agent {name!r} must be {AGENT_NAME_RULE}'
     )

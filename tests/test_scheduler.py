@@ -24,7 +24,14 @@ from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
-from tests.helpers import BERLIN, FRIDAY, MONDAY_9, allow_terminal, make_task
+from tests.helpers import (
+    BERLIN,
+    FRIDAY,
+    MONDAY_9,
+    allow_terminal,
+    config_task,
+    make_task,
+)
 from tests.scripted_llm import Reply, reply_with_tool
 
 TUESDAY_9 = datetime(2026, 6, 9, 9, 0, tzinfo=BERLIN)
@@ -399,20 +406,8 @@ def test_it_lets_the_agent_schedule_a_task_in_a_chat(alice, llm):
 # Config tasks ----------------------------------------------------------------------
 
 
-def entry(**fields: Any) -> dict[str, Any]:
-    values = {
-        "name": "Morning brief",
-        "schedule": "daily at 7am",
-        "prompt": "brief me",
-        "owner": "alice",
-        "agent": "main",
-        "trusted": False,
-    }
-    return {**values, **fields}
-
-
 def test_it_creates_updates_and_removes_config_tasks(alice, bob, berlin):
-    report = sync_config_tasks([entry(), entry(name="Backup", owner="bob")], now=FRIDAY)
+    report = sync_config_tasks([config_task(), config_task(name="Backup", owner="bob")], now=FRIDAY)
     assert (report.created, report.updated, report.deleted) == (["Morning brief", "Backup"], [], [])
     brief = ScheduledTask.objects.get(owner=alice)
     assert (brief.source, brief.cron_expr, brief.time_zone) == (
@@ -423,10 +418,14 @@ def test_it_creates_updates_and_removes_config_tasks(alice, bob, berlin):
     assert brief.next_run_at == datetime(2026, 6, 6, 7, tzinfo=BERLIN)
     make_task(alice, name="Mine")  # a tool task is never touched by the sync
 
-    unchanged = sync_config_tasks([entry(), entry(name="Backup", owner="bob")], now=FRIDAY)
+    unchanged = sync_config_tasks(
+        [config_task(), config_task(name="Backup", owner="bob")], now=FRIDAY
+    )
     assert (unchanged.created, unchanged.updated, unchanged.deleted) == ([], [], [])
 
-    changed = [entry(schedule="daily at 8am", prompt="brief me well", trusted=True, agent="work")]
+    changed = [
+        config_task(schedule="daily at 8am", prompt="brief me well", trusted=True, agent="work")
+    ]
     report = sync_config_tasks(changed, now=FRIDAY)
     assert (report.created, report.updated, report.deleted) == ([], ["Morning brief"], ["Backup"])
     brief.refresh_from_db()
@@ -441,36 +440,36 @@ def test_it_creates_updates_and_removes_config_tasks(alice, bob, berlin):
 
 
 def test_it_keeps_the_next_run_when_only_the_prompt_changes(alice):
-    sync_config_tasks([entry()], now=FRIDAY)
+    sync_config_tasks([config_task()], now=FRIDAY)
     due = datetime(2026, 6, 1, 7, tzinfo=BERLIN)
     ScheduledTask.objects.update(next_run_at=due)
-    sync_config_tasks([entry(prompt="brief me again")], now=FRIDAY)
+    sync_config_tasks([config_task(prompt="brief me again")], now=FRIDAY)
     assert ScheduledTask.objects.get().next_run_at == due
 
 
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (entry(name="Ghost", owner="nobody"), '#2 "Ghost": there is no user "nobody"'),
-        (entry(name="Broken", schedule="never"), '#2 "Broken": Could not understand "never"'),
-        (entry(name="Once", schedule="tomorrow at 9am"), '#2 "Once": .* runs only once'),
-        (entry(name="Long", prompt="x" * 9000), '#2 "Long": The prompt is 9,000 characters'),
-        (entry(agent="bad agent"), "agent 'bad agent' must be"),
-        (entry(), '"Morning brief" appears twice for alice'),
+        (config_task(name="Ghost", owner="nobody"), '#2 "Ghost": there is no user "nobody"'),
+        (config_task(name="Broken", schedule="never"), '#2 "Broken": Could not understand "never"'),
+        (config_task(name="Once", schedule="tomorrow at 9am"), '#2 "Once": .* runs only once'),
+        (config_task(name="Long", prompt="x" * 9000), '#2 "Long": The prompt is 9,000 characters'),
+        (config_task(agent="bad agent"), "agent 'bad agent' must be"),
+        (config_task(), '"Morning brief" appears twice for alice'),
     ],
 )
 def test_it_applies_nothing_from_a_bad_config(alice, bad, message):
-    sync_config_tasks([entry(name="Old")], now=FRIDAY)
+    sync_config_tasks([config_task(name="Old")], now=FRIDAY)
     with pytest.raises(SyncError, match=message):
-        sync_config_tasks([entry(), bad], now=FRIDAY)
+        sync_config_tasks([config_task(), bad], now=FRIDAY)
     assert list(ScheduledTask.objects.values_list("name", flat=True)) == ["Old"]
 
 
 def test_it_syncs_from_the_command_and_explains_errors(alice, settings, capsys):
-    settings.NEOTASK = {**settings.NEOTASK, "scheduled_tasks": [entry()]}
+    settings.NEOTASK = {**settings.NEOTASK, "scheduled_tasks": [config_task()]}
     call_command("sync_scheduled_tasks")
     assert "created 1 (Morning brief)" in capsys.readouterr().out
-    settings.NEOTASK = {**settings.NEOTASK, "scheduled_tasks": [entry(owner="nobody")]}
+    settings.NEOTASK = {**settings.NEOTASK, "scheduled_tasks": [config_task(owner="nobody")]}
     with pytest.raises(CommandError, match=r'configuration error: .*no user "nobody"'):
         call_command("sync_scheduled_tasks")
     assert ScheduledTask.objects.count() == 1
