@@ -36,32 +36,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from importers.aidaemon.reading import open_database, usable_tables
-from importers.aidaemon.writing import Importer
-from importers.report import ImportRefused, ImportReport, Progress, no_progress
-from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from importers.aidaemon.reading import count_rows, open_database, usable_tables
+from importers.aidaemon.writing import DatabaseImport
+from importers.importer import Importer
+from importers.report import ImportReport, Progress
 
 
-def import_aidaemon(
-    path: str | Path,
-    owner: Any,
-    agent_name: str = DEFAULT_AGENT,
-    dry_run: bool = False,
-    progress: Progress = no_progress,
-) -> ImportReport:
-    """Import the aidaemon database at `path` for `owner`; ImportRefused if it
-    cannot start (nothing written then)."""
-    try:
-        check_agent_name(agent_name)
-    except AgentNameError as exc:
-        raise ImportRefused(str(exc)) from None
-    report = ImportReport(dry_run=dry_run)
+def run(
+    path: str | Path, owner: Any, agent_name: str, report: ImportReport, progress: Progress
+) -> None:
     with open_database(path) as source:
         tables = usable_tables(source, report)
-        importer = Importer(source, tables, owner, agent_name, report, progress)
-        importer.conversations()
-        importer.facts()
-        importer.macros()
-        importer.scheduled_tasks()
-        importer.prefixes()
-    return report
+        work = DatabaseImport(source, tables, owner, agent_name, report, progress)
+        work.conversations()
+        work.facts()
+        work.macros()
+        work.scheduled_tasks()
+        work.prefixes()
+
+
+import_aidaemon = Importer(run, total=count_rows, unit="row", label="rows")

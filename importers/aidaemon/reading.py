@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from importers.report import ImportRefused, ImportReport
+from importers.text import storable
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, default_importance
 
@@ -131,18 +132,6 @@ def usable_tables(source: sqlite3.Connection, report: ImportReport) -> dict[str,
             continue
         usable[table] = [*required, *(column for column in optional if column in columns)]
     return usable
-
-
-def storable(value: Any) -> Any:
-    """What a database can store of `value`: PostgreSQL takes no NUL character
-    and no lone surrogate (JSON's "\\ud800"), in text or JSON."""
-    if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
-        return [storable(item) for item in value]
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    return value
 
 
 def timestamp(raw: Any, what: str = "created_at") -> datetime:

@@ -12,6 +12,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -26,9 +27,9 @@ from importers.aidaemon.reading import (
     message_event,
     optional_timestamp,
     payload_event,
-    storable,
 )
 from importers.report import ImportReport, Progress
+from importers.text import storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.tasks import needs_embedding, queue_embeddings
 from scheduler.models import ScheduledTask
@@ -74,23 +75,20 @@ def unit(dry_run: bool) -> Iterator[None]:
             transaction.set_rollback(True)
 
 
-class Importer:
-    def __init__(
-        self,
-        source: sqlite3.Connection,
-        tables: dict[str, list[str]],
-        owner: Any,
-        agent_name: str,
-        report: ImportReport,
-        progress: Progress,
-    ) -> None:
-        self.source = source
-        self.tables = tables
-        self.owner = owner
-        self.agent_name = agent_name
-        self.report = report
-        self.progress = progress
-        self.dry_run = report.dry_run
+@dataclass
+class DatabaseImport:
+    """One database's rows written into Neotask, table by table."""
+
+    source: sqlite3.Connection
+    tables: dict[str, list[str]]  # the importable ones, with the columns to read
+    owner: Any
+    agent_name: str
+    report: ImportReport
+    progress: Progress
+
+    @property
+    def dry_run(self) -> bool:
+        return self.report.dry_run
 
     def rows(self, table: str, where: str = "", params: tuple = ()) -> Iterator[dict[str, Any]]:
         """The table's rows one at a time (constant memory), as dicts with

@@ -36,28 +36,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from importers.importer import Importer
 from importers.openclaw.memory_files import copy_memory_files
 from importers.openclaw.reading import SESSIONS, Folder, find_sources
 from importers.openclaw.writing import import_session, imported_sessions
-from importers.report import ImportRefused, ImportReport, Progress, no_progress
-from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from importers.report import ImportReport, Progress
 
 
-def import_openclaw(
-    path: str | Path,
-    owner: Any,
-    agent_name: str = DEFAULT_AGENT,
-    dry_run: bool = False,
-    progress: Progress = no_progress,
-) -> ImportReport:
-    """Import an OpenClaw agent folder into `owner`'s agent `agent_name`; see the module's
-    docstring. Raises ImportRefused, having written nothing, when it cannot start."""
-    try:
-        check_agent_name(agent_name)
-    except AgentNameError as exc:
-        raise ImportRefused(str(exc)) from None
+def run(
+    path: str | Path, owner: Any, agent_name: str, report: ImportReport, progress: Progress
+) -> None:
     folder = Folder.locate(path)
-    report = ImportReport(dry_run=dry_run)
     for line in folder.notes:
         report.note(line)
     imported = imported_sessions(owner, agent_name)  # one query, not one per session
@@ -67,10 +56,18 @@ def import_openclaw(
             report.skip(SESSIONS, "transcript is a symlink (not followed)")
             continue
         try:
-            report.merge(import_session(owner, agent_name, source, imported, dry_run, progress))
+            report.merge(
+                import_session(owner, agent_name, source, imported, report.dry_run, progress)
+            )
         except Exception as exc:
             report.saw(SESSIONS)
             report.skip(SESSIONS, f"failed ({type(exc).__name__}), nothing of it kept")
             report.note(f"Session {source.session_id} ({source.transcript.name}) failed: {exc}")
-    copy_memory_files(folder, owner, agent_name, report, dry_run)
-    return report
+    copy_memory_files(folder, owner, agent_name, report, report.dry_run)
+
+
+def transcript_bytes(path: str | Path) -> int:
+    return Folder.locate(path).transcript_bytes
+
+
+import_openclaw = Importer(run, total=transcript_bytes, unit="B", label="transcripts")

@@ -184,17 +184,6 @@ def parse_time(value: Any) -> datetime | None:
     return None
 
 
-def clean(value: Any) -> Any:
-    """Strings as the databases store them: no NUL (PostgreSQL refuses it), no lone surrogates."""
-    if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
-        return [clean(item) for item in value]
-    if isinstance(value, dict):
-        return {clean(key): clean(item) for key, item in value.items()}
-    return value
-
-
 def usage_of(raw: Any) -> Usage | None:
     """OpenClaw's usage ({input, output, cacheRead, cacheWrite}) or a provider's own."""
     if not isinstance(raw, dict):

@@ -21,7 +21,6 @@ from importers.openclaw.reading import (
     UNSAFE_ESCAPE,
     Parsed,
     Source,
-    clean,
     entry_time,
     parse_entry,
     parse_time,
@@ -29,6 +28,7 @@ from importers.openclaw.reading import (
     usage_of,
 )
 from importers.report import ImportReport, Progress
+from importers.text import storable
 from memory.models import Event, EventType, default_importance
 from memory.tasks import queue_embeddings
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
@@ -159,7 +159,7 @@ class SessionImport:
             "openclaw_key": self.source.key,
         }
         data.update({name: header[name] for name in ("cwd", "version") if name in header})
-        self.start_event = self.new_event(EventType.SESSION_START, clean(data), mark, started)
+        self.start_event = self.new_event(EventType.SESSION_START, storable(data), mark, started)
         self.last_time = started
         if header:
             self.report.saw(LINES)
@@ -169,7 +169,7 @@ class SessionImport:
         for name in ("displayName", "label", "subject"):
             value = self.source.entry.get(name)
             if isinstance(value, str) and value.strip():
-                return Session.title_from(clean(value))
+                return Session.title_from(storable(value))
         return ""
 
     def new_event(
@@ -249,7 +249,7 @@ class SessionImport:
             self.skip_line(line_number, "not a JSON object")
             return
         if UNSAFE_ESCAPE.search(line):
-            entry = clean(entry)
+            entry = storable(entry)
         parsed = parse_entry(entry)
         if isinstance(parsed, str):
             self.report.skip(LINES, parsed)
