@@ -1,9 +1,4 @@
-"""The site's own rows: imports from other agents, run as background jobs.
-
-An import writes into every app (events, facts, tasks, prefixes, sessions,
-memory files), so its job lives with the site that wires the apps together,
-beside the importers (neotask_site/importing/).
-"""
+"""An import from another agent, run as a background job."""
 
 from __future__ import annotations
 
