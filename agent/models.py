@@ -5,7 +5,7 @@ import uuid
 from django.db import models
 
 from agent.rules import Rule, rule_for
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel
 
 
 class TerminalAllowedPrefix(OwnedModel):
@@ -16,8 +16,6 @@ class TerminalAllowedPrefix(OwnedModel):
     # the terminal permission, switches them on.
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         db_table = "terminal_allowed_prefixes"
@@ -61,8 +59,6 @@ class ApprovalRequest(OwnedModel):
     decision = models.CharField(max_length=16, choices=Decision.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel
 
 
 class ImportJob(OwnedModel):
@@ -38,8 +38,6 @@ class ImportJob(OwnedModel):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel
 
 
 class EventType(models.TextChoices):
@@ -123,8 +123,6 @@ class Event(OwnedModel):
     # When the vector was stored: the in-process indexes sync from this.
     embedded_at = models.DateTimeField(null=True, blank=True)
     legacy_message_id = models.CharField(max_length=64, null=True, blank=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         db_table = "events"
@@ -259,8 +257,6 @@ class Fact(OwnedModel):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = OwnedQuerySet.as_manager()
-
     class Meta:
         db_table = "facts"
         ordering = ["category", "key"]
@@ -291,8 +287,6 @@ class Macro(OwnedModel):
     is_disabled = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         db_table = "macros"
@@ -332,8 +326,6 @@ class MemoryFile(OwnedModel):
     indexed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = OwnedQuerySet.as_manager()
-
     class Meta:
         ordering = ["agent", "path"]
         constraints = [
@@ -362,8 +354,6 @@ class MemoryChunk(OwnedModel):
     embedded_at = models.DateTimeField(null=True, blank=True)
     embedding_error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["file", "position"]

@@ -5,7 +5,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel
 from sessions_app.keys import SessionKey
 
 
@@ -33,8 +33,6 @@ class ScheduledTask(OwnedModel):
     last_run_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         db_table = "scheduled_tasks"

@@ -5,7 +5,7 @@ import hmac
 import secrets
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.validators import RegexValidator
 from django.db import models
@@ -29,6 +29,9 @@ class AgentQuerySet(OwnedQuerySet):
         return agent
 
 
+AgentManager = models.Manager.from_queryset(AgentQuerySet)
+
+
 class Agent(OwnedModel):
     """An assistant persona with its own sessions and memory workspace."""
 
@@ -43,7 +46,7 @@ class Agent(OwnedModel):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = AgentQuerySet.as_manager()
+    objects: ClassVar[AgentManager] = AgentManager()
 
     class Meta:
         ordering = ["name"]
@@ -64,6 +67,9 @@ class SessionQuerySet(OwnedQuerySet):
             .select_related("agent", "owner")
             .first()
         )
+
+
+SessionManager = models.Manager.from_queryset(SessionQuerySet)
 
 
 class Session(OwnedModel):
@@ -94,7 +100,7 @@ class Session(OwnedModel):
     updated_at = models.DateTimeField(auto_now=True)
     last_activity_at = models.DateTimeField(default=timezone.now)
 
-    objects = SessionQuerySet.as_manager()
+    objects: ClassVar[SessionManager] = SessionManager()
 
     class Meta:
         ordering = ["-last_activity_at"]
@@ -186,8 +192,6 @@ class ApiToken(OwnedModel):
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    objects = OwnedQuerySet.as_manager()
-
     class Meta:
         ordering = ["-created_at", "-id"]
 
@@ -273,8 +277,6 @@ class ChatInput(OwnedModel):
     outcome = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = OwnedQuerySet.as_manager()
-
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["owner", "key", "status"], name="chatinput_queue")]
@@ -294,8 +296,6 @@ class ChatClaim(OwnedModel):
     lease_until = models.DateTimeField(null=True, blank=True)
     session_id = models.CharField(max_length=64, blank=True)  # where the running turn writes
     partial = models.TextField(blank=True)
-
-    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         constraints = [
