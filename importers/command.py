@@ -6,11 +6,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from tqdm import tqdm
 
 from importers.kinds import IMPORTERS
 from importers.report import ImportRefused
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.progress import progress_bar
 
 
 class ImportCommand(BaseCommand):
@@ -37,12 +37,12 @@ class ImportCommand(BaseCommand):
         importer = IMPORTERS[self.kind]
         try:
             total = importer.total(path)
-            bar = tqdm(
+            bar = progress_bar(
+                self,
                 total=total,
                 unit=importer.unit,
                 unit_scale=importer.unit == "B",
                 desc=importer.label,
-                file=self.stderr._out,
                 ascii=True,
             )
             with bar:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from importers.report import ImportRefused, ImportReport, Progress, no_progress
+from importers.report import ImportRefused, ImportReport
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.progress import Progress, no_progress
 
 # (path, owner, agent name, the report to fill, progress); ImportRefused when it cannot start
 Run = Callable[[str | Path, Any, str, ImportReport, Progress], None]

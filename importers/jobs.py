@@ -16,7 +16,8 @@ from django.utils.text import get_valid_filename
 
 from importers import uploads
 from importers.models import ImportJob
-from importers.report import ImportRefused, ImportReport, Progress
+from importers.report import ImportRefused, ImportReport
+from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
 

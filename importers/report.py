@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
 class ImportRefused(Exception):
     """An import that cannot start (not a database, missing tables, bad zip...):
     the message is shown as is, and nothing has been written."""
-
-
-# Called with the number of units just finished; a tqdm bar's `update` fits.
-Progress = Callable[[int], object]
-
-
-def no_progress(done: int) -> None:
-    return None
 
 
 @dataclass

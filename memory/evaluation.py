@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,10 +29,11 @@ from memory.embeddings import embed_text
 from memory.models import Event, EventType
 from memory.recall import record_recall
 from memory.retrieval import estimate_tokens, get_context
-from memory.search import BRANCHES, search_memory
+from memory.search import BRANCHES, SearchHit, search_memory
 from memory.tasks import embed_missing, embedding_queue_paused
 from memory.vector_index import forget_indexes
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.progress import Progress
 
 
 class DatasetError(ValueError):
@@ -152,7 +153,7 @@ def context_probe(user: Any, conversation_id: str, number: int, question: str) -
 def evaluate(
     conversations: list[dict[str, Any]],
     ks: list[int],
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     depth = max(ks)
     found: dict[str, dict[int, float]] = {b: dict.fromkeys(ks, 0.0) for b in BRANCHES}
@@ -165,8 +166,12 @@ def evaluate(
                 evidence = set(question["evidence"])
                 questions += 1
                 for branch in BRANCHES:
-                    hits = search_memory(user, question["question"], k=depth, branch=branch)
-                    ranked = [hit.event.data.get("turn_id") for hit in hits]
+                    hits = search_memory(
+                        user, question["question"], k=depth, branch=branch, files=False
+                    )
+                    ranked = [
+                        hit.event.data.get("turn_id") for hit in hits if isinstance(hit, SearchHit)
+                    ]
                     for k in ks:
                         found[branch][k] += len(evidence & set(ranked[:k])) / len(evidence)
                 probe = context_probe(user, conversation["id"], number, question["question"])

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +26,7 @@ from django.utils import timezone
 from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
 from memory.vectors import pack
+from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def embed_event(event_id: int) -> int:
 
 def embed_missing(
     limit: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     created_before: datetime | None = None,
 ) -> int:
     """Embed every event still missing a vector (stored before `created_before`,

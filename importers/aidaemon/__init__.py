@@ -39,7 +39,8 @@ from typing import Any
 from importers.aidaemon.reading import count_rows, open_database, usable_tables
 from importers.aidaemon.writing import DatabaseImport
 from importers.importer import Importer
-from importers.report import ImportReport, Progress
+from importers.report import ImportReport
+from neotask_site.progress import Progress
 
 
 def run(

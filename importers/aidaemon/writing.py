@@ -28,10 +28,11 @@ from importers.aidaemon.reading import (
     optional_timestamp,
     payload_event,
 )
-from importers.report import ImportReport, Progress
+from importers.report import ImportReport
 from importers.text import storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.tasks import needs_embedding, queue_embeddings
+from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
     MAX_NAME_CHARS,

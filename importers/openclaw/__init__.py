@@ -40,7 +40,8 @@ from importers.importer import Importer
 from importers.openclaw.memory_files import copy_memory_files
 from importers.openclaw.reading import SESSIONS, Folder, find_sources
 from importers.openclaw.writing import import_session, imported_sessions
-from importers.report import ImportReport, Progress
+from importers.report import ImportReport
+from neotask_site.progress import Progress
 
 
 def run(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from tqdm import tqdm
 
 from memory.tasks import embed_missing, needs_embedding
+from neotask_site.progress import progress_bar
 
 
 class Command(BaseCommand):
@@ -20,7 +20,7 @@ class Command(BaseCommand):
         total = needs_embedding().count()
         if limit is not None:
             total = min(total, limit)
-        with tqdm(total=total, unit="event", file=self.stderr._out, ascii=True) as bar:
+        with progress_bar(self, total=total, unit="event", ascii=True) as bar:
             done = embed_missing(limit=limit, progress=bar.update)
         failed = needs_embedding().count()
         self.stdout.write(f"Embedded {done} events.")

@@ -29,7 +29,6 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.test import override_settings
 from django.utils import timezone
-from tqdm import tqdm
 
 from memory import fulltext
 from memory.embeddings import embed_text, embed_texts, get_model
@@ -42,6 +41,7 @@ from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import pack
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.progress import progress_bar
 
 POOL = 2000
 STAGES = (  # what is timed, in the order printed
@@ -204,13 +204,13 @@ class Command(BaseCommand):
                     SAMPLES,
                 )
             )
-        texts = [sentence(rng) for _ in range(1024)]
+        sentences = [sentence(rng) for _ in range(1024)]
         started = time.perf_counter()
-        for text in texts[:256]:
+        for text in sentences[:256]:
             embed_text(text)
         report["embed_batch_1_per_s"] = round(256 / (time.perf_counter() - started), 1)
         started = time.perf_counter()
-        embed_texts(texts, batch_size=32)
+        embed_texts(sentences, batch_size=32)
         report["embed_batch_32_per_s"] = round(1024 / (time.perf_counter() - started), 1)
         report["rss_mb"] = rss_mb()
         if quiet:
@@ -229,9 +229,9 @@ class Command(BaseCommand):
         quiet: bool,
     ) -> None:
         start = timezone.now() - timedelta(minutes=count)
-        with tqdm(total=count, unit="event", disable=quiet, file=self.stderr._out) as bar:
+        with progress_bar(self, total=count, unit="event", disable=quiet) as bar:
             for offset in range(0, count, INSERT_BATCH):
-                batch = []
+                batch: list[Event] = []
                 for number in range(offset, min(count, offset + INSERT_BATCH)):
                     pick = rng.randrange(len(texts))
                     vector = vectors[pick] + noise.normal(0, 0.02, vectors.shape[1])

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from tqdm import tqdm
 
 from memory.evaluation import DatasetError, evaluate, load_dataset
+from neotask_site.progress import progress_bar
 
 
 class Command(BaseCommand):
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         conversations = conversations[: options["limit"]] if options["limit"] else conversations
         total = sum(len(c["questions"]) for c in conversations)
         quiet = options["json"]
-        with tqdm(total=total, unit="question", disable=quiet, file=self.stderr._out) as bar:
+        with progress_bar(self, total=total, unit="question", disable=quiet) as bar:
             report = evaluate(conversations, ks, progress=bar.update)
         if quiet:
             self.stdout.write(json.dumps(report, indent=2))

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
-from tqdm import tqdm
 
+from neotask_site.progress import progress_bar
 from sessions_app.management.users import find_user
 from sessions_app.models import Session
 from sessions_app.transcripts import INDEX_NAME, export_session, write_index
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         prepare(out_dir)
         appended = rewritten = 0
         try:
-            with tqdm(sessions, unit="session", file=self.stderr._out, ascii=True) as bar:
+            with progress_bar(self, sessions, unit="session", ascii=True) as bar:
                 for item in bar:
                     export = export_session(item, out_dir)
                     appended += export.appended
