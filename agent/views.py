@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
-from neotask_site.htmx import render_page
+from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
 
-def terminal_prefixes(request: HttpRequest) -> HttpResponse:
+def terminal_prefixes(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "prefixes": TerminalAllowedPrefix.objects.owned_by(request.user),
         "can_use_terminal": has_terminal_permission(request.user),
@@ -24,7 +24,7 @@ def terminal_prefixes(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def activate_prefix(request: HttpRequest, pk: int) -> HttpResponse:
+def activate_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Switch on a prefix that arrived inactive (with an import): only its
     owner, holding the terminal permission, grants that trust."""
     prefix = get_owned_or_404(TerminalAllowedPrefix, request.user, pk=pk)
@@ -38,7 +38,7 @@ def activate_prefix(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-def revoke_prefix(request: HttpRequest, pk: int) -> HttpResponse:
+def revoke_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """From now on commands with this prefix ask again before they run."""
     prefix = get_owned_or_404(TerminalAllowedPrefix, request.user, pk=pk)
     prefix.delete()

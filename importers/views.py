@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from importers import jobs, uploads
 from importers.forms import ImportForm
 from importers.models import ImportJob
-from neotask_site.htmx import render_page
+from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
 RECENT_JOBS = 10
@@ -18,7 +18,7 @@ RECENT_JOBS = 10
 FORM_OVERHEAD = 64 * 1024
 
 
-def import_page(request: HttpRequest) -> HttpResponse:
+def import_page(request: HtmxHttpRequest) -> HttpResponse:
     forms = {kind: ImportForm(kind) for kind in ImportJob.Kind.values}
     status, refused = 200, ""
     if request.method == "POST":
@@ -62,7 +62,7 @@ def import_page(request: HttpRequest) -> HttpResponse:
     return render(request, "importers/import.html", context, status=status)
 
 
-def import_job(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def import_job(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """One job; htmx polls its partial while it runs."""
     jobs.expire_stale(request.user)
     job = get_owned_or_404(ImportJob, request.user, pk=pk)

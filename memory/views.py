@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -16,21 +16,21 @@ from memory.forms import FactForm
 from memory.models import Fact, Macro
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
-from neotask_site.htmx import render_page
+from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
 RESULTS = 20
 MAX_QUERY = 2000
 
 
-def memory_search(request: HttpRequest) -> HttpResponse:
+def memory_search(request: HtmxHttpRequest) -> HttpResponse:
     """The search box: the whole page, or only the results for htmx."""
     query = request.GET.get("q", "").strip()[:MAX_QUERY]
     hits = search_memory(request.user, query, k=RESULTS) if query else []
     return render_page(request, "memory/search.html", {"query": query, "hits": hits})
 
 
-def workspace_of(request: HttpRequest) -> tuple[str, Path]:
+def workspace_of(request: HtmxHttpRequest) -> tuple[str, Path]:
     """The requesting user's workspace of `?agent=` (default DEFAULT_AGENT): paths are per owner
     id, so another user's files are never reachable."""
     agent = request.GET.get("agent") or request.POST.get("agent") or DEFAULT_AGENT
@@ -49,14 +49,14 @@ def files_url(agent: str) -> str:
     return f"{reverse('memory-files')}?{urlencode({'agent': agent})}"
 
 
-def memory_files(request: HttpRequest) -> HttpResponse:
+def memory_files(request: HtmxHttpRequest) -> HttpResponse:
     """The files on disk now; a GET indexes nothing (writes, searches and the watcher job do)."""
     agent, _ = workspace_of(request)
     listed = indexing.list_files(request.user, agent)
     return render(request, "memory/files.html", {"agent": agent, "files": listed})
 
 
-def existing_file(request: HttpRequest, workspace: Path) -> str:
+def existing_file(request: HtmxHttpRequest, workspace: Path) -> str:
     """The memory path the request names (?path= or the form), or 404."""
     path = request.GET.get("path") or request.POST.get("path", "")
     try:
@@ -68,7 +68,7 @@ def existing_file(request: HttpRequest, workspace: Path) -> str:
     return shown
 
 
-def memory_file(request: HttpRequest) -> HttpResponse:
+def memory_file(request: HtmxHttpRequest) -> HttpResponse:
     """View a file and edit it; saving refuses to overwrite changes made meanwhile."""
     agent, workspace = workspace_of(request)
     shown = existing_file(request, workspace)
@@ -101,7 +101,7 @@ def memory_file(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def memory_file_new(request: HttpRequest) -> HttpResponse:
+def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     agent, workspace = workspace_of(request)
     name = request.POST.get("name", "").strip()
     path = paths.new_file_path(name)
@@ -117,7 +117,7 @@ def memory_file_new(request: HttpRequest) -> HttpResponse:
     return redirect(file_url(agent, shown))
 
 
-def memory_file_delete(request: HttpRequest) -> HttpResponse:
+def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
     """A confirmation page; deleting takes a POST from it."""
     agent, workspace = workspace_of(request)
     shown = existing_file(request, workspace)
@@ -137,7 +137,7 @@ FACT_RESULTS = "memory/_fact_rows.html"
 MACRO_ROW = "memory/_macro_row.html"
 
 
-def owned_facts(request: HttpRequest, query: str = "") -> QuerySet[Fact]:
+def owned_facts(request: HtmxHttpRequest, query: str = "") -> QuerySet[Fact]:
     facts = Fact.objects.owned_by(request.user)
     if query:
         facts = facts.filter(
@@ -146,7 +146,7 @@ def owned_facts(request: HttpRequest, query: str = "") -> QuerySet[Fact]:
     return facts[:FACT_ROWS]
 
 
-def fact_list(request: HttpRequest) -> HttpResponse:
+def fact_list(request: HtmxHttpRequest) -> HttpResponse:
     """The facts page; a POST adds one. htmx gets the part it replaces: the rows
     for a search, the form and the rows after an add."""
     # NUL never matches a fact, and PostgreSQL refuses it in a query.
@@ -164,7 +164,7 @@ def fact_list(request: HttpRequest) -> HttpResponse:
     return render_page(request, "memory/facts.html", context)
 
 
-def fact_row(request: HttpRequest, pk: int) -> HttpResponse:
+def fact_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """One row as it is now (what "cancel" of an inline edit swaps back in)."""
     fact = get_owned_or_404(Fact, request.user, pk=pk)
     if not request.htmx:
@@ -172,7 +172,7 @@ def fact_row(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, FACT_ROW, {"fact": fact})
 
 
-def fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The edit form: in place of the row for htmx, as a page otherwise."""
     fact = get_owned_or_404(Fact, request.user, pk=pk)
     form = FactForm(
@@ -188,7 +188,7 @@ def fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-def fact_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def fact_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
     fact.delete()
     if request.htmx:
@@ -197,13 +197,13 @@ def fact_delete(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("fact-list")
 
 
-def macro_list(request: HttpRequest) -> HttpResponse:
+def macro_list(request: HtmxHttpRequest) -> HttpResponse:
     macros = Macro.objects.owned_by(request.user)
     return render_page(request, "memory/macros.html", {"macros": macros})
 
 
 @require_POST
-def macro_disable(request: HttpRequest, pk: int, disabled: bool) -> HttpResponse:
+def macro_disable(request: HtmxHttpRequest, pk: int, disabled: bool) -> HttpResponse:
     """Disabled macros stay (and keep learning) but give the agent no hints."""
     macro = get_owned_or_404(Macro, request.user, pk=pk)
     macro.is_disabled = disabled
@@ -214,7 +214,7 @@ def macro_disable(request: HttpRequest, pk: int, disabled: bool) -> HttpResponse
 
 
 @require_POST
-def macro_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def macro_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     macro = get_owned_or_404(Macro, request.user, pk=pk)
     macro.delete()
     if request.htmx:

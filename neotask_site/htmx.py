@@ -12,15 +12,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django_htmx.middleware import HtmxDetails
 
 FULL_BASE = "base.html"
 PARTIAL_BASE = "_partial.html"
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A page's request as the type checker should see it (django-htmx's recipe):
+    its middleware has set `htmx`, and LoginRequiredMiddleware lets only a
+    signed-in user reach a page (the views marked login_not_required take a
+    plain HttpRequest)."""
+
+    htmx: HtmxDetails
+    user: User
+
+
 def render_page(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     template_name: str,
     context: dict[str, Any] | None = None,
     status: int | None = None,

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from neotask_site.htmx import render_page
+from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from scheduler import runner
 from scheduler.forms import TaskForm
@@ -28,11 +28,11 @@ log = logging.getLogger(__name__)
 ROW = "scheduler/_task_row.html"
 
 
-def owned_tasks(request: HttpRequest) -> QuerySet[ScheduledTask]:
+def owned_tasks(request: HtmxHttpRequest) -> QuerySet[ScheduledTask]:
     return ScheduledTask.objects.owned_by(request.user).select_related("agent")
 
 
-def task_list(request: HttpRequest) -> HttpResponse:
+def task_list(request: HtmxHttpRequest) -> HttpResponse:
     """The page; a POST creates a task (all of it or, on any error, nothing)."""
     form = TaskForm(request.POST if request.method == "POST" else None)
     created = None
@@ -51,7 +51,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
     return render_page(request, "scheduler/tasks.html", context)
 
 
-def schedule_preview(request: HttpRequest) -> HttpResponse:
+def schedule_preview(request: HtmxHttpRequest) -> HttpResponse:
     """What the schedule being typed means: its cron expression and next runs, or why not."""
     schedule = request.GET.get("schedule", "").strip()
     context: dict[str, object] = {"schedule": schedule}
@@ -63,7 +63,7 @@ def schedule_preview(request: HttpRequest) -> HttpResponse:
     return render(request, "scheduler/_preview.html", context)
 
 
-def task_row(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def task_row(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """One row, as it is now (what "cancel" of a delete confirmation swaps back in)."""
     task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
     if not request.htmx:
@@ -72,7 +72,7 @@ def task_row(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 def act(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     pk: uuid.UUID,
     apply: Callable[[ScheduledTask], str],
     *,
@@ -88,7 +88,7 @@ def act(
 
 
 def answer(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     task: ScheduledTask,
     note: str = "",
     error: str = "",
@@ -126,21 +126,21 @@ def run_now(task: ScheduledTask) -> str:
 
 
 @require_POST
-def task_pause(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def task_pause(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return act(request, pk, pause)
 
 
 @require_POST
-def task_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def task_resume(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return act(request, pk, resume)
 
 
 @require_POST
-def task_run(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def task_run(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     return act(request, pk, run_now, running=True)
 
 
-def task_delete(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def task_delete(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """GET asks for confirmation (a row for htmx, a page otherwise); POST deletes."""
     task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
     try:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Iterator
 
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
@@ -12,7 +13,7 @@ from django.views.decorators.http import require_POST
 from agent.approvals import ApprovalError
 from agent.models import ApprovalRequest
 from memory.models import Event
-from neotask_site.htmx import render_page
+from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
 from sessions_app.approvals import answer_approval
@@ -23,17 +24,17 @@ EVENTS_PER_PAGE = 100
 CHAT_EVENTS = 200
 
 
-def chat_home(request: HttpRequest) -> HttpResponse:
+def chat_home(request: HtmxHttpRequest) -> HttpResponse:
     session = chat.latest_chat(request.user) or chat.start_chat(request.user)
     return redirect("chat", key=session.key)
 
 
 @require_POST
-def new_chat(request: HttpRequest) -> HttpResponse:
+def new_chat(request: HtmxHttpRequest) -> HttpResponse:
     return redirect("chat", key=chat.start_chat(request.user).key)
 
 
-def open_chat(request: HttpRequest, key: str) -> Session:
+def open_chat(request: HtmxHttpRequest, key: str) -> Session:
     try:
         return chat.find_chat(request.user, key)
     except chat.ChatError:
@@ -45,7 +46,7 @@ def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -
     return list(reversed(events.order_by("-created_at", "-id")[:limit]))
 
 
-def chat_page(request: HttpRequest, key: str) -> HttpResponse:
+def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
     session = open_chat(request, key)
     context = {
         "session": session,
@@ -60,7 +61,7 @@ def chat_page(request: HttpRequest, key: str) -> HttpResponse:
 
 
 @require_POST
-def approval_answer(request: HttpRequest) -> HttpResponse:
+def approval_answer(request: HtmxHttpRequest) -> HttpResponse:
     """A click on an approval card: "Allow once", "Allow always" or "Deny", the same
     answer as the socket's approval frame. htmx swaps the card for nothing (every
     other tab drops it on the broadcast), or for the card and why it was refused."""
@@ -84,7 +85,7 @@ def approval_answer(request: HttpRequest) -> HttpResponse:
     return HttpResponse("")
 
 
-def chat_events(request: HttpRequest, key: str) -> HttpResponse:
+def chat_events(request: HtmxHttpRequest, key: str) -> HttpResponse:
     """Events after `?after=<id>`: what a reconnecting page missed."""
     session = open_chat(request, key)
     try:
@@ -95,7 +96,7 @@ def chat_events(request: HttpRequest, key: str) -> HttpResponse:
     return render(request, "sessions_app/_events.html", {"events": events})
 
 
-def sidebar(request: HttpRequest) -> HttpResponse:
+def sidebar(request: HtmxHttpRequest) -> HttpResponse:
     current = request.GET.get("current", "")
     return render(
         request,
@@ -104,12 +105,12 @@ def sidebar(request: HttpRequest) -> HttpResponse:
     )
 
 
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
     sessions = Session.objects.owned_by(request.user).select_related("agent")[:200]
     return render(request, "sessions_app/home.html", {"sessions": sessions})
 
 
-def session_detail(request: HttpRequest, pk: str) -> HttpResponse:
+def session_detail(request: HtmxHttpRequest, pk: str) -> HttpResponse:
     try:
         uuid.UUID(pk)
     except ValueError:
@@ -124,6 +125,7 @@ def session_transcript(request: HttpRequest, pk: uuid.UUID) -> StreamingHttpResp
     """The session as a JSONL download, read from the database in batches."""
     session = get_owned_or_404(Session.objects.select_related("owner"), request.user, pk=pk)
     # Daphne streams only an async iterator; a sync one would be read whole first.
+    chunks: Iterator[str] | AsyncIterator[str]
     if isinstance(request, ASGIRequest):
         chunks = transcripts.atranscript_chunks(session)
     else:
@@ -136,12 +138,12 @@ def session_transcript(request: HttpRequest, pk: uuid.UUID) -> StreamingHttpResp
 CLEANUP_LIST = "sessions_app/_cleanup_list.html"
 
 
-def cleanup_step(request: HttpRequest, step: str, context: dict) -> HttpResponse:
+def cleanup_step(request: HtmxHttpRequest, step: str, context: dict) -> HttpResponse:
     """htmx swaps in one step of the cleanup; a plain request gets the page around it."""
     return render_page(request, "sessions_app/cleanup.html", {**context, "step": step})
 
 
-def cleanup_candidates(request: HttpRequest) -> dict:
+def cleanup_candidates(request: HtmxHttpRequest) -> dict:
     days = cleanup.configured_days()
     owned = Session.objects.owned_by(request.user)
     found = cleanup.measure(cleanup.candidate_sessions(owned, days, include_archived=True))
@@ -152,12 +154,12 @@ def cleanup_candidates(request: HttpRequest) -> dict:
     }
 
 
-def cleanup_page(request: HttpRequest) -> HttpResponse:
+def cleanup_page(request: HtmxHttpRequest) -> HttpResponse:
     return cleanup_step(request, CLEANUP_LIST, cleanup_candidates(request))
 
 
 @require_POST
-def cleanup_confirm(request: HttpRequest) -> HttpResponse:
+def cleanup_confirm(request: HtmxHttpRequest) -> HttpResponse:
     selection = cleanup.select(
         Session.objects.owned_by(request.user),
         request.POST.getlist("session"),
@@ -170,7 +172,7 @@ def cleanup_confirm(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def cleanup_delete(request: HttpRequest) -> HttpResponse:
+def cleanup_delete(request: HtmxHttpRequest) -> HttpResponse:
     selection = cleanup.remove_selected(
         Session.objects.owned_by(request.user),
         request.POST.getlist("session"),
@@ -180,14 +182,14 @@ def cleanup_delete(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def event_pin(request: HttpRequest, pk: int) -> HttpResponse:
+def event_pin(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Pin a message (always recalled) or unpin it (its default importance)."""
     event = get_owned_or_404(Event, request.user, pk=pk)
     event.toggle_pin()
     return render(request, "sessions_app/_event.html", {"event": event})
 
 
-def api_tokens(request: HttpRequest) -> HttpResponse:
+def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     """The user's API tokens; a POST creates one and shows its secret, this once
     (rendered, not redirected: the secret must not sit in a session or a URL)."""
     form = ApiTokenForm(request.POST if request.method == "POST" else None)
@@ -204,7 +206,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def revoke_api_token(request: HttpRequest, pk: int) -> HttpResponse:
+def revoke_api_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     token = get_owned_or_404(ApiToken, request.user, pk=pk)
     token.revoke()
     if not request.htmx:
