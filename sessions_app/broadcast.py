@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
+from django.core.exceptions import ImproperlyConfigured
 from django.template.loader import render_to_string
 from redis.exceptions import RedisError
 
@@ -15,6 +16,14 @@ from agent.frames import EventFrame, Frame
 from memory.models import Event
 
 log = logging.getLogger(__name__)
+
+
+def channel_layer() -> BaseChannelLayer:
+    """The project's channel layer (the settings always name one)."""
+    layer = get_channel_layer()
+    if layer is None:
+        raise ImproperlyConfigured("CHANNEL_LAYERS names no default layer")
+    return layer
 
 
 def group_name(owner_id: int, key: str) -> str:
@@ -42,7 +51,7 @@ async def broadcast(owner_id: int, key: str, frame: Frame) -> None:
     if isinstance(frame, EventFrame) and frame.stored is not None:
         data["event"] = {**frame.event, "html": render_event(frame.stored)}
     try:
-        await get_channel_layer().group_send(
+        await channel_layer().group_send(
             group_name(owner_id, key), {"type": "chat.frame", "frame": data}
         )
     except (RedisError, OSError) as exc:
@@ -52,6 +61,6 @@ async def broadcast(owner_id: int, key: str, frame: Frame) -> None:
 async def stop(owner_id: int, key: str) -> None:
     """Stop the chat's running input, in whichever process runs it."""
     try:
-        await get_channel_layer().group_send(control_group(owner_id, key), {"type": "chat.stop"})
+        await channel_layer().group_send(control_group(owner_id, key), {"type": "chat.stop"})
     except (RedisError, OSError) as exc:
         log.warning("/stop was not sent: the channel layer is unreachable (%s)", exc)

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
 from agent.frames import (
@@ -33,7 +32,7 @@ from agent.frames import (
 from agent.llm import Usage
 from memory.models import EventType
 from sessions_app import chat
-from sessions_app.broadcast import broadcast, control_group
+from sessions_app.broadcast import broadcast, channel_layer, control_group
 from sessions_app.claims import (
     AGAIN,
     LOST,
@@ -180,7 +179,7 @@ class Holder:
                 return
 
     async def listen(self) -> None:
-        layer = get_channel_layer()
+        layer = channel_layer()
         group = control_group(self.owner.pk, self.key)
         try:
             channel = await layer.new_channel()
