@@ -24,6 +24,7 @@ test-team: $(VENV)/.installed-test chromium bubblewrap
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
 
 migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput

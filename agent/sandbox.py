@@ -329,9 +329,9 @@ def problem(options: Mapping[str, Any]) -> str | None:
     limits = Limits.from_options(options)
     try:
         with tempfile.TemporaryDirectory(prefix="neotask-probe-") as empty:
-            options = bwrap_options(Path(empty), limits, network=False)
+            argv = [bwrap, *bwrap_options(Path(empty), limits, network=False)]
             result = subprocess.run(
-                [bwrap, *options, *inside("true", limits)],
+                [*argv, *inside("true", limits)],
                 capture_output=True,
                 text=True,
                 timeout=30,

@@ -124,6 +124,7 @@ def main() -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert llm.stdout is not None
     llm_url, llm_key = llm.stdout.readline().split()
     with tempfile.TemporaryDirectory() as data_dir:
         env = app_env(data_dir, NEOTASK_LLM_BASE_URL=llm_url, NEOTASK_LLM_API_KEY=llm_key)

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -101,7 +101,7 @@ def stop(processes: list[subprocess.Popen]) -> None:
     from tests.processes import stop_process, stop_process_group
 
     for process in reversed(processes):  # the servers before the LLM they call
-        if process.args[-1] == "qcluster":
+        if cast(list[str], process.args)[-1] == "qcluster":  # always started with a list
             stop_process_group(process, seconds=15)  # with its workers
         else:
             stop_process(process, seconds=15)

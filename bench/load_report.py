@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 from bench.load_clients import STORED_PER_TURN, Chat, ChatResult
 
@@ -41,7 +42,7 @@ def count_events(chats: list[Chat], results: list[ChatResult]) -> tuple[int, int
     return lost, duplicated
 
 
-def count_jobs() -> dict[str, int]:
+def count_jobs() -> dict[str, Any]:
     """What the job cluster did: its jobs, and the vectors they wrote."""
     from django.db.models import Count
     from django_q.models import Success
@@ -161,7 +162,8 @@ def dump_stacks(processes: list[subprocess.Popen], data_dir: Path) -> None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with (data_dir / "stall-stacks.log").open("w") as out:
         for process in processes:
-            out.write(f"=== {' '.join(map(str, process.args[-3:]))} (pid {process.pid})\n")
+            argv = cast(list[str], process.args)  # always started with a list
+            out.write(f"=== {' '.join(map(str, argv[-3:]))} (pid {process.pid})\n")
             out.flush()
             try:
                 subprocess.run(

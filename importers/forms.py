@@ -26,7 +26,8 @@ class ImportForm(forms.Form):
     )
 
     def __init__(self, kind: str, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, prefix=kind, **kwargs)
+        kwargs["prefix"] = kind
+        super().__init__(*args, **kwargs)
         self.kind = kind
         if kind == ImportJob.Kind.OPENCLAW:
             self.fields["file"].widget.attrs["accept"] = ".zip,application/zip"

@@ -42,7 +42,8 @@ class FactForm(forms.ModelForm):
         return value
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         category, key = cleaned.get("category"), cleaned.get("key")
         if category and key:
             # The owner is not a form field, so the model's unique check skips it.

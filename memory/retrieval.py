@@ -22,7 +22,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import Event, EventType
-from memory.search import MAX_QUERY_CHARS, search_memory
+from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
 from memory.vector_index import index_for, one_sync
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
@@ -192,7 +192,7 @@ def gather_context(
             seen.add(event.pk)
 
     if limits["search_limit"] and text:
-        hits = search_memory(
+        found_hits = search_memory(
             owner,
             text,
             k=limits["search_limit"] + len(seen),
@@ -203,8 +203,10 @@ def gather_context(
         )
         fresh = [
             hit
-            for hit in hits
-            if hit.event.pk not in seen and hit.bears_on_query(limits["search_min_similarity"])
+            for hit in found_hits
+            if isinstance(hit, SearchHit)  # files=False: events only
+            and hit.event.pk not in seen
+            and hit.bears_on_query(limits["search_min_similarity"])
         ]
         for hit in fresh[: limits["search_limit"]]:
             context.items.append(ContextItem(hit.event, "search", hit.score))

@@ -85,12 +85,12 @@ def search_memory(
     vector: dict[int, float] = {}
     lexical: dict[int, float] = {}
     with one_sync():  # three questions to the index, one read of its new vectors
-        if branch != "lexical":
+        if branch != "lexical" and query_vector is not None:
             vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
         if branch != "vector":
             memories = index.count()
             lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
-        if branch == "fused" and lexical:
+        if branch == "fused" and lexical and query_vector is not None:
             # The cosine of the words' finds, for those with a vector.
             vector.update(
                 index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)

@@ -180,7 +180,7 @@ class InMemoryChannelLayer(StockInMemoryChannelLayer):
         now = time.monotonic()
         if now - self.cleaned >= self.CLEAN_EVERY:
             self.cleaned = now
-            super()._clean_expired()
+            super()._clean_expired()  # type: ignore[misc]  # private: not in types-channels
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         self.require_valid_group_name(group)

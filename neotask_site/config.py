@@ -155,7 +155,7 @@ def _coerce(value: Any, option: Option, where: str) -> Any:
         value = float(value)
     if type(value) is not kind:
         raise ConfigError(f"{where} must be {_type_name(kind)}, not {value!r}")
-    if kind is float and not math.isfinite(value):  # inf hours overflow every date sum
+    if isinstance(value, float) and not math.isfinite(value):  # inf hours overflow every date sum
         raise ConfigError(f"{where} must be a finite number, not {value!r}")
     if option.check and (reason := option.check(value)):
         raise ConfigError(f"{where} {reason} (got {value!r})")

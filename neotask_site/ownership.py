@@ -7,7 +7,7 @@ hand-written `filter(owner=...)` in a view.
 
 from __future__ import annotations
 
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from django import forms
 from django.conf import settings
@@ -40,7 +40,7 @@ def get_owned_or_404(model: type[M] | models.QuerySet[M], user: Any, **lookups: 
     """The row matching `lookups` if `user` owns it; 404 otherwise (never 403,
     so a guessed id does not reveal that someone else's row exists)."""
     queryset = model if isinstance(model, models.QuerySet) else model._default_manager.all()
-    return get_object_or_404(queryset.owned_by(user), **lookups)
+    return get_object_or_404(cast(OwnedQuerySet, queryset).owned_by(user), **lookups)
 
 
 class OwnedAdminForm(forms.ModelForm):
@@ -48,7 +48,8 @@ class OwnedAdminForm(forms.ModelForm):
     superuser's slip) in a foreign key is a form error, not a link across users."""
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         owner = cleaned.get("owner") or getattr(self.instance, "owner", None)
         if owner is None:  # the owner field has its own error
             return cleaned
@@ -70,7 +71,7 @@ class OwnedAdmin(admin.ModelAdmin):
         queryset = super().get_queryset(request)
         if request.user.is_superuser:
             return queryset
-        return queryset.owned_by(request.user)
+        return cast(OwnedQuerySet, queryset).owned_by(request.user)
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         # Django's owner filter lists every account; this one only the owners of

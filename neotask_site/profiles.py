@@ -115,7 +115,7 @@ def databases(url: str | None, directory: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"DATABASE_URL is not a valid database URL ({exc})") from None
     if not config.get("NAME"):
         raise ConfigError("DATABASE_URL must name a database, e.g. postgresql://user@host/neotask")
-    return {"default": config}
+    return {"default": dict(config)}
 
 
 def check_redis_url(url: str) -> str:

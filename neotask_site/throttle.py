@@ -57,7 +57,13 @@ class LoginThrottleBackend(ModelBackend):
     no password itself; a session it is named in (the first backend is
     `force_login`'s default) loads its user as ModelBackend does."""
 
-    def authenticate(self, request: Any, username: str | None = None, **kwargs: Any) -> None:
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         if request is not None and is_throttled(username or "", address_of(request)):
             raise PermissionDenied(REFUSED)
         return None

@@ -136,6 +136,7 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
             trusted=task.is_trusted,
             approval_timeout=APPROVAL_TIMEOUT_SECONDS,
         )
+        assert result is not None  # wait=True: the turn's outcome
         for request in result.approvals:
             ask_owner(task, result.session_id, agent_name, request)
         outcome = TaskRun(

@@ -17,7 +17,8 @@ class AgentAdmin(OwnedAdmin):
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
-        if db_field.name == "name":  # the whole rule, before the model's shorter message
+        # The whole rule, before the model's shorter message.
+        if field is not None and db_field.name == "name":
             field.validators.append(validate_agent_name)
         return field
 

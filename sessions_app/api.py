@@ -36,7 +36,8 @@ MAX_EVENTS_PER_PAGE = 200
 AUTH_HINT = "Send 'Authorization: Bearer nt_…' (create a token at /settings/tokens/)."
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="neotask"'}
 
-Handler = Callable[..., HttpResponseBase]
+# A method's view: sync, or async (a chat turn waits in the event loop).
+Handler = Callable[..., Any]
 
 
 class ApiError(Exception):
@@ -114,6 +115,15 @@ def api_errors() -> Iterator[Failure]:
         failed.response = exc.response()
 
 
+def csrf_refused(request: HttpRequest) -> bool:
+    """Django's CSRF check, as for a view that is not exempt."""
+
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse()
+
+    return CsrfViewMiddleware(view).process_view(request, view, (), {}) is not None
+
+
 def authenticate(request: HttpRequest) -> None:
     header = request.headers.get("Authorization")
     if header is not None:
@@ -130,7 +140,7 @@ def authenticate(request: HttpRequest) -> None:
     if not request.user.is_authenticated:
         raise ApiError(401, AUTH_HINT, headers=CHALLENGE)
     # A browser session is a cookie, which other sites' forms also send.
-    if CsrfViewMiddleware(lambda _: HttpResponse()).process_view(request, None, (), {}):
+    if csrf_refused(request):
         raise ApiError(403, "CSRF check failed: send the X-CSRFToken header, or use an API token.")
 
 

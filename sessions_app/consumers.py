@@ -47,7 +47,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user = self.scope["user"]
         self.key = self.scope["url_route"]["kwargs"]["session_key"]
         await self.accept()
-        if not self.user.is_authenticated:
+        if self.user is None or not self.user.is_authenticated:
             await self.close(code=4403)
             return
         try:

@@ -1,7 +1,11 @@
+from typing import Any
+
 from django.urls import re_path
 
 from sessions_app.consumers import ChatConsumer
 
-websocket_urlpatterns = [
-    re_path(r"^ws/chat/(?P<session_key>[^/]{1,255})/$", ChatConsumer.as_asgi()),
+# Any: channels routes ASGI apps with Django's re_path, whose stubs know only views.
+chat_consumer: Any = ChatConsumer.as_asgi()
+websocket_urlpatterns: list[Any] = [
+    re_path(r"^ws/chat/(?P<session_key>[^/]{1,255})/$", chat_consumer),
 ]

@@ -20,7 +20,8 @@ from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
-HTMX = {"HTTP_HX_REQUEST": "true"}  # the header htmx sends: the view answers with a partial
+# The header htmx sends: the view answers with a partial.
+HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 XSS = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class Server(ThreadingHTTPServer):
@@ -62,14 +62,14 @@ class ScriptedLLM:
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
+        host, port = self.server.socket.getsockname()[:2]
         return f"http://{host}:{port}/v1"
 
     def script(self, *replies: Reply) -> None:
         with self.lock:
             self.replies.extend(replies)
 
-    def __enter__(self) -> ScriptedLLM:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -189,7 +189,7 @@ def main() -> None:
     llm = ScriptedLLM()
     reply = Reply(deltas=[""] * options.deltas, delay=options.interval, stamp=True)
     llm.next_reply = lambda body: reply  # type: ignore[method-assign]
-    host, port = llm.server.server_address[:2]
+    host, port = llm.server.socket.getsockname()[:2]
     print(f"http://{host}:{port}/v1 {llm.api_key}", flush=True)
     llm.server.serve_forever()
 

@@ -12,10 +12,12 @@ os.environ["NEOTASK_DATA_DIR"] = _data_dir
 os.environ["NEOTASK_CONFIG"] = ""
 
 from neotask_site.settings import *  # noqa: E402, F403
+from neotask_site.settings import CACHES as SITE_CACHES  # noqa: E402
+from neotask_site.settings import Q_CLUSTER as SITE_Q_CLUSTER  # noqa: E402
 
 # Password hashing is deliberately slow; tests create many users.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Each test run has its own job queue, even on a Redis shared with other runs.
-Q_CLUSTER = {**Q_CLUSTER, "name": f"neotask-test-{os.getpid()}"}  # noqa: F405
-CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": Q_CLUSTER["name"]}}  # noqa: F405
+Q_CLUSTER = {**SITE_Q_CLUSTER, "name": f"neotask-test-{os.getpid()}"}
+CACHES = {"default": {**SITE_CACHES["default"], "KEY_PREFIX": Q_CLUSTER["name"]}}

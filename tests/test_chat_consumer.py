@@ -37,7 +37,8 @@ def session(owner) -> Session:
 
 async def connect(user: User, key: str) -> WebsocketCommunicator:
     communicator = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-    communicator.scope["user"] = user
+    # AuthMiddleware's key, which the stubs' test scope leaves out.
+    communicator.scope["user"] = user  # type: ignore[typeddict-unknown-key]
     connected, _ = await communicator.connect()
     assert connected
     return communicator

@@ -248,7 +248,9 @@ def text_of(content: Any, parsed: Parsed, calls: list[dict[str, Any]] | None = N
 
 
 def tool_call_event(call: dict[str, Any], position: int) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    function = call.get("function")
+    if not isinstance(function, dict):
+        function = {}
     name = call.get("name") or function.get("name") or "unknown"
     arguments = call.get("arguments", call.get("input", function.get("arguments", {})))
     if not isinstance(arguments, str):
@@ -337,7 +339,9 @@ def parse_entry(entry: dict[str, Any]) -> Parsed | str:
 
 
 def entry_time(entry: dict[str, Any]) -> datetime | None:
-    message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        message = {}
     return parse_time(entry.get("timestamp")) or parse_time(message.get("timestamp"))
 
 

@@ -27,10 +27,11 @@ from importers.openclaw.reading import (
     read_lines,
     usage_of,
 )
-from importers.report import ImportReport, Progress
+from importers.report import ImportReport
 from importers.text import storable
 from memory.models import Event, EventType, default_importance
 from memory.tasks import queue_embeddings
+from neotask_site.progress import Progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 
@@ -110,12 +111,14 @@ class SessionImport:
         self.source = source
         self.report = report
         self.name = source.transcript.name
-        self.session: Session | None = None
+        self.session: Session | None = None  # found or started by open_session
         self.created = False
         self.default_time = parse_time(source.entry.get("updatedAt")) or datetime.fromtimestamp(
             source.transcript.stat().st_mtime, UTC
         )
         self.start_event: Event | None = None
+        # The session header's time; None: the first entry's, known at the first batch.
+        self.header_time: datetime | None = None
         self.last_time: datetime | None = None
         self.started_at: datetime | None = None
         self.pending: list[Pending] = []
@@ -130,6 +133,13 @@ class SessionImport:
         self.embed_ids: list[int] = []
 
     # The session
+
+    @property
+    def target(self) -> Session:
+        """The session being written, once open_session has found or started it."""
+        if self.session is None:
+            raise RuntimeError("open_session() comes first")
+        return self.session
 
     def open_session(self, header: dict[str, Any] | None) -> None:
         mark = legacy_id(SESSION_MARK + self.source.session_id)
@@ -159,7 +169,10 @@ class SessionImport:
             "openclaw_key": self.source.key,
         }
         data.update({name: header[name] for name in ("cwd", "version") if name in header})
-        self.start_event = self.new_event(EventType.SESSION_START, storable(data), mark, started)
+        self.header_time = started
+        self.start_event = self.new_event(
+            EventType.SESSION_START, storable(data), mark, started or self.default_time
+        )
         self.last_time = started
         if header:
             self.report.saw(LINES)
@@ -177,12 +190,12 @@ class SessionImport:
         event_type: str,
         data: dict[str, Any],
         legacy: str,
-        created_at: datetime | None,
+        created_at: datetime,
         tool_name: str | None = None,
     ) -> Event:
         return Event(
             owner=self.owner,
-            session_id=str(self.session.pk),
+            session_id=str(self.target.pk),
             agent=self.agent.name,
             event_type=event_type,
             data=data,
@@ -274,14 +287,14 @@ class SessionImport:
         self.pending_events = self.pending_bytes = 0
         if self.start_event is not None:
             first_time = next((p.events[0].created_at for p in batch), None)
-            self.started_at = self.start_event.created_at or first_time or self.default_time
+            self.started_at = self.header_time or first_time or self.default_time
             self.start_event.created_at = self.started_at
         # Searched through the unique (session, type, legacy id) index: without the owner
         # (the session id is this owner's own UUID) and without the default ordering, which
         # would lead the planner to scan all of the owner's events.
         stored = set(
             Event.objects.filter(
-                session_id=str(self.session.pk),
+                session_id=str(self.target.pk),
                 event_type__in={p.events[0].event_type for p in batch},
                 legacy_message_id__in=[p.legacy for p in batch],
             )
@@ -337,7 +350,7 @@ class SessionImport:
             Event.objects.filter(pk=event.pk).update(data=event.data)
 
     def finish(self) -> None:
-        session = self.session
+        session = self.target
         usage = self.usage
         if self.created and usage == Usage():
             # No usage on the messages: sessions.json's totals are the best there is.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
@@ -48,7 +48,7 @@ _UNITS: dict[str, str] = {
 _KEYWORDS = {"hourly": "0 * * * *", "weekly": "0 0 * * 0", "monthly": "0 0 1 * *"}
 
 
-def _one_of(words: dict[str, object]) -> str:
+def _one_of(words: Mapping[str, object]) -> str:
     # Longest first, so "tues" is not read as "tue" followed by junk.
     return "(?:" + "|".join(sorted(words, key=len, reverse=True)) + ")"
 

@@ -8,6 +8,7 @@ be visible as text, so a page that simply omits it does not pass by accident."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
@@ -113,7 +114,7 @@ def client(owner) -> Client:
 
 
 @pytest.fixture
-def stored(owner, payload, settings, tmp_path, monkeypatch) -> dict[str, object]:
+def stored(owner, payload, settings, tmp_path, monkeypatch) -> Iterator[dict[str, object]]:
     """The payload in every field that a page shows."""
     settings.DATA_DIR = tmp_path / "data"
     monkeypatch.setattr(indexing, "embed_texts", CountingEmbed())

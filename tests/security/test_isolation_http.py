@@ -20,6 +20,7 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.auth.tokens import default_token_generator
 from django.contrib.contenttypes.models import ContentType
 from django.core import mail
+from django.db import models
 from django.http import HttpResponseBase
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
@@ -28,7 +29,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import ApiToken
-from tests.helpers import OWNED_MODELS, take_queued_tasks
+from tests.helpers import HTMX, OWNED_MODELS, take_queued_tasks
 from tests.security.world import (
     MARK,
     World,
@@ -37,8 +38,6 @@ from tests.security.world import (
     snapshot,
 )
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -46,7 +45,7 @@ class Attempt:
     path: str
     expect: tuple[int, ...]
     data: dict[str, Any] | str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, Any] = field(default_factory=dict)
     token: bool = False  # bob's API token instead of his browser session
     json: bool = False
 
@@ -72,7 +71,7 @@ def api(method: str, path: str, *expect: int, body: dict[str, Any] | None = None
     )
 
 
-def file_paths(w: World) -> list[dict[str, str]]:
+def file_paths(w: World) -> list[dict[str, Any]]:
     """Every way of naming alice's files from bob's side: her paths (which resolve in
     bob's own workspace), a way out of his workspace into hers, her absolute path,
     and an agent name that climbs to her workspace."""
@@ -323,11 +322,8 @@ def test_it_has_an_isolation_case_for_every_url():
 
 
 def body(response: HttpResponseBase) -> str:
-    content = (
-        b"".join(response.streaming_content)  # type: ignore[attr-defined]
-        if response.streaming
-        else response.content
-    )
+    # Either kind iterates over its bytes (a streamed one over streaming_content).
+    content = b"".join(response)
     return content.decode(errors="replace") + "\n" + response.get("Location", "")
 
 
@@ -483,7 +479,7 @@ def staff_bob(bob) -> Client:
     return client
 
 
-def admin_base(model: type) -> str:
+def admin_base(model: type[models.Model]) -> str:
     return f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
 
 

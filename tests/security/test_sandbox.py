@@ -59,6 +59,7 @@ def bob_terminal(world, bob, configure, monkeypatch):
 def run(context: ToolContext, command: str) -> str:
     """Through the real tool, as after bob's "Allow once"."""
     tool = get_tool("terminal")
+    assert tool.approval_subject is not None
     assert tool.approval_subject(context, {"command": command}) == command
     try:
         return tool.run(context, {"command": command})

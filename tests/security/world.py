@@ -182,7 +182,7 @@ def build_alice(alice: User) -> World:
             Fact: fact,
             Macro: macro,
             MemoryFile: memory_file,
-            MemoryChunk: MemoryChunk.objects.filter(file=memory_file).first(),
+            MemoryChunk: MemoryChunk.objects.filter(file=memory_file).order_by("pk")[0],
             ScheduledTask: task,
             TerminalAllowedPrefix: prefix,
             ApprovalRequest: approval,
@@ -224,7 +224,7 @@ def snapshot(user: User) -> dict[str, Any]:
         model.__name__: list(model.objects.filter(owner=user).order_by("pk").values())
         for model in OWNED_MODELS
     }
-    account = User.objects.filter(pk=user.pk).values().get()
+    account = dict(User.objects.filter(pk=user.pk).values().get())
     account.pop("last_login")
     root = Path(settings.DATA_DIR) / "workspaces" / str(user.pk)
     disk = {
