@@ -34,17 +34,24 @@ def e2e_llm() -> Iterator[ScriptedLLM]:
 
 
 @pytest.fixture(scope="session")
-def live_app(e2e_llm, tmp_path_factory) -> Iterator[str]:
-    """daphne serving Neotask on a free port, with a user `tester`."""
-    data = tmp_path_factory.mktemp("e2e-data")
-    env = app_env(
-        data,
+def live_env(e2e_llm, tmp_path_factory) -> dict[str, str]:
+    """The environment of the live app: tests that seed its database run
+    `manage.py` in it (tests.processes.manage_json)."""
+    return app_env(
+        tmp_path_factory.mktemp("e2e-data"),
         NEOTASK_LLM_BASE_URL=e2e_llm.url,
         NEOTASK_LLM_API_KEY=e2e_llm.api_key,
         NEOTASK_LLM_MODEL="scripted",
         NEOTASK_TERMINAL_ENABLED="true",
         DJANGO_SUPERUSER_PASSWORD=PASSWORD,
     )
+
+
+@pytest.fixture(scope="session")
+def live_app(live_env) -> Iterator[str]:
+    """daphne serving Neotask on a free port, with a user `tester`."""
+    env = live_env
+    data = Path(env["NEOTASK_DATA_DIR"])
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(
