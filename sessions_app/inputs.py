@@ -118,8 +118,7 @@ async def start(owner: Any, key: str, item: ChatInput, holder: Holder | None) ->
 
 
 async def announce(owner: Any, key: str, item: ChatInput) -> None:
-    shown = item.text if item.kind == ChatInput.Kind.MESSAGE else f"/{item.command} {item.text}"
-    await broadcast(owner.pk, key, Queued(item.pk, shown.strip()))
+    await broadcast(owner.pk, key, Queued(item.pk, item.shown))
 
 
 async def watch(owner: Any, key: str, input_id: int) -> None:

@@ -284,6 +284,13 @@ class ChatInput(OwnedModel):
     def __str__(self) -> str:
         return f"{self.kind} in {self.key} ({self.status})"
 
+    @property
+    def shown(self) -> str:
+        """The input as the chat shows it while it waits."""
+        if self.kind == ChatInput.Kind.MESSAGE:
+            return self.text
+        return f"/{self.command} {self.text}".strip()
+
 
 class ChatClaim(OwnedModel):
     """Who runs a chat's inputs: taken by a conditional UPDATE with a random

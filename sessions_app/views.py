@@ -18,7 +18,7 @@ from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
 from sessions_app.approvals import answer_approval
 from sessions_app.forms import ApiTokenForm
-from sessions_app.models import ApiToken, Session
+from sessions_app.models import ApiToken, ChatInput, Session
 
 EVENTS_PER_PAGE = 100
 CHAT_EVENTS = 200
@@ -55,6 +55,9 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
         "meter": chat.meter(session),
         "approvals": ApprovalRequest.objects.owned_by(request.user).filter(
             session_id=str(session.pk), status=ApprovalRequest.Status.PENDING
+        ),
+        "queued": ChatInput.objects.owned_by(request.user).filter(
+            key=key, status=ChatInput.Status.QUEUED
         ),
     }
     return render(request, "sessions_app/chat.html", context)

@@ -268,6 +268,27 @@ async def test_it_queues_a_message_sent_while_answering_and_runs_it_next(owner, 
     await ws.disconnect()
 
 
+async def test_it_shows_a_queued_message_in_every_tab_until_it_starts(owner, session, llm):
+    llm.script(Reply(deltas=["x", "y", "z"], delay=0.3), Reply(text="Second answer."))
+    sender, other = await connect(owner, session.key), await connect(owner, session.key)
+    await send(sender, type="message", text="first")
+    await until(sender, "delta")
+    await send(sender, type="message", text="second")
+    queued = (await until(other, "queued"))[-1]
+    assert queued["text"] == "second"
+    # A tab opened meanwhile shows it too, from the page.
+    client = Client()
+    await sync_to_async(client.force_login)(owner)
+    page = await sync_to_async(client.get)(f"/chat/{session.key}/")
+    assert f'id="queued-{queued["input_id"]}"' in page.content.decode()
+    await until(other)
+    assert (await until(other))[0] == {"type": "started", "input_id": queued["input_id"]}
+    await until(sender)
+    await until(sender)
+    await sender.disconnect()
+    await other.disconnect()
+
+
 async def test_it_queues_a_reset_sent_while_answering(owner, session, llm):
     llm.script(Reply(deltas=["slow ", "answer"], delay=0.3), Reply(text="Fresh."))
     ws = await connect(owner, session.key)

@@ -11,6 +11,7 @@
   const stopButton = document.getElementById("stop");
   const connection = document.getElementById("connection");
   const approvalTemplate = document.getElementById("approval-template");
+  const queuedTemplate = document.getElementById("queued-template");
   const numberFormat = new Intl.NumberFormat();
   let socket = null;
   let retries = 0;
@@ -128,10 +129,9 @@
         break;
       case "queued": {
         if (started.has(frame.input_id) || document.getElementById(`queued-${frame.input_id}`)) break;
-        const item = document.createElement("p");
+        const item = queuedTemplate.content.firstElementChild.cloneNode(true);
         item.id = `queued-${frame.input_id}`;
-        item.className = "note transient queued";
-        item.textContent = `Queued: ${frame.text} — sent when the current answer is done.`;
+        item.querySelector(".bubble").textContent = frame.text;
         live.appendChild(item);
         scrollDown();
         break;
