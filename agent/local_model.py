@@ -52,9 +52,28 @@ def model_path(configured: str) -> Path:
     return path
 
 
-def start_server(path: Path, port: int, api_key: str, context_window: int) -> Any:
+def default_threads() -> int:
+    """One thread less than the machine has cores (a core is left to the web
+    server, the database and the job cluster), at most 4."""
+    return max(1, min(4, (os.cpu_count() or 1) - 1))
+
+
+def start_server(
+    path: Path,
+    port: int,
+    api_key: str,
+    context_window: int,
+    *,
+    threads: int = 0,
+    poll: int = 0,
+) -> Any:
     """Load the model and serve it on 127.0.0.1:`port` (0: a port the kernel
-    picks); returns the running server, whose `listening_address` says where."""
+    picks) with `threads` threads (0: `default_threads()`); returns the running
+    server, whose `listening_address` says where.
+
+    `poll` is llama.cpp's busy-wait level (0-100) for threads waiting on each
+    other: 0 makes them sleep, so they give a shared core away (measured:
+    bench/local_model.py, the README's embedded model figures)."""
     try:
         import xllamacpp
     except ImportError as exc:
@@ -70,14 +89,9 @@ def start_server(path: Path, port: int, api_key: str, context_window: int) -> An
     params.n_ctx = context_window * SLOTS
     params.use_jinja = True  # the model's own chat template, tool calls included
     params.verbosity = 0  # llama.cpp logs every request; failures surface as errors anyway
-    # A core is left to the web server, the database and the embeddings, and
-    # waiting threads sleep instead of spinning (llama.cpp's `poll`): on two
-    # busy cores, two spinning threads generated 4-7 tokens/s where one
-    # sleeping thread made 28-48 (bench: the README's embedded model figures).
-    threads = max(1, min(4, (os.cpu_count() or 1) - 1))
     for cpu in (params.cpuparams, params.cpuparams_batch):
-        cpu.n_threads = threads
-        cpu.poll = 0
+        cpu.n_threads = threads or default_threads()
+        cpu.poll = poll
     try:
         return xllamacpp.Server(params)
     except Exception as exc:  # the runtime raises plain RuntimeErrors

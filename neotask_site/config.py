@@ -106,6 +106,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "request_timeout": Option(120.0, at_least(1)),
         "max_iterations": Option(10, at_least(1)),
         "local_model_path": Option(""),
+        "local_model_threads": Option(0, at_least(0)),
     },
     "terminal": {
         "enabled": Option(False),

@@ -80,6 +80,8 @@ def test_it_accepts_whole_numbers_for_float_keys(tmp_path):
         ("[memory]\nworking_memory_cap = 0\n", "[memory] working_memory_cap must be at least 1"),
         ('[memory]\nworking_memory_cap = "lots"\n', "working_memory_cap must be a whole number"),
         ("[sessions]\ndaily_reset_hour = 25\n", "daily_reset_hour must be between 0 and 23"),
+        ("[llm]\nlocal_model_threads = -1\n", "[llm] local_model_threads must be at least 0"),
+        ('[llm]\nlocal_model_threads = "all"\n', "local_model_threads must be a whole number"),
         ("[memory]\nsimilarity_threshold = 2.0\n", "similarity_threshold must be between"),
         (
             '[memory]\nvector_backend = "faiss"\n',
@@ -125,6 +127,11 @@ def test_it_names_the_line_of_malformed_toml(tmp_path):
     [
         ("NEOTASK_LLM_CONTEXT_WINDOW", "big", "NEOTASK_LLM_CONTEXT_WINDOW must be a whole number"),
         ("NEOTASK_LLM_CONTEXT_WINDOW", "100", "NEOTASK_LLM_CONTEXT_WINDOW must be at least 512"),
+        (
+            "NEOTASK_LLM_LOCAL_MODEL_THREADS",
+            "two",
+            "NEOTASK_LLM_LOCAL_MODEL_THREADS must be a whole number",
+        ),
         ("NEOTASK_TERMINAL_ENABLED", "maybe", "NEOTASK_TERMINAL_ENABLED must be true or false"),
         ("NEOTASK_LLM_BASE_URL", "ftp://x", "NEOTASK_LLM_BASE_URL must be an http"),
     ],

@@ -39,7 +39,9 @@ class Command(BaseCommand):
         try:
             path = model_path(llm["local_model_path"])
             started = time.monotonic()
-            server = start_server(path, port, api_key, llm["context_window"])
+            server = start_server(
+                path, port, api_key, llm["context_window"], threads=llm["local_model_threads"]
+            )
         except LocalModelError as exc:
             failure_file().write_text(str(exc))
             raise CommandError(str(exc)) from None
