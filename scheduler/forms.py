@@ -19,16 +19,11 @@ from scheduler.schedule import ScheduleError
 T = TypeVar("T")
 
 
-class TaskForm(forms.Form):
-    """The tasks page's create form; the checks are planning's, so the page, the
-    agent's tool and config.toml refuse the same things with the same words."""
+class TaskEditForm(forms.Form):
+    """A task's schedule and prompt, as the tasks page edits them; the checks are
+    planning's, so the page, the agent's tool and config.toml refuse the same
+    things with the same words."""
 
-    name = forms.CharField(
-        required=False,
-        widget=forms.TextInput(
-            attrs={"maxlength": MAX_NAME_CHARS, "placeholder": "Defaults to the prompt's start"}
-        ),
-    )
     schedule = forms.CharField(
         required=False,
         widget=forms.TextInput(
@@ -51,12 +46,6 @@ class TaskForm(forms.Form):
         ),
     )
 
-    def clean_name(self) -> str:
-        name = self.cleaned_data["name"]
-        if not name.strip():
-            return ""  # named after the prompt
-        return as_validation_error(check_name, name)
-
     def clean_schedule(self) -> str:
         schedule = self.cleaned_data["schedule"]
         as_validation_error(plan, schedule)
@@ -64,6 +53,23 @@ class TaskForm(forms.Form):
 
     def clean_prompt(self) -> str:
         return as_validation_error(check_prompt, self.cleaned_data["prompt"])
+
+
+class TaskForm(TaskEditForm):
+    """The tasks page's create form: a schedule, a prompt and a name."""
+
+    name = forms.CharField(
+        required=False,
+        widget=forms.TextInput(
+            attrs={"maxlength": MAX_NAME_CHARS, "placeholder": "Defaults to the prompt's start"}
+        ),
+    )
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not name.strip():
+            return ""  # named after the prompt
+        return as_validation_error(check_name, name)
 
 
 def as_validation_error(check: Callable[[str], T], value: str) -> T:

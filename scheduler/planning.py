@@ -110,6 +110,22 @@ def create_task(
     return task, planned
 
 
+def edit_task(task: ScheduledTask, schedule: str, prompt: str, now: datetime | None = None) -> Plan:
+    """A new schedule and prompt, checked as create_task checks them; the next
+    run follows the new schedule."""
+    check_editable(task)
+    prompt = check_prompt(prompt)
+    try:
+        planned = plan(schedule, now=now)
+    except ScheduleError as exc:
+        raise TaskError(str(exc)) from None
+    task.cron_expr, task.original_schedule = planned.cron_expr, planned.original
+    task.time_zone, task.is_oneshot = planned.time_zone, planned.is_oneshot
+    task.prompt, task.next_run_at = prompt, planned.runs[0]
+    task.save()
+    return planned
+
+
 def find_task(owner: Any, reference: str) -> ScheduledTask:
     """The owner's task with this id or exact name; TaskError if none or several."""
     reference = reference.strip()

@@ -10,4 +10,5 @@ urlpatterns = [
     path("<uuid:pk>/resume/", views.task_resume, name="task-resume"),
     path("<uuid:pk>/run/", views.task_run, name="task-run"),
     path("<uuid:pk>/delete/", views.task_delete, name="task-delete"),
+    path("<uuid:pk>/edit/", views.task_edit, name="task-edit"),
 ]

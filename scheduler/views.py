@@ -1,4 +1,5 @@
-"""The tasks page: list, create with a live schedule preview, pause, resume, run now, delete.
+"""The tasks page: list, create or edit with a live schedule preview, pause, resume,
+run now, delete.
 
 Each action answers htmx with the one row it changed (or the list, after a
 create), and a plain request with a redirect back to the page."""
@@ -18,14 +19,23 @@ from django.views.decorators.http import require_POST
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from scheduler import runner
-from scheduler.forms import TaskForm
+from scheduler.forms import TaskEditForm, TaskForm
 from scheduler.models import ScheduledTask
-from scheduler.planning import TaskError, cancel, check_editable, create_task, plan, set_paused
+from scheduler.planning import (
+    TaskError,
+    cancel,
+    check_editable,
+    create_task,
+    edit_task,
+    plan,
+    set_paused,
+)
 from scheduler.schedule import ScheduleError
 
 log = logging.getLogger(__name__)
 
 ROW = "scheduler/_task_row.html"
+PREVIEW = "scheduler/_preview.html"
 
 
 def owned_tasks(request: HtmxHttpRequest) -> QuerySet[ScheduledTask]:
@@ -53,14 +63,42 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def schedule_preview(request: HtmxHttpRequest) -> HttpResponse:
     """What the schedule being typed means: its cron expression and next runs, or why not."""
-    schedule = request.GET.get("schedule", "").strip()
+    return render(request, PREVIEW, preview(request.GET.get("schedule", "")))
+
+
+def preview(schedule: str) -> dict[str, object]:
+    """_preview.html's context for `schedule`."""
+    schedule = schedule.strip()
     context: dict[str, object] = {"schedule": schedule}
     if schedule:
         try:
             context["plan"] = plan(schedule)
         except ScheduleError as exc:
             context["error"] = str(exc)
-    return render(request, "scheduler/_preview.html", context)
+    return context
+
+
+def task_edit(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The schedule and prompt form: in place of the row for htmx, as a page
+    otherwise; a valid POST saves them and answers with the changed row."""
+    task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
+    try:
+        check_editable(task)
+    except TaskError as exc:
+        return answer(request, task, error=str(exc))
+    initial = {"schedule": task.original_schedule, "prompt": task.prompt}
+    key = f"-{task.pk}"  # the form's ids, apart from the create form's and other rows'
+    data = request.POST if request.method == "POST" else None
+    form = TaskEditForm(data, initial=initial, auto_id=f"id_%s{key}")
+    if form.is_valid():
+        try:
+            edit_task(task, form.cleaned_data["schedule"], form.cleaned_data["prompt"])
+        except TaskError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return answer(request, task, note=f'Saved "{task.name}".')
+    context = {"task": task, "form": form, "key": key, **preview(form["schedule"].value() or "")}
+    return render_page(request, "scheduler/task_edit.html", context)
 
 
 def task_row(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:

@@ -46,3 +46,35 @@ def test_it_creates_a_task_from_natural_language_and_pauses_it(page):
     assert page.locator("tr:has-text('Weekday todos') .badge:has-text('Paused')").count() == 1
     page.screenshot(path=str(ARTIFACTS / "tasks.png"), full_page=True)
     assert dialogs == []
+
+
+def test_it_edits_a_tasks_schedule_and_prompt_in_place_with_the_preview(page):
+    log_in(page)
+    page.goto("/tasks/")
+    page.fill("#id_schedule", "every day at 8am")
+    page.fill("#id_prompt", "water the plants")
+    page.fill("#id_name", "Plants")
+    page.click("button:has-text('Create task')")
+    page.locator("tr:has-text('Plants') a:has-text('Edit')").click()
+
+    form = page.locator("tr.editing")
+    schedule = form.locator("input[name=schedule]")
+    expect(schedule).to_have_value("every day at 8am")
+    expect(form.locator(".preview code")).to_have_text("0 8 * * *")
+    schedule.fill("")
+    schedule.type("every monday at 6pm", delay=20)
+    expect(form.locator(".preview code")).to_have_text("0 18 * * 1")
+    expect(form.locator(".preview ol.runs li")).to_have_count(3)
+    assert all(run.startswith("Mon") for run in form.locator("ol.runs li").all_inner_texts())
+    form.locator("textarea[name=prompt]").fill("water the plants and the garden")
+    form.locator("button:has-text('Save')").click()
+
+    expect(page.locator("tr.editing")).to_have_count(0)
+    row = page.locator("tr:has-text('Plants')")
+    expect(row.locator("[role=status]")).to_have_text('Saved "Plants".')
+    assert "every monday at 6pm" in row.inner_text()
+    assert "and the garden" in row.inner_text()
+    next_run = row.locator("td:nth-child(3) time").inner_text()
+    assert next_run.startswith("Mon") and next_run.endswith("18:00 UTC")
+    page.reload()  # saved, not only redrawn
+    assert "every monday at 6pm" in page.locator("tr:has-text('Plants')").inner_text()
