@@ -28,6 +28,7 @@ from memory.models import Event
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, inputs, views
+from sessions_app.commands import parse_command
 from sessions_app.models import Agent, ApiToken, Session
 
 SESSIONS_PER_PAGE = 50
@@ -293,7 +294,7 @@ async def post_message(request: HttpRequest, pk: str) -> HttpResponse:
         text = chat.check_message(body["text"])
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
-    if chat.parse_command(text) is not None:
+    if parse_command(text) is not None:
         raise ApiError(400, "Slash commands work in the chat page; the API sends messages only.")
     if session.status != Session.Status.ACTIVE:
         successor = await (

@@ -1,11 +1,11 @@
-"""The chat: finding a user's chats, slash commands, and one turn with its accounting.
+"""The chat: finding a user's chats, checking a message, and one turn with its accounting.
 
-Inputs reach a turn through sessions_app.inputs, which runs one at a time per chat."""
+Inputs reach a turn through sessions_app.inputs, which runs one at a time per chat;
+its slash commands are in sessions_app.commands."""
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -25,14 +25,6 @@ from sessions_app.models import Agent, Session
 
 WEB = "web"
 MAX_MESSAGE_BYTES = 64 * 1024
-
-HELP = """Commands:
-/new or /reset [message] — start a fresh session (history is kept); the rest of the line is sent
-/compact — summarise older messages into a fresh session to free context
-/status — model, tokens used and context use
-/stop — stop the answer being written
-/help — this list"""
-COMMANDS = ("new", "reset", "compact", "status", "stop", "help")
 
 
 class ChatError(Exception):
@@ -80,22 +72,6 @@ def sidebar_chats(user: Any, limit: int = 50) -> list[Session]:
         .select_related("agent")
         .order_by("-last_activity_at")[:limit]
     )
-
-
-@dataclass(frozen=True)
-class Command:
-    name: str
-    argument: str
-
-
-def parse_command(text: str) -> Command | None:
-    """`/reset hello` → Command("reset", "hello"); None for ordinary text,
-    including text that merely starts with a slash, like a path."""
-    if not text.startswith("/"):
-        return None
-    word, _, rest = text[1:].partition(" ")
-    name = word.strip().lower()
-    return Command(name, rest.strip()) if name in COMMANDS else None
 
 
 def check_message(text: Any) -> str:

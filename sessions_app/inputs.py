@@ -1,6 +1,7 @@
 """An input arrives in a chat: the one entry point for the websocket, the API and the scheduler.
 
-/help, /status and /stop answer at once. Everything else that changes the
+/help, /status, /stop and the commands that run a memory or schedule tool
+(sessions_app.commands) answer at once. Everything else that changes the
 chat — a message, /new and /reset, /compact — is stored as a `ChatInput` and
 run in order, one at a time, by whichever process holds the chat's claim
 (`ChatClaim`: a conditional UPDATE with a random token and a lease the holder
@@ -25,12 +26,14 @@ import secrets
 from collections.abc import Awaitable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from agent.frames import Error, Notice, Outcome, Queued
 from sessions_app import chat
 from sessions_app.broadcast import broadcast, stop
 from sessions_app.claims import enqueue, has_queued, is_queued, is_running
+from sessions_app.commands import HELP, Command, parse_command, run_tool
 from sessions_app.holder import NOTHING_RUNNING, Holder, Reply
 from sessions_app.models import ChatInput
 
@@ -54,14 +57,14 @@ async def submit(
 ) -> Outcome | None:
     """`text` (already checked by chat.check_message) arrives in the chat `key`.
 
-    `reply` answers the sender alone (/help, /status, /stop). With `wait`, the
+    `reply` answers the sender alone (the commands that answer at once). With `wait`, the
     input's `Outcome` once it has run (the API and the scheduler); else the
     run goes on in the background and its frames reach the chat's tabs."""
-    command = chat.parse_command(text) if commands else None
+    command = parse_command(text) if commands else None
     kind, body, typed = ChatInput.Kind.MESSAGE, text, ""
     if command is not None:
-        if command.name in ("help", "status", "stop"):
-            await answer_now(owner, key, command.name, reply)
+        if not command.slash.queued:
+            await answer_now(owner, key, command, reply)
             return None
         kind = ChatInput.Kind.COMPACT if command.name == "compact" else ChatInput.Kind.RESET
         body, typed = command.argument, command.name
@@ -88,12 +91,16 @@ async def submit(
     return None
 
 
-async def answer_now(owner: Any, key: str, name: str, reply: Reply | None) -> None:
+async def answer_now(owner: Any, key: str, command: Command, reply: Reply | None) -> None:
     if reply is None:
         return
-    if name == "help":
-        return await reply(Notice(chat.HELP))
-    if name == "status":
+    if command.slash.tool:
+        # Off the shared database thread, as the agent runs them: a search may embed.
+        answer = await sync_to_async(run_tool, thread_sensitive=False)(owner, key, command)
+        return await reply(answer)
+    if command.name == "help":
+        return await reply(Notice(HELP))
+    if command.name == "status":
         try:
             session = await database_sync_to_async(chat.find_chat)(owner, key)
         except chat.ChatError as exc:

@@ -1,0 +1,181 @@
+"""The chat's slash commands, in one table: each one's names, arguments, help line
+and how it runs.
+
+/new, /reset and /compact change the chat, so they queue as a `ChatInput` and
+run in order (sessions_app.inputs); /help, /status and /stop answer at once.
+The rest run one of the agent's memory or schedule tools directly, looked up in
+the tools' registry and called with the chat's owner, session and agent, so
+that their validation and their confirmations are the tools' own and memory and
+schedules are usable with any model, or none, answering. Like /status they
+answer the sender at once and are not stored in the chat. Only what the user
+typed is read as a command, never a model's output, and no tool that asks for
+approval (the terminal) is among them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.frames import Error, Frame, Notice
+from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from memory.workspace import workspace_dir
+from sessions_app.chat import ChatError, find_chat
+
+log = logging.getLogger(__name__)
+
+# A command's argument as its tool's arguments; None when it cannot be read.
+Reader = Callable[[str], dict[str, Any] | None]
+
+
+def nothing(argument: str) -> dict[str, Any] | None:
+    return None if argument else {}
+
+
+def whole(name: str) -> Reader:
+    """The whole argument as the tool's argument `name`."""
+    return lambda argument: {name: argument} if argument else None
+
+
+def fact_key(argument: str) -> dict[str, Any] | None:
+    category, dot, key = argument.partition(".")
+    if not (dot and category.strip() and key.strip()):
+        return None
+    return {"category": category.strip(), "key": key.strip()}
+
+
+def fact_and_value(argument: str) -> dict[str, Any] | None:
+    name, equals, value = argument.partition("=")
+    found = fact_key(name.strip())
+    if not (equals and found and value.strip()):
+        return None
+    return {**found, "value": value.strip()}
+
+
+# The first colon followed by a space ends the schedule, which may hold one ("at 14:30").
+SCHEDULE = re.compile(r"(?s)(?P<schedule>.+?):\s+(?P<prompt>\S.*)")
+
+
+def schedule(argument: str) -> dict[str, Any] | None:
+    found = SCHEDULE.fullmatch(argument)
+    if found is None or not found["schedule"].strip():
+        return None
+    return {"schedule": found["schedule"].strip(), "prompt": found["prompt"].strip()}
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    names: tuple[str, ...]
+    arguments: str  # as the help shows them, e.g. "<category>.<key> = <value>"
+    help: str
+    queued: bool = False  # it changes the chat: it runs in order, as a ChatInput
+    tool: str = ""  # the agent's tool it runs, with its arguments from `read`
+    read: Reader = nothing
+
+    @property
+    def usage(self) -> str:
+        names = " or ".join(f"/{name}" for name in self.names)
+        return f"{names} {self.arguments}".strip()
+
+
+TASK = "<task name or id>"
+TABLE = [
+    SlashCommand(
+        ("new", "reset"),
+        "[message]",
+        "start a fresh session (history is kept); the rest of the line is sent",
+        queued=True,
+    ),
+    SlashCommand(
+        ("compact",),
+        "",
+        "summarise older messages into a fresh session to free context",
+        queued=True,
+    ),
+    SlashCommand(("status",), "", "model, tokens used and context use"),
+    SlashCommand(("stop",), "", "stop the answer being written"),
+    SlashCommand(
+        ("remember",),
+        "<category>.<key> = <value>",
+        "save a fact (a new value replaces the old one)",
+        tool="remember_fact",
+        read=fact_and_value,
+    ),
+    SlashCommand(
+        ("forget",), "<category>.<key>", "delete a saved fact", tool="forget_fact", read=fact_key
+    ),
+    SlashCommand(
+        ("search",),
+        "<query>",
+        "search past conversations and memory files",
+        tool="search_memory",
+        read=whole("query"),
+    ),
+    SlashCommand(
+        ("schedule",),
+        "<when>: <prompt>",
+        'schedule a prompt, e.g. "/schedule every weekday at 9am: plan my day"',
+        tool="schedule_task",
+        read=schedule,
+    ),
+    SlashCommand(("tasks",), "", "list the scheduled tasks", tool="list_tasks"),
+    SlashCommand(("pause",), TASK, "pause a scheduled task", tool="pause_task", read=whole("task")),
+    SlashCommand(("resume",), TASK, "resume a paused task", tool="resume_task", read=whole("task")),
+    SlashCommand(
+        ("cancel",), TASK, "delete a scheduled task", tool="cancel_task", read=whole("task")
+    ),
+    SlashCommand(("help",), "", "this list"),
+]
+BY_NAME = {name: command for command in TABLE for name in command.names}
+HELP = "Commands:\n" + "\n".join(f"{command.usage} — {command.help}" for command in TABLE)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command as typed: its name (an alias stays as typed) and the rest of the line."""
+
+    name: str
+    argument: str
+
+    @property
+    def slash(self) -> SlashCommand:
+        return BY_NAME[self.name]
+
+
+def parse_command(text: str) -> Command | None:
+    """`/reset hello` → Command("reset", "hello"); None for ordinary text,
+    including text that merely starts with a slash, like a path."""
+    if not text.startswith("/"):
+        return None
+    word, _, rest = text[1:].partition(" ")
+    name = word.strip().lower()
+    return Command(name, rest.strip()) if name in BY_NAME else None
+
+
+def run_tool(owner: Any, key: str, command: Command) -> Frame:
+    """The command's tool run in the chat `key`: its answer as a notice, or
+    what was wrong (the usage, or the tool's own error) as an error."""
+    slash = command.slash
+    arguments = slash.read(command.argument)
+    if arguments is None:
+        return Error(f"Usage: {slash.usage}")
+    try:
+        session = find_chat(owner, key)
+        context = ToolContext(
+            owner=owner,
+            session_id=str(session.pk),
+            agent_name=session.agent.name,
+            workspace=workspace_dir(owner.pk, session.agent.name),
+        )
+        tool = get_tool(slash.tool)
+        # Through the schema check the model's arguments get, as JSON like theirs.
+        return Notice(tool.run(context, parse_arguments(tool, json.dumps(arguments))))
+    except (ChatError, ToolError) as exc:
+        return Error(str(exc))
+    except Exception:
+        log.exception("/%s failed", command.name)
+        return Error(f"/{command.name} failed unexpectedly.")
