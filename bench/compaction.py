@@ -54,7 +54,7 @@ def main() -> None:
             in_llm = 0.0
             original = llm_module.LLMClient.stream
 
-            async def timed_stream(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            async def timed_stream(self, *args, **kwargs):
                 nonlocal in_llm
                 started = time.perf_counter()
                 try:

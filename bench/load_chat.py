@@ -234,7 +234,8 @@ def run(
             text=True,
         )
     processes.append(llm)
-    llm_url, llm_key = llm.stdout.readline().split()  # type: ignore[union-attr]
+    assert llm.stdout is not None
+    llm_url, llm_key = llm.stdout.readline().split()
     env = app_env(data_dir, NEOTASK_LLM_BASE_URL=llm_url, NEOTASK_LLM_API_KEY=llm_key)
     os.environ.update(env, DJANGO_SETTINGS_MODULE="neotask_site.settings")
     chats, warmups = prepare(options.chats, options.workers)

@@ -11,7 +11,7 @@ from neotask_site import throttle
 class AdminAccountForm(UserCreationForm):
     """The first account: a superuser who then creates everyone else."""
 
-    def save(self, commit: bool = True):  # type: ignore[no-untyped-def]
+    def save(self, commit: bool = True) -> Any:
         user = super().save(commit=False)
         user.is_staff = True
         user.is_superuser = True
