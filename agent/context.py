@@ -67,6 +67,7 @@ def system_prompt(agent_prompt: str, facts: Iterable[Fact], now: datetime) -> st
 def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
     """Events as chat messages. Every tool call gets a result message, even if
     the turn was stopped before the tool ran: the protocol requires it."""
+    events = without_retried(list(events))
     messages: list[dict[str, Any]] = []
     open_calls: list[str] = []
 
@@ -100,6 +101,20 @@ def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
             messages.append(message)
     close_open_calls()
     return messages
+
+
+def without_retried(events: list[Event]) -> list[Event]:
+    """Without the turns that were retried: from a message to the retry that
+    repeats it (its `retry_of`), the model sees only the retry."""
+    kept: list[Event] = []
+    for event in events:
+        retried = (event.data or {}).get("retry_of")
+        if event.event_type == EventType.USER_MESSAGE and retried is not None:
+            start = next((i for i, e in enumerate(kept) if e.pk == retried), None)
+            if start is not None:
+                del kept[start:]
+        kept.append(event)
+    return kept
 
 
 def fit_to_window(

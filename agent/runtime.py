@@ -41,6 +41,7 @@ class TurnRequest:
     agent_prompt: str = ""
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
+    retry_of: int | None = None  # the user message this turn runs again (sessions_app.retries)
 
 
 @dataclass
@@ -76,7 +77,10 @@ class Turn:
 
     async def run(self, text: str) -> TurnResult:
         # Embedded in answer(), for recall: that vector is also the message's own.
-        user_event = await self.store(EventType.USER_MESSAGE, {"content": text}, embed=False)
+        message: dict[str, Any] = {"content": text}
+        if self.request.retry_of is not None:
+            message["retry_of"] = self.request.retry_of
+        user_event = await self.store(EventType.USER_MESSAGE, message, embed=False)
         result = await self.answer(user_event)
         result.user_event_id = user_event.pk
         # The turn's usage (all its LLM calls) kept with the message that caused it.

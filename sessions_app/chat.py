@@ -190,6 +190,7 @@ async def run_chat_turn(
     *,
     trusted: bool = False,
     approval_timeout: float | None = None,
+    retry_of: int | None = None,
 ) -> TurnResult:
     """One turn in `session` (or its successor, if it went stale): the agent
     answers, usage is added, the meter read; `result.done()` ends it (the
@@ -207,6 +208,7 @@ async def run_chat_turn(
         agent_prompt=session.agent.system_prompt,
         trusted=trusted,
         approval_timeout=approval_timeout,
+        retry_of=retry_of,
     )
     result = await run_turn(request, text, emit)
     readings = await database_sync_to_async(add_usage_and_meter)(session, result)

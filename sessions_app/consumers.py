@@ -21,6 +21,7 @@ from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
 from sessions_app import broadcast, chat, inputs
 from sessions_app.approvals import answer_approval
+from sessions_app.retries import RetryError, find_retry
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return await self.error("The frame's JSON is nested too deeply.")
         if not isinstance(frame, dict):
             return await self.error("The frame must be a JSON object with a 'type'.")
-        handlers = {"message": self.on_message, "approval": self.on_approval, "stop": self.on_stop}
+        handlers = {
+            "message": self.on_message,
+            "approval": self.on_approval,
+            "retry": self.on_retry,
+            "stop": self.on_stop,
+        }
         kind = frame.get("type")
         # A list or object as "type" is unhashable: looking it up would kill the consumer.
         handler = handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return await self.error(  # reprlib: a short echo, however big or deep the value
-                f"Unknown frame type {reprlib.repr(kind)}: use message, approval or stop."
+                f"Unknown frame type {reprlib.repr(kind)}: use message, approval, retry or stop."
             )
         await handler(frame)
 
@@ -106,6 +112,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await database_sync_to_async(answer_approval)(self.user, self.key, request_id, decision)
         except ApprovalError as exc:
             return await self.error(str(exc))
+
+    async def on_retry(self, frame: dict[str, Any]) -> None:
+        """A failed or stopped answer's Retry: its turn runs again, queued like a message."""
+        event_id = frame.get("event_id")
+        try:
+            message = await database_sync_to_async(find_retry)(self.user, self.key, event_id)
+        except RetryError as exc:
+            return await self.error(str(exc))
+        assert isinstance(event_id, int)  # find_retry found it
+        await inputs.retry(self.user, self.key, event_id, message.text)
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         await inputs.submit(self.user, self.key, "/stop", self.reply)

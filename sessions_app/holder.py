@@ -48,6 +48,7 @@ from sessions_app.claims import (
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.lifecycle import rollover
 from sessions_app.models import ChatClaim, ChatInput
+from sessions_app.retries import RetryError, find_retry
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,10 @@ class Holder:
                 reason = f"/{item.command}"
                 session = await database_sync_to_async(rollover)(session, reason)
                 await emit(SessionChanged(str(session.pk), reason))
+            retry_of = None
+            if item.kind == ChatInput.Kind.RETRY:  # checked again: has the chat moved on?
+                check = database_sync_to_async(find_retry)
+                retry_of = (await check(self.owner, self.key, item.retry_of)).pk
             if item.text and item.kind != ChatInput.Kind.COMPACT:
                 result = await chat.run_chat_turn(
                     session,
@@ -151,11 +156,12 @@ class Holder:
                     emit,
                     trusted=item.trusted,
                     approval_timeout=item.approval_timeout,
+                    retry_of=retry_of,
                 )
                 outcome.answer, outcome.error = result.answer, result.error or None
                 return outcome, result.done()
             return outcome, Done(Usage().as_dict(), "completed")
-        except chat.ChatError as exc:  # the chat was deleted while the input waited
+        except (chat.ChatError, RetryError) as exc:  # the chat was deleted or moved on meanwhile
             outcome.error = str(exc)
             await emit(Error(str(exc)))
         except asyncio.CancelledError:  # /stop outside the agent's turn (which handles its own)

@@ -76,6 +76,21 @@ async def submit(
         "approval_timeout": approval_timeout,
         "awaited": wait,
     }
+    return await queue(owner, key, fields, wait=wait)
+
+
+async def retry(owner: Any, key: str, event_id: int, text: str) -> None:
+    """The turn that ended with event `event_id` runs again from its message
+    `text` (sessions_app.retries checked it), in its turn like any input."""
+    fields = {"kind": ChatInput.Kind.RETRY, "text": text, "retry_of": event_id}
+    await queue(owner, key, fields)
+
+
+async def queue(
+    owner: Any, key: str, fields: dict[str, Any], *, wait: bool = False
+) -> Outcome | None:
+    """The input stored; run here if the chat's claim is free, else announced
+    and left to its holder. With `wait`, its `Outcome` once it has run."""
     token = secrets.token_hex(16)
     # Stored and the claim tried in one database hop: the common case, a chat
     # nobody is answering in, costs no more.

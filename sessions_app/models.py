@@ -258,6 +258,7 @@ class ChatInput(OwnedModel):
         MESSAGE = "message", "Message"
         RESET = "reset", "Reset"  # /new, /reset: text is the message that follows, if any
         COMPACT = "compact", "Compact"
+        RETRY = "retry", "Retry"  # retry_of: the failed or stopped answer's event
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -271,6 +272,7 @@ class ChatInput(OwnedModel):
     # Set only by the scheduler for a task a person marked trusted.
     trusted = models.BooleanField(default=False)
     approval_timeout = models.FloatField(null=True, blank=True)
+    retry_of = models.BigIntegerField(null=True, blank=True)
     # Somebody waits for the outcome (the API, the scheduler): kept until read.
     awaited = models.BooleanField(default=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
@@ -289,6 +291,8 @@ class ChatInput(OwnedModel):
         """The input as the chat shows it while it waits."""
         if self.kind == ChatInput.Kind.MESSAGE:
             return self.text
+        if self.kind == ChatInput.Kind.RETRY:
+            return f"Retry: {self.text}"
         return f"/{self.command} {self.text}".strip()
 
 

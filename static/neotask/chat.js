@@ -34,6 +34,7 @@
     if (!element || document.getElementById(element.id)) return;  // never twice
     events.querySelector(".empty-chat")?.remove();
     events.appendChild(element);
+    pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
     scrollDown();
   }
@@ -237,6 +238,20 @@
   });
   input.addEventListener("input", autosize);
   stopButton.addEventListener("click", () => send({ type: "stop" }));
+  // Retry on a failed or stopped answer: only the latest turn can run again.
+  function pruneRetries() {
+    const messages = events.querySelectorAll("li.user_message");
+    const latest = messages[messages.length - 1];
+    if (!latest) return;
+    events.querySelectorAll("button.retry").forEach((button) => {
+      if (button.compareDocumentPosition(latest) & Node.DOCUMENT_POSITION_FOLLOWING) button.remove();
+    });
+  }
+  events.addEventListener("click", (clicked) => {
+    const button = clicked.target.closest("button.retry");
+    if (button) send({ type: "retry", event_id: Number(button.dataset.retry) });
+  });
+  pruneRetries();
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
   connect();
