@@ -1,0 +1,277 @@
+"""Every page on a phone (390 by 844, a mobile context): nothing wider than the
+screen, the navigation and the chat list behind their buttons, a chat that works."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import ARTIFACTS, PASSWORD
+from tests.processes import manage_json
+from tests.scripted_llm import Reply
+
+PHONE: dict[str, Any] = {
+    "viewport": {"width": 390, "height": 844},
+    "is_mobile": True,
+    "has_touch": True,
+    "device_scale_factor": 3,
+}
+DESKTOP: dict[str, Any] = {"viewport": {"width": 1280, "height": 800}}
+LONG_URL = "https://example.org/a/very/long/path/" + "segment-" * 20 + "end?query=" + "x" * 60
+LONG_WORD = "Supercalifragilistic" * 6
+QUESTION = f"Can you keep this link for me? {LONG_URL} And this word: {LONG_WORD}"
+ANSWER = f"""Here is what I found: {LONG_URL}
+
+```python
+print("a line of code far longer than any phone is wide, so its box scrolls: {"0123456789" * 8}")
+```
+
+| Name | Kind | Where | When | Size | Notes | Owner | State |
+|------|------|-------|------|------|-------|-------|-------|
+| notes.md | file | memory/notes.md | 2026-06-01 10:00 | 1.2 kB | {LONG_WORD} | tester | indexed |
+"""
+
+# What every page needs to show something: a chat with long content, a fact, a
+# macro, a memory file, a task, a prefix, a token, a finished import.
+SEED = """
+import json
+from django.contrib.auth.models import User
+from agent.models import TerminalAllowedPrefix
+from importers.models import ImportJob
+from importers.report import ImportReport
+from memory import recording
+from memory.files.indexing import index_workspace
+from memory.files.paths import write_memory_file
+from memory.models import Fact, Macro
+from memory.workspace import workspace_dir
+from scheduler.models import ScheduledTask
+from sessions_app.models import Agent, ApiToken, Session
+from django.utils import timezone
+
+owner = User.objects.get(username="tester")
+agent = Agent.objects.default_for(owner)
+session = Session.start(
+    owner, agent, "web", "phone-layout", title="Plans for a long trip to Lisbon")
+for kind, text in [("user_message", QUESTION), ("assistant_response", ANSWER)]:
+    recording.record(owner, str(session.pk), kind, {"content": text})
+recording.record(owner, str(session.pk), "tool_call",
+                 {"name": "search_memory", "arguments": json.dumps({"query": LONG_WORD})})
+fact = Fact.objects.create(owner=owner, category="preference", key="favourite_site", value=LONG_URL)
+Macro.objects.create(owner=owner, trigger_tool="search_memory", next_tool="remember_fact",
+                     trigger_args_pattern="query=*", confidence=0.8, used_count=4)
+write_memory_file(workspace_dir(owner.pk, agent.name), "memory/trips.md",
+                  "# Trips\\n\\nLisbon in June. " + LONG_URL + "\\n")
+index_workspace(owner, agent.name)
+task = ScheduledTask.objects.create(
+    owner=owner, agent=agent, name="Weekday todos", cron_expr="0 9 * * 1-5",
+    original_schedule="every weekday at 9am", prompt="Summarise my open todos. " + LONG_URL,
+    next_run_at=timezone.now() + timezone.timedelta(days=1))
+TerminalAllowedPrefix.objects.create(owner=owner, prefix="git log --oneline --graph --decorate")
+ApiToken.issue(owner, "Backup script on the home server")
+report = ImportReport()
+report.saw("events", 120); report.added("events", 118); report.skip("events", "empty text", 2)
+report.note("Imported 3 sessions from " + LONG_URL)
+job = ImportJob.objects.create(owner=owner, kind="openclaw", filename="my-old-agent-folder.zip",
+                               status="done", report=report.to_dict(), finished_at=timezone.now())
+print(json.dumps({"chat": session.key, "session": str(session.pk), "fact": fact.pk,
+                  "task": str(task.pk), "job": str(job.pk)}))
+"""
+
+# Each element that sticks out past the right edge of what clips it: the
+# viewport, or its nearest ancestor that scrolls or hides horizontal overflow.
+# Inside a box that scrolls sideways on purpose (code, a table, a text box) an
+# element may extend as far as it likes; that box itself must fit. What a
+# visually hidden box (1 px, for screen readers) holds is not on screen.
+OVERFLOWING = """() => {
+  const width = document.documentElement.clientWidth;
+  const scrollsOnPurpose = (element) => element.matches("pre, table, textarea")
+    && ["auto", "scroll"].includes(getComputedStyle(element).overflowX);
+  const name = (element) => element.tagName.toLowerCase()
+    + (element.id ? "#" + element.id : "")
+    + [...element.classList].map((c) => "." + c).join("");
+  const path = (element) => {
+    const names = [];
+    for (let e = element; e && e !== document.body && names.length < 4; e = e.parentElement) {
+      names.unshift(name(e));
+    }
+    return names.join(" > ");
+  };
+  // The right edge element may reach, or null when it may reach any.
+  const limit = (element) => {
+    for (let e = element.parentElement; e && e !== document.body; e = e.parentElement) {
+      const style = getComputedStyle(e);
+      if (style.position === "fixed") return width;
+      if (style.overflowX === "visible") continue;
+      if (scrollsOnPurpose(e) || e.clientWidth <= 1 || e.clientHeight <= 1) return null;
+      return Math.min(width, e.getBoundingClientRect().left + e.clientLeft + e.clientWidth);
+    }
+    return width;
+  };
+  const found = [];
+  for (const element of document.body.querySelectorAll("*")) {
+    if (!element.checkVisibility({visibilityProperty: true})) continue;
+    const box = element.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) continue;
+    const edge = limit(element);
+    if (edge !== null && box.right > edge + 0.5) {
+      found.push(`${path(element)} (right ${box.right.toFixed(1)} > ${edge.toFixed(1)})`);
+    }
+  }
+  return {scrollWidth: document.documentElement.scrollWidth, clientWidth: width, found};
+}"""
+
+
+@pytest.fixture(scope="module")
+def seeded(live_app, live_env) -> dict[str, Any]:
+    texts = json.dumps([QUESTION, ANSWER, LONG_URL, LONG_WORD])
+    return manage_json(live_env, f"QUESTION, ANSWER, LONG_URL, LONG_WORD = {texts}\n{SEED}")
+
+
+@pytest.fixture(scope="module")
+def signed_in(browser, live_app) -> dict[str, Any]:
+    """The cookies of a signed-in tester, for each new context."""
+    context = browser.new_context(base_url=live_app)
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", "tester")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/chat/**")
+    state = context.storage_state()
+    context.close()
+    return state
+
+
+def pages(ids: dict[str, Any]) -> dict[str, str]:
+    """Every user-facing page, by name."""
+    file = "?agent=main&path=memory/trips.md"
+    return {
+        "chat": f"/chat/{ids['chat']}/",
+        "sessions": "/sessions/",
+        "session": f"/sessions/{ids['session']}/",
+        "cleanup": "/sessions/cleanup/",
+        "memory-search": "/memory/?q=Lisbon",
+        "facts": "/memory/facts/",
+        "fact-edit": f"/memory/facts/{ids['fact']}/edit/",
+        "macros": "/memory/macros/",
+        "files": "/memory/files/",
+        "file": f"/memory/files/view/{file}",
+        "file-delete": f"/memory/files/delete/{file}",
+        "tasks": "/tasks/",
+        "task-delete": f"/tasks/{ids['task']}/delete/",
+        "terminal": "/settings/terminal/",
+        "tokens": "/settings/tokens/",
+        "import": "/import/",
+        "import-job": f"/import/{ids['job']}/",
+        "not-found": "/sessions/00000000-0000-0000-0000-000000000000/",
+        "admin": "/admin/",
+    }
+
+
+PAGE_NAMES = list(pages({"chat": "", "session": "", "fact": 0, "task": "", "job": ""}))
+
+
+def assert_fits(page, name: str) -> None:
+    measured = page.evaluate(OVERFLOWING)
+    assert measured["scrollWidth"] <= measured["clientWidth"] and not measured["found"], (
+        f"{name} at {page.url} is {measured['scrollWidth']} px wide in a "
+        f"{measured['clientWidth']} px screen; sticking out:\n" + "\n".join(measured["found"])
+    )
+
+
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_it_fits_every_page_in_a_phone_screen(browser, live_app, seeded, signed_in, name):
+    context = browser.new_context(base_url=live_app, storage_state=signed_in, **PHONE)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(pages(seeded)[name])
+    page.wait_for_load_state("networkidle")
+    assert_fits(page, name)
+    if name not in ("admin", "not-found"):  # Django's admin and the error pages have no menu
+        menu = page.locator("button[aria-controls=site-nav]")
+        expect(menu).to_be_visible()
+        expect(page.locator("#site-nav")).to_be_hidden()
+        menu.click()
+        expect(page.locator("#site-nav a:has-text('Tasks')")).to_be_in_viewport()
+        assert_fits(page, f"{name} with the menu open")
+    context.close()
+
+
+def test_it_still_fits_every_page_in_a_desktop_window(browser, live_app, seeded, signed_in):
+    context = browser.new_context(base_url=live_app, storage_state=signed_in, **DESKTOP)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    for name, url in pages(seeded).items():
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+        assert_fits(page, name)
+        if name not in ("admin", "not-found"):
+            expect(page.locator("#site-nav a:has-text('Tasks')")).to_be_in_viewport()
+            expect(page.locator("button[aria-controls=site-nav]")).to_be_hidden()
+    context.close()
+
+
+def test_it_fits_the_login_page(browser, live_app):
+    context = browser.new_context(base_url=live_app, **PHONE)
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    assert_fits(page, "login")
+    expect(page.locator("button[type=submit]")).to_be_in_viewport()
+    context.close()
+
+
+def test_it_chats_on_a_phone(browser, live_app, seeded, signed_in, e2e_llm):
+    context = browser.new_context(base_url=live_app, storage_state=signed_in, **PHONE)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(pages(seeded)["chat"])
+
+    # The chat list is behind its button, and closes again.
+    chats = page.locator("button[aria-controls=chat-sidebar]")
+    expect(page.locator("#chat-list")).to_be_hidden()
+    chats.click()
+    expect(chats).to_have_attribute("aria-expanded", "true")
+    expect(page.locator("#chat-list a:has-text('Plans for a long trip')")).to_be_in_viewport()
+    expect(page.locator("#new-chat")).to_be_in_viewport()
+    assert_fits(page, "chat with the chat list open")
+    page.screenshot(path=str(ARTIFACTS / "chat-phone-list.png"))
+    chats.click()
+    expect(page.locator("#chat-list")).to_be_hidden()
+    expect(chats).to_have_attribute("aria-expanded", "false")
+
+    # The navigation opens from the menu button.
+    menu = page.locator("button[aria-controls=site-nav]")
+    menu.click()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    expect(page.locator("#site-nav a:has-text('Memory')")).to_be_in_viewport()
+    page.screenshot(path=str(ARTIFACTS / "chat-phone-menu.png"))
+    menu.click()
+    expect(page.locator("#site-nav")).to_be_hidden()
+
+    # The message box and its button are on screen; an answer shows.
+    expect(page.locator("#input")).to_be_in_viewport()
+    expect(page.locator("#send")).to_be_in_viewport()
+    e2e_llm.script(Reply(text="Sent from a phone, answered on a phone."))
+    page.locator("#input").tap()
+    page.fill("#input", "Hello from my phone")
+    page.locator("#send").tap()
+    answer = page.locator(".bubble.assistant:has-text('answered on a phone')")
+    answer.wait_for()
+    expect(page.locator(".bubble.user:has-text('Hello from my phone')")).to_be_in_viewport()
+    expect(answer).to_be_in_viewport()
+    assert_fits(page, "chat after an answer")
+    context.close()
+
+
+@pytest.mark.parametrize("name", ["chat", "memory-search", "tasks"])
+def test_it_takes_screenshots_at_both_sizes(browser, live_app, seeded, signed_in, name):
+    for size, options in [("desktop", DESKTOP), ("phone", PHONE)]:
+        context = browser.new_context(base_url=live_app, storage_state=signed_in, **options)
+        page = context.new_page()
+        page.goto(pages(seeded)[name])
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
+        context.close()
