@@ -105,3 +105,36 @@ def test_it_keeps_serving_when_the_embedded_model_cannot_start(env, tmp_path):
     finally:
         if group_alive(server.pid):
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_it_runs_the_job_cluster_at_a_lower_priority(env):
+    from neotask_site.management.commands.serve import JOB_CLUSTER_NICE
+
+    port = free_port()
+    env = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # no embedded model
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for_health(port, server)
+        deadline = time.monotonic() + 60
+        while True:
+            listed = subprocess.run(
+                ["ps", "-o", "ni=,args=", "-s", str(server.pid)], capture_output=True, text=True
+            ).stdout.splitlines()
+            processes = [(int(ni), args) for ni, args in (line.split(None, 1) for line in listed)]
+            cluster = [ni for ni, args in processes if "qcluster" in args]
+            # The cluster's own process and the workers it forks, which inherit its niceness.
+            if len(cluster) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(cluster) >= 3 and set(cluster) == {JOB_CLUSTER_NICE}, processes
+        assert [ni for ni, args in processes if "daphne" in args] == [0], processes
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)

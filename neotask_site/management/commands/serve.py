@@ -28,6 +28,14 @@ from scheduler.config_sync import SyncError, sync_config_tasks
 
 STOP_GRACE_SECONDS = 10.0
 MODEL_START_SECONDS = 60
+#: The job cluster's niceness: its embeddings and imports yield a shared core
+#: to the chat's web server and embedded model (bench/local_model.py measures).
+JOB_CLUSTER_NICE = 10
+
+
+def at_nice(command: list[str], nice: int) -> list[str]:
+    """`command` run at niceness `nice` (and its children, which inherit it)."""
+    return ["nice", "-n", str(nice), *command] if nice else command
 
 
 class Command(BaseCommand):
@@ -84,7 +92,9 @@ class Command(BaseCommand):
             ],
         }
         if not no_jobs:
-            commands["job cluster"] = [sys.executable, manage, "qcluster"]
+            commands["job cluster"] = at_nice(
+                [sys.executable, manage, "qcluster"], JOB_CLUSTER_NICE
+            )
 
         children: dict[str, subprocess.Popen] = {}
         stopping = False
