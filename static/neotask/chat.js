@@ -9,6 +9,7 @@
   const input = document.getElementById("input");
   const form = document.getElementById("composer");
   const stopButton = document.getElementById("stop");
+  const announcer = document.getElementById("announcer");
   const connection = document.getElementById("connection");
   const approvalTemplate = document.getElementById("approval-template");
   const queuedTemplate = document.getElementById("queued-template");
@@ -31,12 +32,13 @@
   };
 
   function addEvent(element) {
-    if (!element || document.getElementById(element.id)) return;  // never twice
+    if (!element || document.getElementById(element.id)) return false;  // never twice
     events.querySelector(".empty-chat")?.remove();
     events.appendChild(element);
     pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
     scrollDown();
+    return true;
   }
 
   function ensureStreaming() {
@@ -64,7 +66,26 @@
     item.className = `note transient ${kind}`;
     item.textContent = text;
     events.appendChild(item);
+    announce(text);
     scrollDown();
+  }
+
+  // The streaming bubble is outside the live region: a screen reader hears a
+  // finished answer (or a note) once, not every delta.
+  function announce(text) {
+    if (text) announcer.textContent = text;
+  }
+
+  function spoken(element) {
+    return [...element.querySelectorAll(".bubble, .note")]
+      .map((part) => part.textContent.replace(/\s+/g, " ").trim())
+      .join(" ");
+  }
+
+  function returnFocus() {
+    // Back to the message box, unless the reader has moved to another control.
+    const active = document.activeElement;
+    if (!active || active === document.body || form.contains(active)) input.focus();
   }
 
   function renderMeter(meter) {
@@ -120,14 +141,18 @@
         setBusy(true);
         scrollDown();
         break;
-      case "event":
+      case "event": {
         if (frame.event.event_type === "assistant_response") dropStreaming();
         if (frame.event.event_type === "user_message") setBusy(true);
-        addEvent(fromHTML(frame.event.html).firstElementChild);
+        const element = fromHTML(frame.event.html).firstElementChild;
+        if (addEvent(element) && frame.event.event_type === "assistant_response") {
+          announce(spoken(element));
+        }
         if (frame.event.event_type === "user_message") {
           document.body.dispatchEvent(new Event("neotask:sessions"));
         }
         break;
+      }
       case "queued": {
         if (started.has(frame.input_id) || document.getElementById(`queued-${frame.input_id}`)) break;
         const item = queuedTemplate.content.firstElementChild.cloneNode(true);
@@ -153,6 +178,7 @@
         setBusy(false);
         renderMeter(frame.meter);
         document.body.dispatchEvent(new Event("neotask:sessions"));
+        returnFocus();
         break;
       case "error":
         note(frame.message, "error");
@@ -228,6 +254,7 @@
     if (send({ type: "message", text })) {
       input.value = "";
       autosize();
+      input.focus();  // after a click on Send, too
     }
   });
   input.addEventListener("keydown", (key) => {
@@ -252,6 +279,13 @@
     if (button) send({ type: "retry", event_id: Number(button.dataset.retry) });
   });
   pruneRetries();
+  document.addEventListener("keydown", (key) => {
+    // Esc stops the answer being written, as the Stop button and /stop do.
+    if (key.key === "Escape" && !key.isComposing && chat.classList.contains("busy")) {
+      key.preventDefault();
+      send({ type: "stop" });
+    }
+  });
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
   connect();
