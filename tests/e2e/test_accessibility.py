@@ -4,6 +4,7 @@ Esc, focus and the skip link, in Chromium."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
@@ -53,12 +54,45 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="module")
-def seeded(live_app, live_env) -> dict:
+# The live app is shared with the other browser tests: what this module made
+# goes when it ends (its chats would be the latest, its rows in their lists).
+NOW = """
+import json
+from django.utils import timezone
+print(json.dumps(timezone.now().isoformat()))
+"""
+TAKE_AWAY = """
+from django.contrib.auth import get_user_model
+from memory.files.indexing import index_workspace
+from memory.workspace import workspace_dir
+from sessions_app.models import Agent, ChatClaim, Session
+from tests.helpers import OWNED_MODELS
+
+user = get_user_model().objects.get(username="tester")
+made = list(Session.objects.filter(created_at__gte=SINCE).values_list("key", flat=True))
+ChatClaim.objects.filter(key__in=made).delete()
+for model in reversed(OWNED_MODELS):
+    if model is not Agent and model is not ChatClaim:
+        model.objects.filter(created_at__gte=SINCE).delete()
+(workspace_dir(user.pk, "main") / FILE).unlink(missing_ok=True)
+index_workspace(user, "main")
+print("null")
+"""
+
+
+def in_live_app(live_env, code: str):
     try:
-        return manage_json(live_env, SEED)
+        return manage_json(live_env, code)
     except subprocess.CalledProcessError as error:
-        pytest.fail(f"Seeding the live app's database failed:\n{error.stderr}")
+        pytest.fail(f"manage.py shell in the live app failed:\n{error.stderr}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def seeded(live_app, live_env) -> Iterator[dict]:
+    since = in_live_app(live_env, NOW)
+    ids = in_live_app(live_env, SEED)
+    yield ids
+    in_live_app(live_env, f"SINCE = {since!r}; FILE = {ids['file']!r}\n{TAKE_AWAY}")
 
 
 def page_paths(seeded: dict) -> list[str]:
