@@ -206,6 +206,10 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get(pk("task-delete", w.task.pk), 404),
         *post(pk("task-delete", w.task.pk), 404),
     ],
+    "task-edit": lambda w, bob: [
+        *get(pk("task-edit", w.task.pk), 404),
+        *post(pk("task-edit", w.task.pk), 404),
+    ],
     # Terminal prefixes.
     "terminal-prefixes": lambda w, bob: get("/settings/terminal/", 200),
     "terminal-prefix-revoke": lambda w, bob: post(pk("terminal-prefix-revoke", w.prefix.pk), 404),
