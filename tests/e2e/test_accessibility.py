@@ -138,8 +138,10 @@ def first_focusable(page) -> str:
     )
 
 
-def test_it_has_no_serious_axe_violations_on_any_page(page, seeded):
+@pytest.mark.parametrize("color_scheme", ["light", "dark"])  # the stylesheet has both
+def test_it_has_no_serious_axe_violations_on_any_page(page, seeded, color_scheme):
     found: dict[str, list[str]] = {}
+    page.emulate_media(color_scheme=color_scheme)
     page.goto("/accounts/login/")
     if violations := serious_violations(page):
         found["/accounts/login/"] = violations
