@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -34,17 +35,20 @@ def env(tmp_path):
     return env
 
 
-def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
-    port = free_port()
-    server = subprocess.Popen(
+def serve(env: dict[str, str], port: int, **output: Any) -> subprocess.Popen:
+    """`manage.py serve` in a process group of its own (its cluster and workers in it)."""
+    return subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
         start_new_session=True,
+        **output,
     )
+
+
+def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
+    port = free_port()
+    server = serve(env, port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_health(port, server)
         # First run: the page that creates the admin account.
@@ -112,14 +116,7 @@ def test_it_runs_the_job_cluster_at_a_lower_priority(env):
 
     port = free_port()
     env = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # no embedded model
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = serve(env, port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_health(port, server)
         deadline = time.monotonic() + 60
