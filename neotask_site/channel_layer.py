@@ -30,6 +30,7 @@ from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as StockInMemoryChannelLayer
 from channels_redis.core import ChannelLock
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,16 @@ class RedisChannelLayer(StockRedisChannelLayer):
             for name in channel if isinstance(channel, list) else [channel]:
                 if name not in self.departed:
                     self.receive_buffer[name].put_nowait(message)
+
+    async def _clean_receive_backup(self, index: int, channel: str) -> None:
+        # channels_redis trims a popped message's backup in a task of its own,
+        # which nobody awaits: Redis failing under it ended in "Task exception
+        # was never retrieved" and a traceback in the log. Untrimmed, the backup
+        # is what channels_redis keeps it for (its message may come again).
+        try:
+            await super()._clean_receive_backup(index, channel)
+        except (RedisError, OSError) as exc:
+            log.warning("a received message's backup was left in Redis (%s)", exc)
 
     async def close_pools(self) -> None:
         """Shutting down (flush, tests): nobody receives any more."""
