@@ -40,7 +40,8 @@ def find_retry(owner: Any, key: str, event_id: Any) -> Event:
     except chat.ChatError as exc:
         raise RetryError(str(exc)) from None
     events = Event.objects.owned_by(owner).filter(session_id=str(session.pk))
-    event = events.filter(pk=event_id).first() if isinstance(event_id, int) else None
+    # type(), not isinstance: JSON's true is a bool, which Python counts as the int 1.
+    event = events.filter(pk=event_id).first() if type(event_id) is int else None
     if event is None:
         raise RetryError(NO_SUCH)
     if not is_retryable(event):

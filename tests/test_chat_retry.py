@@ -96,7 +96,7 @@ async def test_it_refuses_to_retry_a_completed_answer(owner, session, llm):
     await ws.disconnect()
 
 
-@pytest.mark.parametrize("event_id", [10**9, "1", None, [1]])
+@pytest.mark.parametrize("event_id", [10**9, "1", None, [1], True])
 async def test_it_refuses_an_unknown_answer(owner, session, event_id):
     ws = await connect(owner, session.key)
     await send(ws, type="retry", event_id=event_id)
