@@ -32,13 +32,14 @@ def memory_search(request: HtmxHttpRequest) -> HttpResponse:
 
 def workspace_of(request: HtmxHttpRequest) -> tuple[str, Path]:
     """The requesting user's workspace of `?agent=` (default DEFAULT_AGENT): paths are per owner
-    id, so another user's files are never reachable."""
+    id, so another user's files are never reachable. Not created here: a GET makes nothing,
+    and the first write makes the folders it needs."""
     agent = request.GET.get("agent") or request.POST.get("agent") or DEFAULT_AGENT
     try:
         check_agent_name(agent)
     except AgentNameError:
         raise Http404("No such agent") from None
-    return agent, workspace_dir(request.user.pk, agent)
+    return agent, workspace_dir(request.user.pk, agent, create=False)
 
 
 def file_url(agent: str, path: str) -> str:
@@ -57,13 +58,14 @@ def memory_files(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def existing_file(request: HtmxHttpRequest, workspace: Path) -> str:
-    """The memory path the request names (?path= or the form), or 404."""
+    """The memory path the request names (?path= or the form), or 404. A link there
+    exists (its page says it is not followed)."""
     path = request.GET.get("path") or request.POST.get("path", "")
     try:
-        shown, full = paths.resolve_memory_path(workspace, path)
+        shown = paths.memory_path(path)
     except paths.MemoryPathError as exc:
         raise Http404(str(exc)) from None
-    if not full.is_file():
+    if not paths.memory_file_exists(workspace, shown):
         raise Http404("No such memory file")
     return shown
 
@@ -95,7 +97,9 @@ def memory_file(request: HtmxHttpRequest) -> HttpResponse:
     if "text" not in context:
         try:
             context["text"], context["sha256"] = paths.read_memory_file(workspace, shown)
-        except paths.MemoryPathError as exc:  # binary, too large, not UTF-8: not editable
+        except paths.NotFound:  # deleted meanwhile
+            raise Http404("No such memory file") from None
+        except paths.MemoryPathError as exc:  # a link, binary, too large, not UTF-8
             context["unreadable"] = str(exc)
     return render_page(request, "memory/file.html", context, status=status)
 
@@ -106,8 +110,8 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     name = request.POST.get("name", "").strip()
     path = paths.new_file_path(name)
     try:
-        shown, full = paths.resolve_memory_path(workspace, path)
-        if full.exists():
+        shown = paths.memory_path(path)
+        if paths.memory_file_exists(workspace, shown):
             raise paths.MemoryPathError(f"{shown} already exists.")
         paths.write_memory_file(workspace, shown, "")
     except paths.MemoryPathError as exc:
@@ -122,9 +126,13 @@ def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
     agent, workspace = workspace_of(request)
     shown = existing_file(request, workspace)
     if request.method == "POST":
-        paths.delete_memory_file(workspace, shown)
+        try:
+            paths.delete_memory_file(workspace, shown)
+        except paths.MemoryPathError as exc:  # a link, or changed meanwhile
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Deleted {shown}.")
         indexing.index_path(request.user, agent, shown)
-        messages.success(request, f"Deleted {shown}.")
         return redirect(files_url(agent))
     return render(request, "memory/file_delete.html", {"agent": agent, "path": shown})
 

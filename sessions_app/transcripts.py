@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from asgiref.sync import sync_to_async
 
-from memory.files.paths import atomic_write
+from memory.files.workspace_fs import atomic_write
 from memory.models import Event, EventType
 from sessions_app.models import Session
 

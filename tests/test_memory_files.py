@@ -14,7 +14,7 @@ from memory import recording
 from memory.files import indexing
 from memory.files.chunking import chunk_markdown
 from memory.files.indexing import index_all_workspaces, index_workspace
-from memory.files.paths import MemoryPathError, resolve_memory_path
+from memory.files.paths import MemoryPathError, memory_path, read_memory_file, write_memory_file
 from memory.files.search import forget_chunk_indexes, search_files
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
@@ -102,26 +102,32 @@ ESCAPES = [
 
 
 @pytest.mark.parametrize("path", [*ESCAPES, "notes.txt", "memory/x.txt", "", "memory/.hidden.md"])
-def test_it_refuses_paths_that_are_not_memory_files_of_the_workspace(workspace, path):
+def test_it_refuses_paths_that_are_not_memory_files_of_the_workspace(path):
     with pytest.raises(MemoryPathError):
-        resolve_memory_path(workspace, path)
+        memory_path(path)
 
 
-def test_it_explains_why_a_path_is_refused(workspace):
+def test_it_explains_why_a_path_is_refused():
     with pytest.raises(MemoryPathError, match=r"'\.\.' is not allowed"):
-        resolve_memory_path(workspace, "memory/../../x.md")
+        memory_path("memory/../../x.md")
     with pytest.raises(MemoryPathError, match="absolute path"):
-        resolve_memory_path(workspace, "/etc/passwd")
+        memory_path("/etc/passwd")
 
 
-def test_it_refuses_symlinks_out_of_the_workspace(workspace, tmp_path):
+@pytest.mark.parametrize("inside", [False, True])
+def test_it_refuses_symlinks_wherever_they_point(workspace, tmp_path, inside):
     outside = write(tmp_path, "outside/secret.md", "secret")
-    (workspace / "memory").mkdir()
-    (workspace / "memory" / "link.md").symlink_to(outside)
-    (workspace / "memory" / "dir").symlink_to(outside.parent, target_is_directory=True)
-    for path in ["memory/link.md", "memory/dir/secret.md", "memory/dir/new.md"]:
-        with pytest.raises(MemoryPathError, match="outside the workspace"):
-            resolve_memory_path(workspace, path)
+    target = write(workspace, "memory/real/secret.md", "mine") if inside else outside
+    (workspace / "memory").mkdir(exist_ok=True)
+    (workspace / "memory" / "link.md").symlink_to(target)
+    (workspace / "memory" / "dir").symlink_to(target.parent, target_is_directory=True)
+    for path in ["memory/link.md", "memory/dir/secret.md"]:
+        with pytest.raises(MemoryPathError, match="symbolic link; links in a workspace are not"):
+            read_memory_file(workspace, path)
+    with pytest.raises(MemoryPathError, match="memory/dir/, a symbolic link"):
+        write_memory_file(workspace, "memory/dir/new.md", "written through")
+    assert not (target.parent / "new.md").exists()
+    assert outside.read_text() == "secret"
 
 
 @pytest.mark.parametrize("path", ESCAPES)
@@ -137,9 +143,9 @@ def test_it_refuses_a_symlink_out_in_tool_calls(context, workspace, tmp_path):
     outside = write(tmp_path, "outside.md", "secret")
     (workspace / "memory").mkdir()
     (workspace / "memory" / "link.md").symlink_to(outside)
-    with pytest.raises(ToolError, match="outside the workspace"):
+    with pytest.raises(ToolError, match="is a symbolic link"):
         run_tool(context, "read_memory_file", path="memory/link.md")
-    with pytest.raises(ToolError, match="outside the workspace"):
+    with pytest.raises(ToolError, match="is a symbolic link"):
         run_tool(context, "write_memory_file", path="memory/link.md", text="overwritten")
     assert outside.read_text() == "secret"
 
@@ -272,7 +278,9 @@ def test_it_lists_a_symlink_out_as_skipped_without_reading_it(alice, workspace, 
     (workspace / "memory").mkdir()
     (workspace / "memory" / "link.md").symlink_to(outside)
     index_workspace(alice)
-    assert MemoryFile.objects.get().skip_reason == "a symlink pointing outside the workspace"
+    assert MemoryFile.objects.get().skip_reason == (
+        "a symbolic link (links in a workspace are not followed)"
+    )
     assert not MemoryChunk.objects.exists() and embed.calls == []
 
 

@@ -3,49 +3,44 @@ agent's workspace, never over a file with other content, and indexing them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from importers.openclaw.reading import Folder
 from importers.report import ImportReport
-from memory.files.discovery import walk_markdown
+from memory.files.discovery import scan_workspace
 from memory.files.indexing import index_workspace
 from memory.files.paths import (
     MEMORY_DIR,
-    MEMORY_FILE,
     MemoryPathError,
+    NotFound,
     max_file_bytes,
-    resolve_memory_path,
+    memory_path,
+    read_memory_bytes,
     skip_reason_for,
     write_memory_file,
 )
+from memory.files.workspace_fs import FileStat, WorkspaceFS
 from memory.workspace import workspace_dir
 from sessions_app.models import Agent
 
 MEMORY_FILES = "memory files"  # the report's kind
 
 
-def memory_sources(source: Path, report: ImportReport) -> Iterator[tuple[str, Path]]:
-    """(relative path, file) of MEMORY.md and memory/**/*.md; symlinks are reported, not read."""
-    top = source / MEMORY_FILE
-    if top.is_symlink():
-        report.saw(MEMORY_FILES)
-        report.skip(MEMORY_FILES, "symlink (not followed)")
-    elif top.is_file():
-        yield MEMORY_FILE, top
-    directory = source / MEMORY_DIR
-    if directory.is_symlink():
+def memory_sources(files: WorkspaceFS, report: ImportReport) -> Iterator[FileStat]:
+    """MEMORY.md and memory/**/*.md of the folder, found as in a workspace: symlinks
+    are reported, never read (a memory/ that is a link is not entered)."""
+    if os.path.islink(files.root / MEMORY_DIR):
         report.saw(MEMORY_FILES)
         report.skip(MEMORY_FILES, "memory/ is a symlink (not followed)")
-        return
-    for relative, entry in walk_markdown(directory, MEMORY_DIR):
-        path = Path(entry.path)
-        if entry.is_symlink() or not path.resolve().is_relative_to(source):
+    for entry in scan_workspace(files).values():
+        if entry.is_link:
             report.saw(MEMORY_FILES)
             report.skip(MEMORY_FILES, "symlink (not followed)")
         else:
-            yield relative, path
+            yield entry
 
 
 def imported_path(relative: str) -> str:
@@ -63,28 +58,30 @@ def copy_memory_files(
     shown = "workspace/" if source != folder.root else "the folder itself"
     report.note(f"Memory files taken from {shown} ({source}).")
     workspace = workspace_dir(owner.pk, agent_name, create=not dry_run)
-    for relative, path in memory_sources(source, report):
-        report.saw(MEMORY_FILES)
-        try:
-            copied = copy_memory_file(workspace, relative, path, report, dry_run)
-        except (OSError, MemoryPathError) as exc:
-            report.skip(MEMORY_FILES, "could not be copied")
-            report.note(f"{relative} not copied: {exc}")
-            continue
-        if copied:
-            report.added(MEMORY_FILES)
+    with WorkspaceFS(source) as files:
+        for entry in memory_sources(files, report):
+            report.saw(MEMORY_FILES)
+            try:
+                copied = copy_memory_file(workspace, files, entry, report, dry_run)
+            except (OSError, MemoryPathError) as exc:
+                report.skip(MEMORY_FILES, "could not be copied")
+                report.note(f"{entry.path} not copied: {exc}")
+                continue
+            if copied:
+                report.added(MEMORY_FILES)
     if not dry_run:
         Agent.objects.get_or_create(owner=owner, name=agent_name)
         index_workspace(owner, agent_name)
 
 
 def copy_memory_file(
-    workspace: Path, relative: str, path: Path, report: ImportReport, dry_run: bool
+    workspace: Path, files: WorkspaceFS, entry: FileStat, report: ImportReport, dry_run: bool
 ) -> bool:
-    if path.stat().st_size > max_file_bytes():
+    relative = memory_path(entry.path)  # a name too long for a workspace is reported
+    if entry.size > max_file_bytes():
         report.skip(MEMORY_FILES, f"larger than {max_file_bytes()} bytes")
         return False
-    data = path.read_bytes()
+    data, _ = files.read(relative, max_file_bytes())
     if reason := skip_reason_for(data):
         report.skip(MEMORY_FILES, reason)
         return False
@@ -107,9 +104,11 @@ def place_for(workspace: Path, relative: str, data: bytes) -> str | None:
     """The workspace path to write `data` to; None if it is there already, "" if both
     places hold something else."""
     for candidate in (relative, imported_path(relative)):
-        _, full = resolve_memory_path(workspace, candidate)
-        if not full.exists():
+        try:
+            if read_memory_bytes(workspace, candidate) == data:
+                return None
+        except NotFound:
             return candidate
-        if full.is_file() and full.read_bytes() == data:
-            return None
+        except MemoryPathError:  # a link, a folder, too large: something else is there
+            pass
     return ""

@@ -2,7 +2,9 @@
 
 One module per concern; callers import from the module that defines what they use:
 
-- `paths`: which paths are memory files (`resolve_memory_path` keeps them inside the
+- `workspace_fs`: every workspace path the server opens, from a descriptor of the
+  workspace, never following a link (a sandboxed command can swap one in at any time);
+- `paths`: which paths are memory files (`memory_path` keeps them inside the
   workspace), reading and atomic writing, saving only over what the editor opened;
 - `discovery`: the files of a workspace with a stat each (nothing read), and the
   workspaces that have any;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -20,14 +19,16 @@ from django.utils import timezone
 
 from memory.embeddings import embed_texts
 from memory.files.chunking import Chunk, chunk_markdown, chunk_settings
-from memory.files.discovery import FileStat, scan_workspace, stat_entry, workspaces_with_files
-from memory.files.paths import max_file_bytes, resolve_memory_path, sha256_hex, skip_reason_for
+from memory.files.discovery import scan_workspace, workspaces_with_files
+from memory.files.paths import max_file_bytes, memory_path, sha256_hex, skip_reason_for
+from memory.files.workspace_fs import FileStat, LinkRefused, MemoryPathError, WorkspaceFS
 from memory.models import MemoryChunk, MemoryFile
 from memory.vectors import pack
 from memory.workspace import DEFAULT_AGENT, check_agent_name, workspace_dir
 
 log = logging.getLogger(__name__)
 
+LINK = "a symbolic link (links in a workspace are not followed)"
 EMBED_BATCH = 256  # texts per embed_texts call: progress is stored batch by batch
 
 
@@ -35,7 +36,7 @@ EMBED_BATCH = 256  # texts per embed_texts call: progress is stored batch by bat
 class IndexStats:
     files_seen: int = 0
     files_changed: int = 0  # read again because their size or mtime changed
-    files_skipped: int = 0  # of those, not indexed (binary, too large, not UTF-8, outside)
+    files_skipped: int = 0  # of those, not indexed (binary, too large, not UTF-8, a link)
     files_deleted: int = 0
     chunks_embedded: int = 0
 
@@ -47,25 +48,25 @@ def index_workspace(owner: Any, agent: str = DEFAULT_AGENT) -> IndexStats:
     """Bring the owner's chunks of `agent` in line with the workspace; cheap when nothing
     changed (a stat per file and one query)."""
     check_agent_name(agent)
-    workspace = workspace_dir(owner.pk, agent)
-    found = scan_workspace(workspace)
-    known = {
-        path: (file_id, size, mtime_ns)
-        for file_id, path, size, mtime_ns in MemoryFile.objects.filter(
-            owner_id=owner.pk, agent=agent
-        ).values_list("id", "path", "size", "mtime_ns")
-    }
-    stats = IndexStats(files_seen=len(found))
-    gone = [file_id for path, (file_id, _, _) in known.items() if path not in found]
-    if gone:
-        MemoryFile.objects.filter(pk__in=gone).delete()
-        stats.files_deleted = len(gone)
-    for path, entry in found.items():
-        if path in known and entry.matches(*known[path][1:]):
-            continue
-        stats.files_changed += 1
-        if index_file(owner.pk, agent, workspace, entry):
-            stats.files_skipped += 1
+    with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:
+        found = scan_workspace(files)
+        known = {
+            path: (file_id, size, mtime_ns)
+            for file_id, path, size, mtime_ns in MemoryFile.objects.filter(
+                owner_id=owner.pk, agent=agent
+            ).values_list("id", "path", "size", "mtime_ns")
+        }
+        stats = IndexStats(files_seen=len(found))
+        gone = [file_id for path, (file_id, _, _) in known.items() if path not in found]
+        if gone:
+            MemoryFile.objects.filter(pk__in=gone).delete()
+            stats.files_deleted = len(gone)
+        for path, entry in found.items():
+            if path in known and entry.matches(*known[path][1:]):
+                continue
+            stats.files_changed += 1
+            if index_file(owner.pk, agent, files, entry):
+                stats.files_skipped += 1
     stats.chunks_embedded = embed_missing_chunks(owner.pk, agent)
     return stats
 
@@ -79,6 +80,7 @@ class ListedFile:
     indexed: bool
     skip_reason: str = ""
     chunk_count: int = 0
+    is_link: bool = False
 
 
 def list_files(owner: Any, agent: str) -> list[ListedFile]:
@@ -86,7 +88,8 @@ def list_files(owner: Any, agent: str) -> list[ListedFile]:
     indexed yet the next write, search or watcher job indexes. A stat per file and
     one query: nothing is read or written."""
     check_agent_name(agent)
-    found = scan_workspace(workspace_dir(owner.pk, agent))
+    with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:
+        found = scan_workspace(files)
     rows = {
         row.path: row
         for row in MemoryFile.objects.owned_by(owner)
@@ -97,42 +100,47 @@ def list_files(owner: Any, agent: str) -> list[ListedFile]:
     for path, entry in sorted(found.items()):
         row = rows.get(path)
         if row is not None and entry.matches(row.size, row.mtime_ns):
-            listed.append(ListedFile(path, entry.size, True, row.skip_reason, row.chunk_count))
+            listed.append(
+                ListedFile(path, entry.size, True, row.skip_reason, row.chunk_count, entry.is_link)
+            )
         else:
-            listed.append(ListedFile(path, entry.size, False))
+            listed.append(ListedFile(path, entry.size, False, is_link=entry.is_link))
     return listed
 
 
 def index_path(owner: Any, agent: str, path: str) -> IndexStats:
     """Index one file now (after a tool or the page wrote or deleted it)."""
-    workspace = workspace_dir(owner.pk, agent)
-    shown, full = resolve_memory_path(workspace, path)
-    entry = stat_entry(workspace.resolve(), shown, full) if full.is_file() else None
-    stats = IndexStats(files_seen=int(entry is not None))
-    if entry is None:
-        _, deleted = MemoryFile.objects.filter(owner_id=owner.pk, agent=agent, path=shown).delete()
-        stats.files_deleted = deleted.get(MemoryFile._meta.label, 0)
-    else:
-        stats.files_changed = 1
-        stats.files_skipped = int(bool(index_file(owner.pk, agent, workspace, entry)))
+    shown = memory_path(path)
+    with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:
+        entry = files.file_entry(shown)
+        stats = IndexStats(files_seen=int(entry is not None))
+        if entry is None:
+            _, deleted = MemoryFile.objects.filter(
+                owner_id=owner.pk, agent=agent, path=shown
+            ).delete()
+            stats.files_deleted = deleted.get(MemoryFile._meta.label, 0)
+        else:
+            stats.files_changed = 1
+            stats.files_skipped = int(bool(index_file(owner.pk, agent, files, entry)))
     stats.chunks_embedded = embed_missing_chunks(owner.pk, agent)
     return stats
 
 
-def index_file(owner_id: int, agent: str, workspace: Path, entry: FileStat) -> str:
+def index_file(owner_id: int, agent: str, files: WorkspaceFS, entry: FileStat) -> str:
     """Store the file's state and its chunks (vectors come later); returns its skip reason."""
-    full = workspace.resolve() / entry.path
     data, digest = b"", ""
-    if entry.outside:
-        reason = "a symlink pointing outside the workspace"
+    if entry.is_link:
+        reason = LINK
     elif entry.size > max_file_bytes():
         reason = f"larger than {max_file_bytes()} bytes"
     else:
         try:
-            data = full.read_bytes()
-        except OSError as exc:
-            log.warning("cannot read memory file %s: %s", full, exc)
-            return f"cannot be read ({exc.strerror})"
+            data, _ = files.read(entry.path, max_file_bytes())
+        except LinkRefused:  # made a link since the scan
+            return LINK
+        except MemoryPathError as exc:  # removed, or grown, since the scan: the next one sees
+            log.info("memory file %s of user %s not indexed: %s", entry.path, owner_id, exc)
+            return str(exc)
         reason, digest = skip_reason_for(data), sha256_hex(data)
     try:
         with transaction.atomic():

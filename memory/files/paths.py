@@ -1,31 +1,25 @@
 """Which paths are memory files, and reading and writing them.
 
-Paths given by the agent or the browser go through `resolve_memory_path`, which keeps
-them inside the workspace (no "..", no absolute paths, no symlink leading out) and to
-the memory files themselves. Writes are atomic (a temporary file, then `os.replace`).
+Paths given by the agent or the browser go through `memory_path`, which keeps them
+inside the workspace (no "..", no absolute paths) and to the memory files themselves,
+without looking at the disk; `workspace_fs` then opens them without following links.
+Writes are atomic (a temporary file renamed over the old one).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 from django.conf import settings
+
+from memory.files.workspace_fs import MemoryPathError, NotFound, WorkspaceFS
 
 MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"
 MAX_PATH_CHARS = 512  # MemoryFile.path
 MAX_NAME_BYTES = 200  # of the file system's 255, less the temporary file's affixes
-
-
-class MemoryPathError(ValueError):
-    """A path that is not a memory file of the workspace, worded for whoever gave it."""
 
 
 def is_memory_path(relative: PurePosixPath) -> bool:
@@ -40,8 +34,8 @@ def is_memory_path(relative: PurePosixPath) -> bool:
     )
 
 
-def resolve_memory_path(workspace: Path, path: str) -> tuple[str, Path]:
-    """(the normalised relative path, the absolute path) of a memory file in `workspace`."""
+def memory_path(path: str) -> str:
+    """The normalised relative path of a memory file, checked as text only."""
     text = (path or "").strip().replace("\\", "/")
     if not text:
         raise MemoryPathError("A path is needed, e.g. MEMORY.md or memory/notes.md.")
@@ -69,12 +63,7 @@ def resolve_memory_path(workspace: Path, path: str) -> tuple[str, Path]:
         raise MemoryPathError(
             f"{path!r} is not a memory file: use MEMORY.md or a .md file under memory/."
         )
-    root = workspace.resolve()
-    full = root.joinpath(*relative.parts)
-    # resolve() follows every symlink on the way, including in parent directories.
-    if not full.resolve().is_relative_to(root):
-        raise MemoryPathError(f"{path!r} is a symlink that points outside the workspace.")
-    return relative.as_posix(), full
+    return relative.as_posix()
 
 
 def max_file_bytes() -> int:
@@ -98,13 +87,10 @@ def skip_reason_for(data: bytes) -> str:
     return ""
 
 
-def read_memory_bytes(full: Path, shown: str) -> bytes:
-    if not full.is_file():
-        raise MemoryPathError(f"{shown} does not exist.")
-    size = full.stat().st_size
-    if size > max_file_bytes():
-        raise MemoryPathError(f"{shown} is {size} bytes, more than the {max_file_bytes()} allowed.")
-    return full.read_bytes()
+def read_memory_bytes(workspace: Path, shown: str) -> bytes:
+    with WorkspaceFS(workspace) as files:
+        data, _ = files.read(shown, max_file_bytes())
+    return data
 
 
 def decode_memory_text(data: bytes, shown: str) -> str:
@@ -116,49 +102,40 @@ def decode_memory_text(data: bytes, shown: str) -> str:
 
 def read_memory_file(workspace: Path, path: str) -> tuple[str, str]:
     """(text, sha256 of the bytes) of a memory file."""
-    shown, full = resolve_memory_path(workspace, path)
-    data = read_memory_bytes(full, shown)
+    shown = memory_path(path)
+    data = read_memory_bytes(workspace, shown)
     return decode_memory_text(data, shown), sha256_hex(data)
 
 
-@contextmanager
-def atomic_write(path: Path) -> Iterator[IO[str]]:
-    """Write `path` (UTF-8 text) through a temporary file in the same directory, so
-    that a reader or a crash sees the old file or the new one, never half of either."""
-    # mkstemp's owner-only mode suits what is written here: memory files and
-    # transcripts hold private conversations and notes.
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def memory_file_exists(workspace: Path, path: str) -> bool:
+    """Whether anything (a file, a link, a folder) has the name; nothing is followed."""
+    shown = memory_path(path)
+    with WorkspaceFS(workspace) as files:
+        try:
+            return files.lstat(shown) is not None
+        except MemoryPathError:  # a folder on the way is a link or a file: the name is taken
+            return True
 
 
 def write_memory_file(workspace: Path, path: str, text: str) -> str:
     """Replace the file's content atomically; returns the relative path."""
-    shown, full = resolve_memory_path(workspace, path)
+    shown = memory_path(path)
     data = text.encode("utf-8")
     if len(data) > max_file_bytes():
         raise MemoryPathError(
             f"{shown} would be {len(data)} bytes, more than the {max_file_bytes()} allowed."
         )
-    full.parent.mkdir(parents=True, exist_ok=True)
-    # A reader (the indexer, the page) sees the old or the new file, never half of one.
-    with atomic_write(full) as handle:
-        handle.write(text)
+    with WorkspaceFS(workspace) as files:
+        files.write(shown, data)
     return shown
 
 
 def append_memory_file(workspace: Path, path: str, text: str) -> str:
-    shown, full = resolve_memory_path(workspace, path)
-    existing = decode_memory_text(read_memory_bytes(full, shown), shown) if full.exists() else ""
+    shown = memory_path(path)
+    try:
+        existing = decode_memory_text(read_memory_bytes(workspace, shown), shown)
+    except NotFound:
+        existing = ""
     separator = "\n" if existing and not existing.endswith("\n") else ""
     return write_memory_file(workspace, shown, existing + separator + text)
 
@@ -166,7 +143,7 @@ def append_memory_file(workspace: Path, path: str, text: str) -> str:
 def new_file_path(name: str) -> str:
     """What the user typed as a new file's name, as a memory path: "ideas" is memory/ideas.md."""
     name = name.strip().replace("\\", "/")
-    # An absolute name ("/etc/passwd", "C:/x", "~/x") stays one, for resolve_memory_path to refuse.
+    # An absolute name ("/etc/passwd", "C:/x", "~/x") stays one, for memory_path to refuse.
     absolute = name.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", name)
     if name and name != MEMORY_FILE and not name.startswith(f"{MEMORY_DIR}/") and not absolute:
         name = f"{MEMORY_DIR}/{name}"
@@ -187,8 +164,11 @@ class FileConflict(Exception):
 def save_if_unchanged(workspace: Path, path: str, text: str, opened_sha256: str) -> str:
     """Write `text` only if the file still has the content the editor started from
     (sha256 "" for a file that did not exist); otherwise raise FileConflict."""
-    shown, full = resolve_memory_path(workspace, path)
-    data = read_memory_bytes(full, shown) if full.is_file() else None
+    shown = memory_path(path)
+    try:
+        data: bytes | None = read_memory_bytes(workspace, shown)
+    except NotFound:
+        data = None
     current = sha256_hex(data) if data is not None else ""
     if current != opened_sha256:
         shown_text = data.decode("utf-8", errors="replace") if data is not None else ""
@@ -198,8 +178,7 @@ def save_if_unchanged(workspace: Path, path: str, text: str, opened_sha256: str)
 
 
 def delete_memory_file(workspace: Path, path: str) -> str:
-    shown, full = resolve_memory_path(workspace, path)
-    if not full.is_file():
-        raise MemoryPathError(f"{shown} does not exist.")
-    full.unlink()
+    shown = memory_path(path)
+    with WorkspaceFS(workspace) as files:
+        files.delete(shown)
     return shown

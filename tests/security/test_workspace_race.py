@@ -1,0 +1,204 @@
+"""The symlink race: bob's sandboxed command swaps his memory files and folders with
+links to alice's files and to the server's secret while the server reads, saves,
+deletes, lists and indexes them for bob through every entry point.
+
+The server opens workspace paths from a descriptor of the workspace, component by
+component, without following links (memory/files/workspace_fs.py), so no attempt
+may cross: no response holds alice's text or the secret, nothing of alice's changes,
+and no entry point answers 500.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from agent.tools import ToolContext, ToolError, get_tool
+from memory.files.indexing import index_path, index_workspace
+from memory.files.paths import MemoryPathError
+from memory.models import MemoryChunk
+from memory.workspace import workspace_dir
+from tests.helpers import allow_terminal
+from tests.security.world import secret as marker
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+ATTEMPTS = 10_000
+SERVER_SECRET = "server-secret-key-9e41"
+
+# Runs in bob's sandbox under the system's python3: swaps names with links in a loop
+# (rename over a name, and renameat2's RENAME_EXCHANGE) until the test leaves a stop file.
+SWAPPER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+EXCHANGE = 2
+AT = -100
+def exchange(a, b):
+    libc.renameat2(AT, a.encode(), AT, b.encode(), EXCHANGE)
+alice_file, alice_memory, secret = sys.argv[1:4]
+os.chdir("/workspace/memory")
+os.symlink(alice_file, ".to-alice")
+os.symlink(secret, ".to-secret")
+os.symlink(alice_memory, ".to-alice-dir")
+print("ready", flush=True)
+n = 0
+while not os.path.exists("/workspace/stop"):
+    n += 1
+    exchange("race.md", ".to-alice")
+    exchange("race.md", ".to-alice")
+    exchange("race.md", ".to-secret")
+    exchange("race.md", ".to-secret")
+    exchange("sub", ".to-alice-dir")
+    exchange("sub", ".to-alice-dir")
+    # A plain rename: a fresh link over the name, then a regular file back over it.
+    try:
+        os.symlink(alice_file if n % 2 else secret, ".new-link")
+        os.rename(".new-link", "swapped.md")
+        with open(".new-file", "w") as handle:
+            handle.write("bob's swapped note\n")
+        os.rename(".new-file", "swapped.md")
+    except OSError:
+        pass
+print("swaps", n)
+"""
+
+
+def tree(path: Path) -> dict[str, str]:
+    """Every file under `path` with the sha256 of its content."""
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.fixture
+def race(world, bob, configure):
+    """Bob's workspace with the files the swapper races on, the swapper running in
+    his sandbox, and what must stay out of his reach."""
+    configure("terminal", enabled=True, timeout_seconds=600, cpu_seconds=600)
+    allow_terminal(bob)
+    secret = Path(settings.DATA_DIR) / "secret_key"
+    secret.write_text(SERVER_SECRET)
+    alice_memory = world.workspace / "memory"
+    alice_file = next(alice_memory.glob("*.md"))
+    assert ALICE_TEXT in alice_file.read_text()
+    # Bob's own files under the names alice's have, so that a followed link lands on hers.
+    workspace = workspace_dir(bob.pk, "main")
+    (workspace / "memory" / "sub").mkdir(parents=True)
+    (workspace / "memory" / "race.md").write_text("bob's note\n")
+    (workspace / "memory" / "swapped.md").write_text("bob's swapped note\n")
+    (workspace / "memory" / "sub" / alice_file.name).write_text("bob's sub note\n")
+    (workspace / "swapper.py").write_text(SWAPPER)
+    before = {"alice": tree(world.workspace), "secret": secret.read_text()}
+    context = ToolContext(bob, "s1", "main", workspace)
+    output: list[str] = []
+
+    def swap() -> None:
+        command = f"python3 swapper.py {alice_file} {alice_memory} {secret}"
+        try:
+            output.append(get_tool("terminal").run(context, {"command": command}))
+        except ToolError as exc:
+            output.append(f"stopped: {exc}")
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    for _ in range(200):  # the sandbox makes its links first
+        if (workspace / "memory" / ".to-alice-dir").is_symlink():
+            break
+        swapper.join(0.05)
+    assert (workspace / "memory" / ".to-alice-dir").is_symlink(), output
+    yield context, alice_file.name
+    (workspace / "stop").write_text("")
+    swapper.join(60)
+    assert not swapper.is_alive()
+    assert "swaps" in output[0], output  # it raced all along, and ended by itself
+    assert int(re.search(r"swaps (\d+)", output[0])[1]) > 1000  # type: ignore[index]
+    assert tree(world.workspace) == before["alice"]  # nothing of alice's written or deleted
+    assert secret.read_text() == before["secret"]
+
+
+# What alice's file says (its name, which bob's requests repeat, is marked too).
+ALICE_TEXT = marker("file-trip")
+
+
+def leaked(text: str) -> bool:
+    return ALICE_TEXT in text or SERVER_SECRET in text
+
+
+def test_it_never_crosses_into_another_workspace_or_the_data_dir(race, bob):
+    context, alice_name = race
+    client = Client(raise_request_exception=False)
+    client.force_login(bob)
+    view = "/memory/files/view/"
+    sub = f"memory/sub/{alice_name}"
+    tools = {name: get_tool(name) for name in ("read_memory_file", "write_memory_file")}
+    tools["list"] = get_tool("list_memory_files")
+
+    def through_the_pages(n: int) -> tuple[int, str]:
+        path = ("memory/race.md", "memory/swapped.md", sub)[n % 3]
+        match n % 5:
+            case 0 | 1:
+                response = client.get(view, {"agent": "main", "path": path})
+            case 2:
+                response = client.post(
+                    view, {"agent": "main", "path": path, "text": "bob saved\n", "sha256": ""}
+                )
+            case 3:
+                response = client.get("/memory/files/", {"agent": "main"})
+            case _:
+                response = client.post("/memory/files/delete/", {"agent": "main", "path": sub})
+                client.post("/memory/files/new/", {"agent": "main", "name": f"sub/{alice_name}"})
+        return response.status_code, response.content.decode()
+
+    def through_the_tools(n: int) -> tuple[int, str]:
+        path = ("memory/race.md", "memory/swapped.md", sub)[n % 3]
+        try:
+            match n % 4:
+                case 0 | 1:
+                    text = tools["read_memory_file"].run(context, {"path": path})
+                case 2:
+                    text = tools["write_memory_file"].run(
+                        context, {"path": path, "text": "bob wrote\n"}
+                    )
+                case _:
+                    text = tools["list"].run(context, {})
+        except ToolError as exc:
+            text = str(exc)
+        except Exception as exc:  # what a page would answer with a 500
+            return 500, repr(exc)
+        return 200, text
+
+    def through_the_indexer(n: int) -> tuple[int, str]:
+        try:
+            if n % 2:
+                index_workspace(bob, "main")
+            else:
+                index_path(bob, "main", ("memory/race.md", "memory/swapped.md", sub)[n % 3])
+        except MemoryPathError as exc:
+            return 200, str(exc)
+        except Exception as exc:  # the watcher job's or the tool's failure
+            return 500, repr(exc)
+        return 200, ""
+
+    crossings, errors = [], []
+    entry_points = itertools.cycle(
+        [through_the_pages] * 3 + [through_the_tools, through_the_indexer]
+    )
+    for n, attempt in zip(range(ATTEMPTS), entry_points, strict=False):
+        status, text = attempt(n)
+        if leaked(text):
+            crossings.append((attempt.__name__, n, text[:200]))
+        if status >= 500:
+            errors.append((attempt.__name__, n, status))
+    indexed = " ".join(MemoryChunk.objects.filter(owner=bob).values_list("text", flat=True))
+    assert crossings == [], f"{len(crossings)} of {ATTEMPTS} crossed"
+    assert errors == [], f"{len(errors)} of {ATTEMPTS} failed"
+    assert not leaked(indexed)
