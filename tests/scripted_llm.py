@@ -37,6 +37,7 @@ class Reply:
     hold: threading.Event | None = None  # wait for this before sending anything
     raw: list[str] | None = None  # SSE lines sent as they are, instead of the above
     stamp: bool = False  # each delta becomes "[<number>@<send time in ns>]" (benchmarks)
+    finish: str | None = None  # the final chunk's finish_reason (default: tool_calls or stop)
 
     def chunks(self) -> list[str]:
         if self.deltas is not None:
@@ -166,7 +167,7 @@ class ScriptedLLM:
                     self.event(self.chunk({"tool_calls": [first]}))
                     rest = {"index": index, "function": {"arguments": raw[half:]}}
                     self.event(self.chunk({"tool_calls": [rest]}))
-                finish = "tool_calls" if reply.tool_calls else "stop"
+                finish = reply.finish or ("tool_calls" if reply.tool_calls else "stop")
                 self.event(self.chunk({}, finish))
                 if reply.usage is not None:
                     self.event({"id": "chatcmpl-scripted", "choices": [], "usage": reply.usage})
