@@ -41,7 +41,7 @@ class ImportForm(forms.Form):
             uploads.check_size(upload.size)
             if self.kind == ImportJob.Kind.OPENCLAW:
                 with uploads.open_zip(upload) as archive:
-                    uploads.check_zip(archive)
+                    uploads.check_zip(archive, upload.size)
             elif not uploads.looks_like_sqlite(upload.read(len(uploads.SQLITE_HEADER))):
                 raise ImportRefused(f"{upload.name} is not a SQLite database.")
         except ImportRefused as exc:

@@ -17,6 +17,11 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 # stops at the limit instead of filling the disk.
 MAX_UNPACKED_BYTES = 2 * 1024 * 1024 * 1024
 MAX_ENTRIES = 100_000
+# Nor more than this many times its own size (transcripts compress 5 to 20 times,
+# deflate at most about 1,000), beyond a first SMALL_UNPACKED_BYTES: a small upload
+# does not become a large import.
+MAX_EXPANSION = 100
+SMALL_UNPACKED_BYTES = 16 * 1024 * 1024
 CHUNK = 1024 * 1024
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -49,8 +54,27 @@ def entry_problem(info: zipfile.ZipInfo) -> str | None:
     return None
 
 
-def check_zip(archive: zipfile.ZipFile) -> None:
-    """Refuse the whole zip if any entry is unsafe or it unpacks too large."""
+def unpack_limit(zip_size: int) -> int:
+    """What a zip of `zip_size` bytes may unpack to."""
+    return min(MAX_UNPACKED_BYTES, max(SMALL_UNPACKED_BYTES, MAX_EXPANSION * zip_size))
+
+
+def too_large(unpacked: int, zip_size: int, more: str = "") -> ImportRefused:
+    """The refusal of a zip that unpacks to `unpacked` bytes (`more`: "more than ")."""
+    limit = unpack_limit(zip_size)
+    if limit == MAX_UNPACKED_BYTES:
+        return ImportRefused(
+            f"The zip unpacks to {more}{megabytes(unpacked)}; at most {megabytes(limit)}."
+        )
+    return ImportRefused(
+        f"The zip unpacks to {more}{megabytes(unpacked)}, more than {MAX_EXPANSION} times its "
+        f"size ({zip_size / 1024:,.0f} KB): at most {megabytes(limit)} is unpacked from it."
+    )
+
+
+def check_zip(archive: zipfile.ZipFile, zip_size: int) -> None:
+    """Refuse the whole zip (of `zip_size` bytes) if any entry is unsafe or it
+    unpacks too large."""
     entries = archive.infolist()
     if len(entries) > MAX_ENTRIES:
         raise ImportRefused(f"The zip holds {len(entries):,} entries; at most {MAX_ENTRIES:,}.")
@@ -58,10 +82,8 @@ def check_zip(archive: zipfile.ZipFile) -> None:
         if problem := entry_problem(info):
             raise ImportRefused(f"The zip is refused: {info.filename!r} is {problem}.")
     unpacked = sum(info.file_size for info in entries)
-    if unpacked > MAX_UNPACKED_BYTES:
-        raise ImportRefused(
-            f"The zip unpacks to {megabytes(unpacked)}; at most {megabytes(MAX_UNPACKED_BYTES)}."
-        )
+    if unpacked > unpack_limit(zip_size):
+        raise too_large(unpacked, zip_size)
 
 
 def open_zip(file: Path | IO[bytes]) -> zipfile.ZipFile:
@@ -74,8 +96,10 @@ def open_zip(file: Path | IO[bytes]) -> zipfile.ZipFile:
 def unpack_zip(path: Path, target: Path) -> Path:
     """Unpack the zip at `path` into `target`; the folder to import: the
     zip's single top folder if it has one, else `target`."""
+    zip_size = path.stat().st_size
+    limit = unpack_limit(zip_size)
     with open_zip(path) as archive:
-        check_zip(archive)
+        check_zip(archive, zip_size)
         written = 0
         root = target.resolve()
         for info in archive.infolist():
@@ -90,10 +114,8 @@ def unpack_zip(path: Path, target: Path) -> Path:
                 # Counted as written: the sizes a zip declares can lie.
                 while chunk := source.read(CHUNK):
                     written += len(chunk)
-                    if written > MAX_UNPACKED_BYTES:
-                        raise ImportRefused(
-                            f"The zip unpacks to more than {megabytes(MAX_UNPACKED_BYTES)}."
-                        )
+                    if written > limit:
+                        raise too_large(written, zip_size, "more than ")
                     out.write(chunk)
     children = list(target.iterdir())
     if len(children) == 1 and children[0].is_dir():
