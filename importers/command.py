@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from importers.kinds import IMPORTERS
-from importers.report import ImportRefused
+from importers.report import ImportRefused, ImportStopped
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.progress import progress_bar
 
@@ -48,5 +48,9 @@ class ImportCommand(BaseCommand):
             with bar:
                 report = importer(path, owner, agent, dry_run, bar.update)
         except ImportRefused as exc:
+            raise CommandError(str(exc)) from None
+        except ImportStopped as exc:
+            if exc.report is not None:
+                self.stdout.write(exc.report.table())
             raise CommandError(str(exc)) from None
         self.stdout.write(report.table())

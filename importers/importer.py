@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from importers.report import ImportRefused, ImportReport
+from importers.report import ImportRefused, ImportReport, ImportStopped
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.progress import Progress, no_progress
 
@@ -32,11 +32,15 @@ class Importer:
         progress: Progress = no_progress,
     ) -> ImportReport:
         """Import `path` for `owner` into their agent `agent_name` (a dry run writes
-        nothing); ImportRefused, with nothing written, when it cannot start."""
+        nothing); ImportRefused, with nothing written, when it cannot start;
+        ImportStopped, with the report so far, when a limit stopped it."""
         try:
             check_agent_name(agent_name)
         except AgentNameError as exc:
             raise ImportRefused(str(exc)) from None
         report = ImportReport(dry_run=dry_run)
-        self.run(path, owner, agent_name, report, progress)
+        try:
+            self.run(path, owner, agent_name, report, progress)
+        except ImportStopped as exc:
+            raise ImportStopped(str(exc), report) from None
         return report

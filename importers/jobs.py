@@ -16,7 +16,7 @@ from django.utils.text import get_valid_filename
 
 from importers import uploads
 from importers.models import ImportJob
-from importers.report import ImportRefused, ImportReport
+from importers.report import ImportRefused, ImportReport, ImportStopped
 from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,8 @@ def run_import(job_id: str) -> None:
         report = run(job, progress)
     except ImportRefused as exc:
         finish(job, progress.done, error=str(exc))
+    except ImportStopped as exc:  # failed, with the report of what it finished
+        finish(job, progress.done, report=exc.report, error=str(exc))
     except Exception as exc:
         log.exception("import %s failed", job.pk)
         finish(job, progress.done, error=f"The import stopped: {type(exc).__name__}: {exc}")

@@ -5,10 +5,22 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from importers.text import MAX_EVENT_BYTES
+
 
 class ImportRefused(Exception):
     """An import that cannot start (not a database, missing tables, bad zip...):
     the message is shown as is, and nothing has been written."""
+
+
+class ImportStopped(Exception):
+    """An import stopped part way by one of its limits (reading took too long): what it
+    finished is kept, the session it was in was rolled back. The message is shown as
+    is, with `report` (set by the importer) saying what was done."""
+
+    def __init__(self, message: str, report: ImportReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -21,6 +33,7 @@ class ImportReport:
     skipped: Counter = field(default_factory=Counter)
     reasons: dict[str, Counter] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cut: Counter = field(default_factory=Counter)  # imported, but cut to MAX_EVENT_BYTES
 
     def saw(self, kind: str, count: int = 1) -> None:
         self.read[kind] += count
@@ -35,6 +48,21 @@ class ImportReport:
     def note(self, line: str) -> None:
         self.notes.append(line)
 
+    def cut_short(self, kind: str, count: int = 1) -> None:
+        self.cut[kind] += count
+
+    @property
+    def all_notes(self) -> list[str]:
+        """The notes, and how many rows of each kind were cut."""
+        limit = f"{MAX_EVENT_BYTES // 1024} KB"
+        return [
+            *self.notes,
+            *(
+                f"{count} {kind} longer than {limit} were cut to {limit}, marked where cut."
+                for kind, count in self.cut.items()
+            ),
+        ]
+
     def merge(self, other: ImportReport) -> None:
         """Add `other`'s counts, reasons and notes (one session's report) to these."""
         self.read.update(other.read)
@@ -43,6 +71,7 @@ class ImportReport:
         for kind, reasons in other.reasons.items():
             self.reasons.setdefault(kind, Counter()).update(reasons)
         self.notes.extend(other.notes)
+        self.cut.update(other.cut)
 
     @property
     def kinds(self) -> list[str]:
@@ -75,12 +104,12 @@ class ImportReport:
             lines.append("  ".join([*cells, row[4]]).rstrip())
         if self.dry_run:
             lines.append("Dry run: nothing was written.")
-        return "\n".join([*lines, *self.notes])
+        return "\n".join([*lines, *self.all_notes])
 
     def to_dict(self) -> dict:
         """JSON-safe, for a background job's stored progress and result."""
         return {
             "dry_run": self.dry_run,
             "rows": [list(row) for row in self.rows()],
-            "notes": list(self.notes),
+            "notes": self.all_notes,
         }

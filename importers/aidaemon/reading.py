@@ -4,20 +4,26 @@ and each conversation row as the event it becomes (nothing here writes)."""
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from importers.aidaemon.database import Database
+from importers.aidaemon.database import open_database as open_file
 from importers.report import ImportRefused, ImportReport
-from importers.text import storable
+from importers.text import MAX_EVENT_BYTES, storable
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, default_importance
 
 LEGACY_ID_LENGTH = 64  # Event.legacy_message_id
+MAX_ROWS = 5_000_000  # a table: a larger one is refused before anything is written
+# A value longer than this is not read whole: a text keeps its start (an event is cut
+# to MAX_EVENT_BYTES anyway), anything else makes its row skipped.
+MAX_FIELD_BYTES = 1024 * 1024
+CUT = "_cut"  # the row's values read only in part, by name
 
 # Per table: the columns an import needs, and those it uses when present.
 # Other columns are ignored.
@@ -84,47 +90,39 @@ def count_rows(path: str | Path) -> int:
     """How many rows an import reads: the total of its progress."""
     with open_database(path) as source:
         return sum(
-            source.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+            source.value(f'SELECT count(*) FROM "{table}"')
             for table in usable_tables(source, ImportReport())
         )
 
 
 @contextmanager
-def open_database(path: str | Path) -> Iterator[sqlite3.Connection]:
-    file = Path(path)
-    if not file.is_file():
-        raise ImportRefused(f"{file}: no such file.")
-    source = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-    source.row_factory = sqlite3.Row
-    # A badly encoded text must cost one character, not the session.
-    source.text_factory = lambda raw: raw.decode("utf-8", "replace")
-    try:
-        try:
-            names = {row[0] for row in source.execute("SELECT name FROM sqlite_master")}
-        except sqlite3.DatabaseError as exc:
-            raise ImportRefused(f"{file.name} is not a SQLite database ({exc}).") from None
-        if not names & set(TABLES):
+def open_database(path: str | Path) -> Iterator[Database]:
+    with open_file(path, TABLES) as source:
+        if not source.tables:
             raise ImportRefused(
-                f"{file.name} has none of aidaemon's tables ({', '.join(TABLES)}): "
+                f"{source.name} has none of aidaemon's tables ({', '.join(TABLES)}): "
                 "is it an aidaemon database?"
             )
         yield source
-    finally:
-        source.close()
 
 
-def usable_tables(source: sqlite3.Connection, report: ImportReport) -> dict[str, list[str]]:
-    """Each importable table with the columns to read; notes on what is missing."""
-    names = {row[0] for row in source.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+def usable_tables(source: Database, report: ImportReport) -> dict[str, list[str]]:
+    """Each importable table with the columns to read; notes on what is missing.
+    ImportRefused when a table holds more than MAX_ROWS rows."""
     usable: dict[str, list[str]] = {}
     for table, (required, optional) in TABLES.items():
-        if table not in names:
+        if table not in source.tables:
             report.note(f"No {table} table: nothing of it to import.")
             continue
-        columns = {row["name"] for row in source.execute(f'PRAGMA table_info("{table}")')}
+        rows = source.value(f'SELECT count(*) FROM "{table}"')
+        if rows > MAX_ROWS:
+            raise ImportRefused(
+                f"{source.name}: its {table} table holds {rows:,} rows; "
+                f"an import reads at most {MAX_ROWS:,} a table."
+            )
+        columns = {row["name"] for row in source.rows(f'PRAGMA table_info("{table}")')}
         missing = [column for column in required if column not in columns]
         if missing:
-            rows = source.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
             reason = f"the {table} table has no column {', '.join(missing)}"
             report.saw(KIND[table], rows)
             report.skip(KIND[table], reason, rows)
@@ -132,6 +130,25 @@ def usable_tables(source: sqlite3.Connection, report: ImportReport) -> dict[str,
             continue
         usable[table] = [*required, *(column for column in optional if column in columns)]
     return usable
+
+
+def bounded_select(columns: list[str]) -> str:
+    """A SELECT list of `columns`, each value whole or, when longer than
+    MAX_FIELD_BYTES, only its start (enough for what an event keeps), then CUT:
+    the names of the values cut, space-separated."""
+    values, cut = [], []
+    for column in columns:
+        longer = f'length(CAST("{column}" AS BLOB)) > {MAX_FIELD_BYTES}'
+        values.append(
+            f'CASE WHEN {longer} THEN substr("{column}", 1, {MAX_EVENT_BYTES}) '
+            f'ELSE "{column}" END AS "{column}"'
+        )
+        cut.append(f"CASE WHEN {longer} THEN '{column} ' ELSE '' END")
+    return ", ".join([*values, f"{' || '.join(cut)} AS {CUT}"])
+
+
+def too_long(names: Iterable[str]) -> BadRow:
+    return BadRow(f"{', '.join(names)} longer than {MAX_FIELD_BYTES // 1024} KB")
 
 
 def timestamp(raw: Any, what: str = "created_at") -> datetime:
@@ -168,6 +185,10 @@ def openai_tool_call(call: Any) -> Any:
 def message_event(row: dict[str, Any], owner: Any) -> Event:
     """A `messages` row as an event, converted as the migration does, with its
     payload in the shape the chat and the agent read."""
+    if cut := set(row[CUT]) - {"content", "embedding"}:
+        raise too_long(sorted(cut))
+    if "embedding" in row[CUT]:
+        row["embedding"] = None  # embedded again
     timestamp(row["created_at"])
     row["id"] = str(row["id"])  # SQLite may hold a number: compared as text later
     if len(row["id"]) > LEGACY_ID_LENGTH:
@@ -187,6 +208,8 @@ def message_event(row: dict[str, Any], owner: Any) -> Event:
 
 def payload_event(row: dict[str, Any], owner: Any) -> Event:
     """An `events` row as an event; its payload reshaped for the chat."""
+    if row[CUT]:
+        raise too_long(row[CUT])
     event_type = row["event_type"]
     if event_type not in IMPORTED_TYPES:
         raise BadRow(f"event type {event_type!r} has no Neotask equivalent")

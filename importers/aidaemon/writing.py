@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import re
-import sqlite3
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,16 +19,21 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
+from importers.aidaemon.database import Database
 from importers.aidaemon.reading import (
+    CUT,
     KIND,
+    LEGACY_ID_LENGTH,
     TABLES,
     BadRow,
+    bounded_select,
     message_event,
     optional_timestamp,
     payload_event,
+    too_long,
 )
-from importers.report import ImportReport
-from importers.text import storable
+from importers.report import ImportReport, ImportStopped
+from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.tasks import needs_embedding, queue_embeddings
 from neotask_site.progress import Progress
@@ -80,7 +84,7 @@ def unit(dry_run: bool) -> Iterator[None]:
 class DatabaseImport:
     """One database's rows written into Neotask, table by table."""
 
-    source: sqlite3.Connection
+    source: Database
     tables: dict[str, list[str]]  # the importable ones, with the columns to read
     owner: Any
     agent_name: str
@@ -93,18 +97,20 @@ class DatabaseImport:
 
     def rows(self, table: str, where: str = "", params: tuple = ()) -> Iterator[dict[str, Any]]:
         """The table's rows one at a time (constant memory), as dicts with
-        every known column (None when the table lacks it)."""
+        every known column (None when the table lacks it) and CUT, the names of
+        the values too long to be read whole."""
         if table not in self.tables:
             return
         required, optional = TABLES[table]
         columns = self.tables[table]
-        select = ", ".join(f'"{column}"' for column in columns)
+        select = bounded_select(columns)
         # Conversation in time order (both timestamp formats); the rest as stored.
         order = "ORDER BY replace(created_at, 'T', ' '), id" if "session_id" in columns else ""
-        cursor = self.source.execute(f'SELECT {select} FROM "{table}" {where} {order}', params)
+        cursor = self.source.rows(f'SELECT {select} FROM "{table}" {where} {order}', params)
         blank = dict.fromkeys([*required, *optional])
         for row in cursor:
-            yield {**blank, **dict(zip(columns, row, strict=True))}
+            *values, cut_names = row
+            yield {**blank, **dict(zip(columns, values, strict=True)), CUT: cut_names.split()}
 
     def agent(self) -> Agent:
         agent, _ = Agent.objects.get_or_create(owner=self.owner, name=self.agent_name)
@@ -121,11 +127,11 @@ class DatabaseImport:
         if not parts:
             return
         # Least recently active first: the newest ends up on top of the chat list.
-        sessions = self.source.execute(
+        sessions = self.source.rows(
             f"SELECT session_id FROM ({' UNION ALL '.join(parts)}) "
             "GROUP BY session_id ORDER BY max(replace(created_at, 'T', ' ')), session_id"
         )
-        for (session_id,) in sessions.fetchall():
+        for (session_id,) in sessions:
             self.conversation(session_id)
 
     def conversation(self, stored_id: Any) -> None:
@@ -146,9 +152,12 @@ class DatabaseImport:
         read: Counter[str] = Counter()
         added: Counter[str] = Counter()
         skipped: Counter[tuple[str, str]] = Counter()  # (kind, reason)
+        shortened: Counter[str] = Counter()
         try:
             with unit(self.dry_run):
-                self.fill_session(stored_id, key, chat, read, added, skipped)
+                self.fill_session(stored_id, key, chat, read, added, skipped, shortened)
+        except ImportStopped:
+            raise  # the whole import stops: this session rolled back, the ones before kept
         except Exception as exc:
             for kind, count in read.items():
                 self.report.saw(kind, count)
@@ -165,6 +174,8 @@ class DatabaseImport:
             self.report.added(kind, count)
         for (kind, reason), count in skipped.items():
             self.report.skip(kind, reason, count)
+        for kind, count in shortened.items():
+            self.report.cut_short(kind, count)
         if sum(added.values()):
             self.report.added(SESSIONS)
         elif any(reason == ALREADY for _, reason in skipped):
@@ -180,6 +191,7 @@ class DatabaseImport:
         read: Counter[str],
         added: Counter[str],
         skipped: Counter[tuple[str, str]],
+        shortened: Counter[str],
     ) -> None:
         """Import one aidaemon session's rows; runs inside its transaction."""
         agent = self.agent()
@@ -196,9 +208,14 @@ class DatabaseImport:
         where, params = "WHERE session_id IS ?", (stored_id,)
         message_ids: set[str] = set()
         if "messages" in self.tables:
+            # Only ids an event's message_id can match: none longer is held.
             message_ids = {
                 str(row[0])
-                for row in self.source.execute("SELECT id FROM messages " + where, params)
+                for row in self.source.rows(
+                    f"SELECT id FROM messages {where} "
+                    f"AND length(CAST(id AS BLOB)) <= {4 * LEGACY_ID_LENGTH}",
+                    params,
+                )
             }
         batch: list[Event] = []
         batch_bytes = 0
@@ -223,6 +240,9 @@ class DatabaseImport:
                     skipped[kind, ALREADY] += 1
                     continue
                 done.add(identity)
+                if (smaller := cut(event.data)) is not None:
+                    event.data, event.text = smaller, str(smaller.get("content") or "")
+                    shortened[kind] += 1
                 event.session_id = neotask_id
                 event.agent = self.agent_name
                 if event.embedding is not None:
@@ -278,6 +298,9 @@ class DatabaseImport:
         for row in self.rows(table):
             self.report.saw(kind)
             self.progress(1)
+            if row[CUT]:
+                self.report.skip(kind, str(too_long(row[CUT])))
+                continue
             yield row
 
     def facts(self) -> None:

@@ -21,7 +21,8 @@ How it maps:
   both and imports only what is new, so a transcript that grew adds its new entries only.
 - A session is imported in one transaction: a failure leaves none of it. The file is streamed a
   line at a time and written in bounded batches, so memory stays flat on any size; a line
-  longer than MAX_LINE_BYTES is skipped. New events are queued for embedding
+  longer than MAX_LINE_BYTES is skipped, an event longer than MAX_EVENT_BYTES (as JSON) is
+  cut, and the report counts both. New events are queued for embedding
   when the session commits (the sweep catches whatever a lost job missed).
 - Memory files are copied into the agent's workspace and indexed. A workspace file with other
   content is never overwritten: the imported one goes to memory/imported/ beside it, or is

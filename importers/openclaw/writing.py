@@ -28,7 +28,7 @@ from importers.openclaw.reading import (
     usage_of,
 )
 from importers.report import ImportReport
-from importers.text import storable
+from importers.text import cut, storable
 from memory.models import Event, EventType, default_importance
 from memory.tasks import queue_embeddings
 from neotask_site.progress import Progress
@@ -313,6 +313,10 @@ class SessionImport:
             events += pending.events
         if not events:
             return
+        for event in events:
+            if (smaller := cut(event.data)) is not None:
+                event.data, event.text = smaller, str(smaller.get("content") or "")
+                self.report.cut_short(EVENTS)
         Event.set_keys_in_order(events)
         Event.objects.bulk_create(events)
         self.embed_ids += [
