@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 from django.core.exceptions import ImproperlyConfigured
 from django.template.loader import render_to_string
@@ -38,18 +39,22 @@ def control_group(owner_id: int, key: str) -> str:
 
 
 def render_event(event: Event) -> str:
-    """An event as the chat page shows it (no database access: safe in the event loop)."""
+    """An event as the chat page shows it (no database access)."""
     return render_to_string("sessions_app/_event.html", {"event": event})
 
 
 async def broadcast(owner_id: int, key: str, frame: Frame) -> None:
-    """`frame` to every tab of the chat; an event with its HTML, rendered once here.
+    """`frame` to every tab of the chat; an event with its HTML, rendered once here,
+    in a worker thread: an answer's Markdown may take markdown-it a good part of a
+    second (neotask_site/markdown.py), which the event loop's other sockets and
+    requests must not wait for.
 
     Without the channel layer (Redis restarting) the frame is dropped and the
     run goes on: its events are stored, and pages catch up when they reconnect."""
     data = frame.as_json()
     if isinstance(frame, EventFrame) and frame.stored is not None:
-        data["event"] = {**frame.event, "html": render_event(frame.stored)}
+        html = await sync_to_async(render_event, thread_sensitive=False)(frame.stored)
+        data["event"] = {**frame.event, "html": html}
     try:
         await channel_layer().group_send(
             group_name(owner_id, key), {"type": "chat.frame", "frame": data}
