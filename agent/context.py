@@ -23,7 +23,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "when the user refers to something from an earlier conversation."
 )
 MAX_FACTS = 50
-# The share of the window left for the answer.
+# The share of the window left for the answer (more if [llm] max_answer_tokens asks).
 ANSWER_RESERVE = 0.25
 
 
@@ -118,11 +118,13 @@ def without_retried(events: list[Event]) -> list[Event]:
 
 
 def fit_to_window(
-    system: dict[str, Any], history: list[dict[str, Any]], window: int
+    system: dict[str, Any], history: list[dict[str, Any]], window: int, answer_tokens: int = 0
 ) -> list[dict[str, Any]]:
-    """Drop the oldest exchanges until the prompt fits, never splitting a tool
-    call from its result and always keeping the newest user message."""
-    budget = int(window * (1 - ANSWER_RESERVE)) - message_tokens(system)
+    """Drop the oldest exchanges until the prompt fits with an answer of
+    `answer_tokens`, never splitting a tool call from its result and always
+    keeping the newest user message."""
+    reserve = max(int(window * ANSWER_RESERVE), answer_tokens)
+    budget = window - reserve - message_tokens(system)
     total = sum(message_tokens(m) for m in history)
     start = 0
     while total > budget and start < len(history) - 1:
@@ -156,4 +158,7 @@ def build_messages(
         [system_prompt(agent_prompt, facts, timezone.localtime()), *context.memory_blocks()]
     )
     system = {"role": "system", "content": prompt}
-    return fit_to_window(system, history_messages(events), options["llm"]["context_window"])
+    llm = options["llm"]
+    return fit_to_window(
+        system, history_messages(events), llm["context_window"], llm["max_answer_tokens"]
+    )

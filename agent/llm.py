@@ -107,6 +107,7 @@ class Endpoint:
     context_window: int
     timeout: float
     label: str
+    max_answer_tokens: int  # sent as max_tokens with every request
 
     @property
     def is_local(self) -> bool:
@@ -117,7 +118,11 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
     """The endpoint from [llm] / NEOTASK_LLM_*, or the embedded local model."""
     llm = settings.NEOTASK["llm"]
     model = (llm["fast_model"] or llm["model"]) if fast else llm["model"]
-    common = {"context_window": llm["context_window"], "timeout": llm["request_timeout"]}
+    common = {
+        "context_window": llm["context_window"],
+        "timeout": llm["request_timeout"],
+        "max_answer_tokens": llm["max_answer_tokens"],
+    }
     if llm["base_url"]:
         return Endpoint(
             base_url=llm["base_url"].rstrip("/"),
@@ -162,7 +167,10 @@ class LLMClient:
         on_delta: OnDelta | None = None,
         max_tokens: int | None = None,
     ) -> Completion:
-        """One chat completion, streamed: text deltas go to `on_delta` as they come."""
+        """One chat completion, streamed: text deltas go to `on_delta` as they come.
+
+        At most `max_tokens` (default: the endpoint's max_answer_tokens) are
+        written; an answer cut there ends with finish_reason "length"."""
         endpoint = self.endpoint
         if not endpoint.base_url:
             raise LLMError("not_configured", not_running_message(endpoint))
@@ -171,11 +179,11 @@ class LLMClient:
             "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
+            # Without it a model may write until its window is full or the request times out.
+            "max_tokens": max_tokens or endpoint.max_answer_tokens,
         }
         if tools:
             body["tools"] = tools
-        if max_tokens:
-            body["max_tokens"] = max_tokens
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         completion = Completion()
         calls: dict[int, dict[str, str]] = {}

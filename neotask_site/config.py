@@ -105,6 +105,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "context_window": Option(8192, at_least(512)),
         "request_timeout": Option(120.0, at_least(1)),
         "max_iterations": Option(10, at_least(1)),
+        "max_answer_tokens": Option(2048, at_least(16)),
         "local_model_path": Option(""),
         "local_model_threads": Option(0, at_least(0)),
     },
@@ -235,6 +236,7 @@ def load_config(path: Path | None, environ: Mapping[str, str]) -> dict[str, Any]
         section: {key: option.default for key, option in options.items()}
         for section, options in SCHEMA.items()
     }
+    origins: dict[str, str] = {}  # "section.key": where a value was set, for errors
     for section, values in document.items():
         if section == "scheduled_tasks":
             continue
@@ -245,15 +247,28 @@ def load_config(path: Path | None, environ: Mapping[str, str]) -> dict[str, Any]
         for key, value in values.items():
             if key not in SCHEMA[section]:
                 raise _unknown(key, list(SCHEMA[section]), f"{source}: [{section}]")
-            where = f"{source}: [{section}] {key}"
+            where = origins[f"{section}.{key}"] = f"{source}: [{section}] {key}"
             config[section][key] = _coerce(value, SCHEMA[section][key], where)
     for section, options in SCHEMA.items():
         for key, option in options.items():
             variable = env_name(section, key)
             if variable in environ:
                 config[section][key] = _parse_env(environ[variable], option, variable)
+                origins[f"{section}.{key}"] = variable
+    answer_tokens = origins.get("llm.max_answer_tokens", "[llm] max_answer_tokens")
+    _check_answer_room(config["llm"], answer_tokens)
     config["scheduled_tasks"] = _scheduled_tasks(document.get("scheduled_tasks", []), source)
     return config
+
+
+def _check_answer_room(llm: dict[str, Any], where: str) -> None:
+    """The prompt is cut to leave room for the longest answer: half the window at most."""
+    if llm["max_answer_tokens"] > llm["context_window"] // 2:
+        raise ConfigError(
+            f"{where} must be at most half of [llm] context_window "
+            f"({llm['context_window'] // 2} of {llm['context_window']}), to leave room "
+            f"for the prompt (got {llm['max_answer_tokens']})"
+        )
 
 
 def config_path(environ: Mapping[str, str], base_dir: Path) -> Path | None:

@@ -105,7 +105,7 @@ async def test_it_refuses_to_compact_a_short_conversation(owner, llm):
 
 
 async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, configure):
-    configure("llm", context_window=1024)
+    configure("llm", context_window=1024, max_answer_tokens=256)
     configure(
         "sessions", compaction_threshold=0.5, compaction_min_messages=10, compaction_keep_recent=2
     )

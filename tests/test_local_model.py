@@ -22,7 +22,7 @@ def local_server():
 
 
 def endpoint(url: str, key: str) -> Endpoint:
-    return Endpoint(url, key, "local", 2048, 60.0, LOCAL_MODEL_LABEL)
+    return Endpoint(url, key, "local", 2048, 60.0, LOCAL_MODEL_LABEL, 512)
 
 
 async def test_it_streams_an_answer_from_the_embedded_model(local_server):
@@ -38,6 +38,16 @@ async def test_it_streams_an_answer_from_the_embedded_model(local_server):
     assert completion.content.strip()
     assert "".join(deltas) == completion.content
     assert completion.usage.output > 0
+
+
+async def test_it_stops_an_answer_at_max_answer_tokens(local_server):
+    short = Endpoint(
+        local_server, "local-test-key-123456", "local", 2048, 60.0, LOCAL_MODEL_LABEL, 16
+    )
+    prompt = [{"role": "user", "content": "Count from 1 to 500, one number a line."}]
+    completion = await LLMClient(short).stream(prompt)
+    assert completion.finish_reason == "length"
+    assert completion.usage.output == 16
 
 
 async def test_it_refuses_a_wrong_key(local_server):
@@ -83,11 +93,11 @@ def test_it_counts_prompt_tokens_with_the_models_tokenizer(local_server):
     from memory.retrieval import estimate_tokens
 
     endpoint = Endpoint(
-        local_server, "local-test-key-123456", "local", 2048, 60.0, LOCAL_MODEL_LABEL
+        local_server, "local-test-key-123456", "local", 2048, 60.0, LOCAL_MODEL_LABEL, 512
     )
     messages = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 20}]
     counted = prompt_tokens(messages, endpoint)
     assert 180 <= counted <= 260  # ~10 tokens a sentence, counted by SmolLM2's tokenizer
     assert counted != estimate_tokens(messages[0]["content"])
-    down = Endpoint("http://127.0.0.1:9/v1", "k", "local", 2048, 60.0, LOCAL_MODEL_LABEL)
+    down = Endpoint("http://127.0.0.1:9/v1", "k", "local", 2048, 60.0, LOCAL_MODEL_LABEL, 512)
     assert prompt_tokens(messages, down) == estimate_tokens(messages[0]["content"])
