@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from agent.rules import covers, refusal, rule_for
+from agent.rules import NotCovered, covers, parse, rule_for
 
 POLL_SECONDS = 0.2
 PERMISSION = "agent.use_terminal"
@@ -32,7 +32,11 @@ def has_terminal_permission(user: Any) -> bool:
 
 
 def is_allowed(owner: Any, command: str) -> bool:
-    if refusal(command):
+    """Whether an active rule of the owner covers the command, checked against
+    the allow-list now, whatever it was when the rule was stored."""
+    try:
+        parse(command)
+    except NotCovered:
         return False
     prefixes = (
         TerminalAllowedPrefix.objects.owned_by(owner)
@@ -73,7 +77,9 @@ def decide(user: Any, request_id: str | uuid.UUID, decision: str) -> ApprovalReq
             raise ApprovalError("This request was already answered or has expired.")
         if decision == ApprovalRequest.Decision.ALWAYS:
             TerminalAllowedPrefix.objects.update_or_create(
-                owner=request.owner, prefix=rule.prefix, defaults={"active": True}
+                owner=request.owner,
+                prefix=rule.prefix,
+                defaults={"active": True, "switched_off_because": ""},
             )
     request.refresh_from_db()
     return request

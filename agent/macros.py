@@ -7,16 +7,34 @@ which that tool was B; `used_count` counts how often the chain A → B ran.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from agent.rules import command_prefix
 from memory.models import Macro
 
 ToolUse = tuple[str, dict[str, Any]]
+SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_-]*$")
+# Programs whose second word picks what they do: `git status` and `git push`
+# are different chains.
+WITH_SUBCOMMANDS = frozenset(
+    {
+        *("apt", "apt-get", "brew", "cargo", "docker", "gh", "git", "go", "helm", "kubectl"),
+        *("make", "npm", "pip", "pip3", "pnpm", "poetry", "systemctl", "uv", "yarn"),
+    }
+)
+
+
+def command_prefix(command: str) -> str:
+    """The program, plus its subcommand for tools that have them: what groups
+    terminal commands into chains."""
+    words = command.split()
+    if len(words) > 1 and words[0] in WITH_SUBCOMMANDS and SUBCOMMAND.match(words[1]):
+        return " ".join(words[:2])
+    return words[0] if words else ""
 
 
 def args_pattern(tool: str, arguments: dict[str, Any]) -> str | None:

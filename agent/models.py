@@ -4,17 +4,23 @@ import uuid
 
 from django.db import models
 
-from agent.rules import Rule, rule_for
+from agent.rules import Rule, rule_for, rule_problem
 from neotask_site.ownership import OwnedModel
 
 
 class TerminalAllowedPrefix(OwnedModel):
-    """A command prefix its owner chose to "Allow always" for the terminal tool."""
+    """A rule its owner chose to "Allow always" for the terminal tool: a
+    program of the allow-list (agent.rules), plus git's subcommand."""
 
     prefix = models.CharField(max_length=500)
     # Off for prefixes that arrived with an import: only their owner, holding
     # the terminal permission, switches them on.
     active = models.BooleanField(default=True)
+    switched_off_because = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Why an upgrade switched this rule off; empty if none did.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -28,6 +34,11 @@ class TerminalAllowedPrefix(OwnedModel):
 
     def __str__(self) -> str:
         return self.prefix
+
+    @property
+    def problem(self) -> str | None:
+        """Why the allow-list does not allow this rule now (it then covers nothing)."""
+        return rule_problem(self.prefix)
 
 
 class ApprovalRequest(OwnedModel):

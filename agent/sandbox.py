@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.safe_git import GIT_SAFE_ENV
+
 PACKAGE = "bubblewrap"
 # Inside the sandbox the workspace always has this name: a command learns
 # neither the data dir's location nor the owner's id from its own cwd.
@@ -161,6 +163,7 @@ def bwrap_options(workspace: Path, limits: Limits, network: bool) -> list[str]:
         "--setenv",
         "HOME",
         WORKSPACE,
+        *[option for item in GIT_SAFE_ENV.items() for option in ("--setenv", *item)],
         *system_mounts(),
         "--proc",
         "/proc",
@@ -248,7 +251,7 @@ def run_sandboxed(workspace: Path, command: str, limits: Limits, network: bool) 
 
 
 def run_unconfined(workspace: Path, command: str, limits: Limits) -> Outcome:
-    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(workspace)}
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(workspace), **GIT_SAFE_ENV}
     return collect(unconfined_command(command, limits), workspace, env, limits)
 
 

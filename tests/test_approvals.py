@@ -4,7 +4,7 @@ import pytest
 
 from agent.approvals import ApprovalError, create_request, decide, is_allowed
 from agent.models import TerminalAllowedPrefix
-from agent.rules import has_control_operators, rule_for
+from agent.rules import NotCovered, rule_for, rule_problem, words_of
 from tests.helpers import allow_terminal
 
 
@@ -13,86 +13,89 @@ from tests.helpers import allow_terminal
     [
         ("ls -la /tmp", "ls"),
         ("  git   status -s ", "git status"),
-        ("npm ci", "npm ci"),
+        ("git --no-pager log -5 --oneline", "git log"),
+        ("git log -n5 --format=%h HEAD~3..HEAD -- memory", "git log"),
+        ("git log 'HEAD@{1}'", "git log"),
+        ("git diff -U1 --stat", "git diff"),
+        ("git branch -a --list 'fix*'", "git branch"),
         ("echo hello world", "echo"),
         ("cat /etc/hosts", "cat"),
-        ("find . -name '*.md'", "find"),
-        ("make build", "make build"),
-        ("tar -czf notes.tgz memory", "tar"),
+        ("grep -rn 'TODO:' memory", "grep"),
+        ('grep -i "two words" notes.md', "grep"),
+        ("grep --regexp=-x -e-y -- -z", "grep"),
+        ("head -n5 notes.md", "head"),
+        ("tail -20 notes.md", "tail"),
+        ("date +%Y-%m-%d", "date"),
+        ("diff -u a.md b.md", "diff"),
         ("'ls' -l", "ls"),
     ],
 )
-def test_it_remembers_the_program_and_subcommand(command, prefix):
+def test_it_remembers_the_program_and_git_subcommand(command, prefix):
     assert rule_for(command).prefix == prefix
 
 
-# Each can run any program: "Allow always" is not offered, and no stored rule covers it.
-RUNS_OTHER_PROGRAMS = [
+# Outside the allow-list: "Allow always" is not offered, and no stored rule covers it.
+NOT_COVERED = [
     ("sh -c 'id'", "sh is an interpreter"),
-    ("bash script.sh", "bash is an interpreter"),
     ("python3 --version", "python3 is an interpreter"),
-    ("python3.11 -c 1", "python3.11 is an interpreter"),
-    ("node -e 1", "node is an interpreter"),
-    ("perl -e 1", "perl is an interpreter"),
-    ("ruby -e 1", "ruby is an interpreter"),
-    ("env ls", "env runs other programs"),
-    ("xargs rm", "xargs runs other programs"),
-    ("sudo ls", "sudo runs other programs"),
-    ("awk '{print}' notes", "awk runs other programs"),
-    ("sed -n 1p notes", "sed runs other programs"),
-    ("nohup ls", "nohup runs other programs"),
-    ("timeout 5 ls", "timeout runs other programs"),
-    ("find . -exec sh -c id +", "find -exec runs"),
-    ("find . -name x -execdir id +", "find -execdir runs"),
-    ("find . -ok rm '{}' +", "find -ok runs"),
-    ("find . -delete", "find -delete runs"),
-    ("find . '-e'xec id +", "find -exec runs"),
-    ("git -c core.pager=sh log", "git options before the subcommand"),
-    ("git -C /tmp status", "git options before the subcommand"),
-    ("git --exec-path=/tmp status", "git options before the subcommand"),
-    ("git log --config=x", "git --config runs"),
-    ("git fetch --upload-pack=touch", "git --upload-pack runs"),
-    ("git config core.pager sh", "git config runs"),
-    ("git rebase -x id", "git rebase runs"),
-    ("make -f evil.mk", "make -f runs"),
-    ("make --file=evil.mk", "make --file runs"),
-    ("make SHELL=/bin/sh all", "make variables"),
-    ("npm run build", "npm run runs"),
-    ("npm exec cowsay", "npm exec runs"),
-    ("uv run pytest", "uv run runs"),
-    ("poetry run pytest", "poetry run runs"),
-    ("npx cowsay", "npx runs other programs"),
-    ("tar -xf a.tar --to-command=sh", "tar --to-command runs"),
-    ("tar -xIsh -f a.tar", "tar -xIsh runs"),
-    ("tar xIf sh a.tar", "tar xIf runs"),
+    ("env ls", "env runs the program named in its arguments"),
+    ("find . -name x", "find can run programs"),
+    ("tar -tf a.tar", "tar can run programs"),
+    ("make build", "make runs the commands of a Makefile"),
+    ("npm ci", "npm runs code of the project"),
+    ("sed -n 1p notes", "sed can run commands"),
+    ("nmap localhost", "nmap is not one of the programs a rule may cover (ls, cat,"),
+    ("git push", "git push is not a subcommand a rule may cover (status, log,"),
+    ("git", "git needs one of its subcommands"),
+    ("git -c core.pager=sh log", "git -c before the subcommand"),
+    ("ls --colo", "ls --colo is not an option a rule may cover"),
+    ("ls -laZ", "ls -Z is not an option"),
+    ("head -n", "head -n needs a value"),
+    ("head -n -5 notes", "the value of head -n starts with -"),
+    ("cat -", "cat - reads standard input"),
+    ("git log -pn1", "git log reads -pn1 as one option"),
+    ("pwd x", "pwd takes at most 0 file name(s)"),
+    ("date 01010000", "date sets the clock"),
+    ("git branch new", "git branch creates a branch"),
+    ("git log --format=%GK", "runs gpg"),
     ("FOO=1 ls", "sets environment variables"),
     ("./build.sh", "by a path"),
     ("/usr/bin/ls", "by a path"),
-    ("ls $(id)", "chains, substitutes or redirects"),
-    ("cat 'unbalanced", "does not parse"),
+    ("ls $(id)", "expands $"),
+    ('ls "$HOME"', "expands $, ` and \\ inside double quotes"),
+    ("cat 'unbalanced", "not closed"),
 ]
 
 
-@pytest.mark.parametrize(("command", "reason"), RUNS_OTHER_PROGRAMS)
-def test_it_never_remembers_what_runs_other_programs(command, reason):
+@pytest.mark.parametrize(("command", "reason"), NOT_COVERED)
+def test_it_offers_no_rule_outside_the_allow_list(command, reason):
     rule = rule_for(command)
     assert rule.prefix is None
     assert reason in rule.reason
     assert rule.reason.startswith("“Allow always” is not offered: ")
 
 
-@pytest.mark.parametrize(("command", "reason"), RUNS_OTHER_PROGRAMS)
-def test_it_lets_no_stored_rule_cover_what_runs_other_programs(alice, command, reason):
-    """Rules stored before these checks existed, or brought by an import."""
-    program = command.split()[0]
-    for prefix in {program, " ".join(command.split()[:2]), "find", "git log", "tar", "make"}:
+@pytest.mark.parametrize(("command", "reason"), NOT_COVERED)
+def test_it_lets_no_stored_rule_cover_what_the_allow_list_refuses(alice, command, reason):
+    """Rules stored before the allow-list, by an import or in the admin."""
+    for prefix in {command.split()[0], " ".join(command.split()[:2]), "find", "git log"}:
         TerminalAllowedPrefix.objects.get_or_create(owner=alice, prefix=prefix)
     assert not is_allowed(alice, command)
 
 
-def test_it_wants_a_subcommand_for_tools_that_have_them():
-    assert rule_for("git --no-pager log").prefix is None
-    assert rule_for("git").reason == "“Allow always” needs a git subcommand to remember."
+@pytest.mark.parametrize(
+    ("prefix", "problem"),
+    [
+        ("ls", None),
+        ("git log --oneline", None),
+        ("find", "find can run programs (-exec, -execdir, -ok) and delete files"),
+        ("git", "git needs one of its subcommands"),
+        ("make build", "make runs the commands of a Makefile"),
+    ],
+)
+def test_it_says_why_the_allow_list_refuses_a_stored_rule(prefix, problem):
+    assert (rule_problem(prefix) or "").startswith(problem or "")
+    assert (rule_problem(prefix) is None) == (problem is None)
 
 
 @pytest.mark.parametrize(
@@ -104,14 +107,24 @@ def test_it_wants_a_subcommand_for_tools_that_have_them():
         "ls | sh",
         "echo `id`",
         "echo $(id)",
+        "echo ${U:-x}",
         "ls > out",
         "cat < in",
         "ls\nrm x",
         "sleep 9 &",
+        "ls *.md",
+        "ls ~",
+        "ls a=~/x",
+        "ls {a,b}",
+        "ls \\x",
+        "ls (x)",
+        "ls #x",
+        "echo \x07",
     ],
 )
-def test_it_recognises_shell_control_operators(command):
-    assert has_control_operators(command)
+def test_it_refuses_whatever_the_shell_would_expand_or_chain(command):
+    with pytest.raises(NotCovered):
+        words_of(command.replace("\\x07", "\x07"))
 
 
 def test_it_allows_only_commands_under_an_approved_prefix(alice, bob):
@@ -166,9 +179,25 @@ def test_it_refuses_always_for_a_command_that_runs_other_programs(admin_user):
 
 
 def test_it_switches_an_inactive_prefix_on_when_always_is_chosen_again(admin_user):
-    TerminalAllowedPrefix.objects.create(owner=admin_user, prefix="ls", active=False)
+    TerminalAllowedPrefix.objects.create(
+        owner=admin_user, prefix="ls", active=False, switched_off_because="By an upgrade."
+    )
     decide(admin_user, create_request(admin_user, "s1", "ls -l").pk, "always")
-    assert TerminalAllowedPrefix.objects.get().active
+    rule = TerminalAllowedPrefix.objects.get()
+    assert rule.active and rule.switched_off_because == ""
+
+
+def test_it_lets_a_longer_rule_cover_only_the_commands_that_start_with_it(alice):
+    TerminalAllowedPrefix.objects.create(owner=alice, prefix="git log --oneline")
+    assert is_allowed(alice, "git log --oneline -5")
+    assert is_allowed(alice, "git --no-pager log --oneline")
+    assert not is_allowed(alice, "git log -5 --oneline")
+    assert not is_allowed(alice, "git log")
+
+
+def test_it_lets_a_rule_the_allow_list_refuses_cover_nothing_even_when_on(alice):
+    TerminalAllowedPrefix.objects.create(owner=alice, prefix="find", active=True)
+    assert not is_allowed(alice, "find .")
 
 
 def test_it_reads_the_permission_afresh_for_each_decision(alice):

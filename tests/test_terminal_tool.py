@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from agent import sandbox
+from agent.safe_git import GIT_SAFE_ENV
 from agent.tools import ToolContext, ToolError, get_tool
 from tests.helpers import allow_terminal
 from tests.processes import ROOT
@@ -34,7 +35,8 @@ def test_it_reports_the_exit_code_and_errors(context):
     assert run(context, "ls /no/such/dir").startswith("exit code 2\n")
 
 
-def test_it_gives_commands_a_cleared_environment(context, monkeypatch):
+def test_it_gives_commands_a_cleared_environment(context, monkeypatch, configure):
+    configure("terminal", output_limit_bytes=4096)
     monkeypatch.setenv("NEOTASK_LOCAL_LLM_KEY", "top-secret-key")
     monkeypatch.setenv("DATABASE_URL", "postgresql://secret@db/x")
     lines = set(run(context, "env").splitlines()[1:])
@@ -43,6 +45,7 @@ def test_it_gives_commands_a_cleared_environment(context, monkeypatch):
         "LANG=C.UTF-8",
         "HOME=/workspace",
         "PWD=/workspace",
+        *(f"{name}={value}" for name, value in GIT_SAFE_ENV.items()),
     }
 
 

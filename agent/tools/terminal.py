@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from agent import sandbox
+from agent import safe_git, sandbox
 from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
 
@@ -18,22 +19,38 @@ def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | Non
             "which this user does not have."
         )
     command = arguments["command"]
-    if context.trusted or is_allowed(context.owner, command):
+    if context.trusted:
+        return None
+    if is_allowed(context.owner, command) and not repository_problem(context.workspace, command):
         return None
     return command
 
 
-def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
+def execute(workspace: Path, command: str) -> tuple[sandbox.Outcome, sandbox.Limits]:
     options = settings.NEOTASK["terminal"]
     limits = sandbox.Limits.from_options(options)
-    command = arguments["command"]
+    if options["sandbox"] == "none":
+        return sandbox.run_unconfined(workspace, command, limits), limits
+    return sandbox.run_sandboxed(workspace, command, limits, network=options["network"]), limits
+
+
+def repository_problem(workspace: Path, command: str) -> str | None:
+    """For a git command a rule covers: what in the repository's config the
+    rule must not trust (agent.safe_git), read in the sandbox as git reads it."""
+    if not safe_git.needs_config_check(command):
+        return None
     try:
-        if options["sandbox"] == "none":
-            outcome = sandbox.run_unconfined(context.workspace, command, limits)
-        else:
-            outcome = sandbox.run_sandboxed(
-                context.workspace, command, limits, network=options["network"]
-            )
+        outcome, _ = execute(workspace, safe_git.LIST_CONFIG)
+    except sandbox.SandboxError as exc:
+        return str(exc)
+    if outcome.output_cut:
+        return "the repository's git config is longer than the output limit"
+    return safe_git.config_problem(outcome.exit_code, outcome.output)
+
+
+def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
+    try:
+        outcome, limits = execute(context.workspace, safe_git.hardened(arguments["command"]))
     except sandbox.SandboxError as exc:
         raise ToolError(str(exc)) from None
     text = outcome.output.decode("utf-8", errors="replace")

@@ -233,8 +233,8 @@ def test_it_keeps_alices_approvals_and_prefixes_from_bob(world, bob):
         with pytest.raises(approvals.ApprovalError, match="no such approval request"):
             approvals.decide(bob, world.approval.pk, decision)
     # Alice's "Allow always" does not let bob's commands run unasked.
-    assert approvals.is_allowed(world.user, f"{world.prefix.prefix} --x")
-    assert not approvals.is_allowed(bob, f"{world.prefix.prefix} --x")
+    assert approvals.is_allowed(world.user, f"{world.prefix.prefix} more")
+    assert not approvals.is_allowed(bob, f"{world.prefix.prefix} more")
     assert snapshot(world.user) == before
 
 

@@ -139,7 +139,7 @@ def build_alice(alice: User) -> World:
     macro = Macro.objects.create(
         owner=alice, trigger_tool=secret("macro-tool"), next_tool="terminal"
     )
-    prefix = TerminalAllowedPrefix.objects.create(owner=alice, prefix=secret("prefix"))
+    prefix = TerminalAllowedPrefix.objects.create(owner=alice, prefix=f"echo {secret('prefix')}")
     approval = ApprovalRequest.objects.create(
         owner=alice,
         session_id=session_id,
