@@ -28,7 +28,7 @@ class TerminalAllowedPrefixAdmin(TerminalTrustAdmin):
     list_display = ["prefix", "active", "owner", "created_at"]
     list_filter = ["active", "owner"]
     search_fields = ["prefix"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "switched_off_because"]
     trust_fields = ["prefix", "active"]
 
     # A new prefix is trust in itself.

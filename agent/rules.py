@@ -256,6 +256,11 @@ TABLE: dict[str, Program] = {
     ),
 }
 
+# The table as a user reads it: "ls, cat, …, git status/log/diff/show/branch".
+PROGRAMS = ", ".join(
+    f"{name} {'/'.join(spec.subcommands)}" if spec.subcommands else name
+    for name, spec in TABLE.items()
+)
 # Why programs people often ask for are not in TABLE: the message only, for
 # anything not in TABLE is refused whatever this says.
 REASONS = {
@@ -362,9 +367,9 @@ def parse_arguments(name: str, spec: Program, words: list[str]) -> Arguments:
         if word == "--":
             positionals += rest
             break
-        if not word.startswith("-") or word == "-":
-            if word == "-":
-                raise NotCovered(f"{name} - reads standard input")
+        if word == "-":
+            raise NotCovered(f"{name} - reads standard input")
+        if not word.startswith("-"):
             positionals.append(word)
             continue
         if word.startswith("--"):
@@ -413,8 +418,9 @@ def parse(command: str) -> Command:
         raise NotCovered("it names its program by a path, and the file there can change")
     spec = TABLE.get(name)
     if spec is None:
-        reason = REASONS.get(name, "{} is not one of the programs a rule may cover")
-        raise NotCovered(reason.format(name) + f" ({', '.join(TABLE)})")
+        if name in REASONS:
+            raise NotCovered(REASONS[name].format(name))
+        raise NotCovered(f"{name} is not one of the programs a rule may cover ({PROGRAMS})")
     if not spec.subcommands:
         parse_arguments(name, spec, words[1:])
         return Command(name, tuple(words))

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
+from agent.rules import PROGRAMS
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
@@ -19,20 +20,26 @@ def terminal_prefixes(request: HtmxHttpRequest) -> HttpResponse:
         "prefixes": TerminalAllowedPrefix.objects.owned_by(request.user),
         "can_use_terminal": has_terminal_permission(request.user),
         "terminal": settings.NEOTASK["terminal"],
+        "programs": PROGRAMS,
     }
     return render_page(request, "agent/terminal.html", context)
 
 
 @require_POST
 def activate_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Switch on a prefix that arrived inactive (with an import): only its
-    owner, holding the terminal permission, grants that trust."""
+    """Switch on a prefix that is off (imported, or switched off by an upgrade):
+    only its owner, holding the terminal permission, grants that trust, and only
+    for a rule the allow-list allows."""
     prefix = get_owned_or_404(TerminalAllowedPrefix, request.user, pk=pk)
     if not has_terminal_permission(request.user):
         messages.error(request, "Switching on a prefix needs the terminal permission.")
         return redirect("terminal-prefixes")
+    if problem := prefix.problem:
+        messages.error(request, f"“{prefix.prefix}” stays off: {problem}.")
+        return redirect("terminal-prefixes")
     prefix.active = True
-    prefix.save(update_fields=["active"])
+    prefix.switched_off_because = ""
+    prefix.save(update_fields=["active", "switched_off_because"])
     messages.success(request, f"“{prefix.prefix}” is on: those commands run without asking.")
     return redirect("terminal-prefixes")
 

@@ -151,3 +151,30 @@ def test_it_creates_no_legacy_user_without_legacy_rows(migrating_db):
     migrate(BEFORE)
     apps = migrate(AFTER_DATA)
     assert not apps.get_model("auth", "User").objects.filter(username="legacy").exists()
+
+
+def test_it_switches_off_the_rules_the_allow_list_refuses(migrating_db):
+    apps = migrate([("agent", "0003_prefix_active")])
+    owner = apps.get_model("auth", "User").objects.create(username="owner")
+    Prefix = apps.get_model("agent", "TerminalAllowedPrefix")
+    for prefix, active in [("find", True), ("git status", True), ("nmap", True), ("tar", False)]:
+        Prefix.objects.create(owner=owner, prefix=prefix, active=active)
+
+    apps = migrate([("agent", "0004_allow_list")])
+    Prefix = apps.get_model("agent", "TerminalAllowedPrefix")
+    rules = {r.prefix: (r.active, r.switched_off_because) for r in Prefix.objects.all()}
+    upgrade = "Switched off by the upgrade to the allow-list"
+    assert rules == {
+        "find": (
+            False,
+            f"{upgrade}: find can run programs (-exec, -execdir, -ok) and delete files.",
+        ),
+        "git status": (True, ""),
+        "nmap": (
+            False,
+            f"{upgrade}: nmap is not one of the programs a rule may cover (ls, cat, head, tail, "
+            "wc, grep, stat, du, df, pwd, date, echo, sort, uniq, diff, "
+            "git status/log/diff/show/branch).",
+        ),
+        "tar": (False, ""),  # imported, off already: the page says why it stays off
+    }

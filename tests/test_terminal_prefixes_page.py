@@ -43,6 +43,47 @@ def test_it_lets_only_a_user_with_the_permission_switch_on_an_imported_prefix(al
     assert imported.active
 
 
+UPGRADE = (
+    "Switched off by the upgrade to the allow-list: find can run programs (-exec, -execdir, -ok)"
+)
+
+
+def test_it_keeps_a_rule_the_allow_list_refuses_off_and_says_why(alice_client, alice):
+    allow_terminal(alice)
+    old = TerminalAllowedPrefix.objects.create(
+        owner=alice, prefix="find", active=False, switched_off_because=f"{UPGRADE}."
+    )
+    url = reverse("terminal-prefix-activate", args=[old.pk])
+    page = text(alice_client.get(reverse("terminal-prefixes")))
+    assert f"Off — {UPGRADE}" in page and url not in page
+    response = alice_client.post(url, follow=True)
+    assert "“find” stays off: find can run programs" in text(response)
+    old.refresh_from_db()
+    assert not old.active and old.switched_off_because
+
+
+def test_it_switches_on_a_rule_the_allow_list_allows_again(alice_client, alice):
+    allow_terminal(alice)
+    old = TerminalAllowedPrefix.objects.create(
+        owner=alice, prefix="git log", active=False, switched_off_because="By an upgrade."
+    )
+    url = reverse("terminal-prefix-activate", args=[old.pk])
+    assert url in text(alice_client.get(reverse("terminal-prefixes")))
+    alice_client.post(url)
+    old.refresh_from_db()
+    assert old.active and old.switched_off_because == ""
+
+
+def test_it_says_what_a_refused_rule_covers_however_it_was_stored(alice_client, alice):
+    allow_terminal(alice)
+    TerminalAllowedPrefix.objects.create(owner=alice, prefix="make build")  # in the admin
+    imported = TerminalAllowedPrefix.objects.create(owner=alice, prefix="tar", active=False)
+    page = text(alice_client.get(reverse("terminal-prefixes")))
+    assert "Covers nothing: make runs the commands of a Makefile" in page
+    assert "imported, not yet switched on; the allow-list does not allow it: tar can" in page
+    assert reverse("terminal-prefix-activate", args=[imported.pk]) not in page
+
+
 def test_it_answers_404_to_switching_on_someone_elses_prefix(alice, bob, bob_client):
     imported = TerminalAllowedPrefix.objects.create(owner=alice, prefix="ls", active=False)
     allow_terminal(bob)

@@ -5,10 +5,18 @@ the table's own grammar is covered once the shell would expand or chain anything
 
 from __future__ import annotations
 
+import gzip
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from agent.rules import covers, rule_for
+from agent.rules import LITERAL, TABLE, Program, covers, rule_for, words_of
 from memory.workspace import workspace_dir
 from scheduler.runner import run_due_tasks
 from tests.helpers import MONDAY_9, allow_terminal, make_task
@@ -106,3 +114,155 @@ def test_it_runs_nothing_unattended_that_the_rule_does_not_cover(alice, llm, con
     assert not (workspace / "ran").exists()
     request = ApprovalRequest.objects.get(owner=alice)
     assert (request.command, request.status) == (command, ApprovalRequest.Status.PENDING)
+
+
+# The table's own grammar, drawn at random ------------------------------------------
+
+VALUE = st.text("abcxyz0123456789./:,+@%^_", min_size=1, max_size=8)
+PATH = st.text("abcxyz0123456789._/", min_size=1, max_size=10)
+
+
+def quoted(word: str) -> st.SearchStrategy[str]:
+    """The word as the shell reads it: bare when it can be, or in either quotes."""
+    forms = [f"'{word}'"]
+    if not set(word) & set('$`\\!"'):
+        forms.append(f'"{word}"')
+    if word and set(word) <= LITERAL and not word.startswith("~") and "=~" not in word:
+        forms.append(word)
+    return st.sampled_from(forms)
+
+
+@st.composite
+def arguments(draw: st.DrawFn, spec: Program) -> list[str]:
+    words: list[str] = []
+    for _ in range(draw(st.integers(0, 4))):
+        kinds = [k for k in ("flags", "valued", "optional") if getattr(spec, k)]
+        kind = draw(st.sampled_from(kinds))
+        option = draw(st.sampled_from(sorted(getattr(spec, kind))))
+        value = draw(VALUE)
+        long = option.startswith("--")
+        if kind == "flags":
+            words.append(option)
+        elif kind == "optional":
+            words.append(
+                draw(st.sampled_from([option, f"{option}={value}" if long else option + value]))
+            )
+        else:
+            attached = f"{option}={value}" if long else option + value
+            words += draw(st.sampled_from([[attached], [option, value]]))
+    if spec.max_positionals != 0 and spec.check is None:
+        words += draw(st.lists(PATH, max_size=3))[: spec.max_positionals]
+    if spec.max_positionals is None and spec.check is None and draw(st.booleans()):
+        words += ["--", *draw(st.lists(st.text("-abc./", min_size=1, max_size=6), max_size=2))]
+    return words
+
+
+@st.composite
+def table_commands(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A command the table covers: its rule, and its words."""
+    name = draw(st.sampled_from(sorted(TABLE)))
+    spec, words = TABLE[name], [name]
+    if spec.subcommands:
+        subcommand = draw(st.sampled_from(sorted(spec.subcommands)))
+        spec, words = spec.subcommands[subcommand], [name, subcommand]
+    return " ".join(words), [*words, *draw(arguments(spec))]
+
+
+@st.composite
+def rendered(draw: st.DrawFn) -> tuple[str, list[str], str]:
+    rule, words = draw(table_commands())
+    return rule, words, " ".join(draw(quoted(word)) for word in words)
+
+
+# What the shell expands, runs, chains or redirects, written unquoted.
+INJECTED = [
+    "$x", "${x}", "${U:--exec}", "$(id)", "`id`", '"$x"', '"`id`"', '"\\x"', "*", "?", "[a]",
+    "{a,b}", "{}", ";id", "|id", "&", "&&id", ">x", "<x", "(id)", "\n", "#x", "\\x", "!x",
+    "'open",
+]  # fmt: skip
+
+
+@given(command=rendered())
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_it_covers_what_the_table_grammar_builds(command):
+    rule, words, text = command
+    assert words_of(text) == words
+    assert rule_for(text).prefix == rule
+    assert covers(rule, text)
+
+
+@given(
+    command=rendered(),
+    injected=st.sampled_from([*INJECTED, "~", "~/x", "a=~"]),
+    where=st.sampled_from(["word", "prefix", "suffix"]),
+    at=st.integers(0, 20),
+)
+@settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
+def test_it_covers_nothing_the_shell_would_expand(command, injected, where, at):
+    rule, _, text = command
+    parts = text.split(" ")
+    at = min(at, len(parts))
+    if where == "word" or injected.startswith("~") or injected == "a=~":
+        parts.insert(at, injected)
+    elif where == "prefix" and at < len(parts):
+        parts[at] = injected + parts[at]
+    else:
+        parts[min(at, len(parts) - 1)] += injected
+    attacked = " ".join(parts)
+    assert not covers(rule, attacked)
+    assert rule_for(attacked).prefix is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+@given(command=rendered())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_it_reads_the_words_as_the_shell_does(shell, command):
+    _, words, text = command
+    printed = subprocess.run(
+        [shell, "-c", f"printf '%s\\0' {text}"], capture_output=True, check=True, env={}
+    ).stdout
+    assert printed.split(b"\0")[:-1] == [word.encode() for word in words]
+
+
+# Every option of the table exists under exactly that name ---------------------------
+
+
+def documentation(name: str) -> str:
+    """What the program says of its options: its --help; for git, its manuals
+    (`git show` takes `git log`'s options) and what it offers for completion."""
+    if not name.startswith("git "):
+        program = shutil.which(name, path="/usr/bin:/bin")
+        assert program is not None
+        return subprocess.run([program, "--help"], capture_output=True, text=True).stdout
+    subcommand = name.split()[1]
+    pages = [Path(f"/usr/share/man/man1/git-{page}.1.gz") for page in (subcommand, "log")]
+    if not pages[0].exists():
+        pytest.skip(f"{pages[0]} is not installed")
+    helper = ["git", subcommand, "--git-completion-helper"]
+    text = subprocess.run(helper, capture_output=True, text=True).stdout
+    return text + "".join(gzip.decompress(p.read_bytes()).decode() for p in pages).replace(
+        "\\-", "-"
+    )
+
+
+def each_program() -> list[tuple[str, Program]]:
+    found = []
+    for name, spec in TABLE.items():
+        found += [(f"{name} {sub}", each) for sub, each in spec.subcommands.items()]
+        found.append((name, spec))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "spec"), each_program(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_it_names_only_options_the_program_documents(name, spec):
+    """An option listed by a name the program does not have would be read by it
+    as an abbreviation of another one."""
+    text = documentation(name)
+    for option in sorted(spec.flags | spec.valued | spec.optional):
+        if not option.startswith("--") or name == "echo":
+            continue
+        assert re.search(re.escape(option) + r"(?![\w-])", text), f"{name} {option}"
