@@ -13,6 +13,8 @@ from pathlib import Path
 from django.conf import settings
 from django.http import HttpRequest
 
+from neotask_site.client_address import client_address
+
 
 def token_file() -> Path:
     return Path(settings.DATA_DIR) / "setup_token"
@@ -40,11 +42,12 @@ def holds_token(given: str) -> bool:
 
 def from_loopback(request: HttpRequest) -> bool:
     # Behind a proxy (NEOTASK_HTTPS) every request comes from the proxy's
-    # loopback address, so the address proves nothing there.
+    # loopback address, so the address proves nothing there; behind a trusted
+    # one (NEOTASK_TRUSTED_PROXIES) the client it forwards for is asking.
     if settings.HTTPS:
         return False
     try:
-        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+        return ipaddress.ip_address(client_address(request)).is_loopback
     except ValueError:
         return False
 

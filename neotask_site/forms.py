@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm, UserCreationForm
 from django.core.exceptions import ValidationError
+from django.http import HttpRequest
 
 from neotask_site import throttle
+from neotask_site.client_address import client_address
 
 
 class AdminAccountForm(UserCreationForm):
@@ -25,6 +27,27 @@ class ThrottledAuthenticationForm(AuthenticationForm):
 
     def clean(self) -> dict[str, Any]:
         username = str(self.data.get("username", ""))
-        if throttle.is_throttled(username, throttle.address_of(self.request)):
+        if throttle.is_throttled(username, client_address(self.request)):
             raise ValidationError(throttle.REFUSED, code="throttled")
         return super().clean()
+
+
+class ThrottledPasswordChangeForm(PasswordChangeForm):
+    """A wrong current password counts as a failed login of the account, from the
+    client's address; once throttled, even the right one is refused."""
+
+    required_css_class = "required"  # as the admin's form has it
+
+    def __init__(self, user: Any, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
+        super().__init__(user, *args, **kwargs)
+        self.address = client_address(request)
+
+    def clean_old_password(self) -> str:
+        username = self.user.get_username()
+        if throttle.is_throttled(username, self.address):
+            raise ValidationError(throttle.REFUSED_CHANGE, code="throttled")
+        try:
+            return super().clean_old_password()
+        except ValidationError:
+            throttle.count_failure(username, self.address)
+            raise

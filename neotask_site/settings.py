@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from agent import sandbox
-from neotask_site import profiles
+from neotask_site import client_address, profiles
 from neotask_site.config import ConfigError, config_path, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -30,6 +30,9 @@ try:
     SECRET_KEY = profiles.secret_key(os.environ.get("NEOTASK_SECRET_KEY"), DATA_DIR)
     DEBUG = profiles.env_bool(os.environ, "NEOTASK_DEBUG", False)
     HTTPS = profiles.env_bool(os.environ, "NEOTASK_HTTPS", False)
+    # Whose X-Forwarded-For is believed (the login throttle's address); none by default.
+    TRUSTED_PROXIES = client_address.trusted_proxies(os.environ)
+    client_address.refuse_rewriting_server(sys.argv)
     DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
     REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
     CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)

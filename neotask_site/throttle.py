@@ -1,13 +1,17 @@
 """Login throttling: after repeated failures an account, or an address, is
-refused for a while, whatever the password (login page and admin alike).
+refused for a while, whatever the password (login page and admin alike). A
+wrong current password on a password-change page counts as a failed login of
+the account: guessing it there is no cheaper.
 
 Counted in the cache, which is Redis on the team profile: every web process
-sees the same counts.
+sees the same counts. The address is the client's (neotask_site.client_address:
+X-Forwarded-For only from NEOTASK_TRUSTED_PROXIES).
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from typing import Any
 
 from django.contrib.auth.backends import ModelBackend
@@ -15,22 +19,35 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
+from neotask_site.client_address import client_address
+
 WINDOW_SECONDS = 15 * 60
 PER_USERNAME = 5  # guessing one account's password
 PER_ADDRESS = 20  # trying many accounts from one address
 REFUSED = (
     "Too many failed logins for this account or from this address. Wait 15 minutes, then try again."
 )
-
-
-def address_of(request: HttpRequest | None) -> str:
-    return (request.META.get("REMOTE_ADDR") or "") if request is not None else ""
+REFUSED_CHANGE = (
+    "Too many wrong passwords for this account or from this address. "
+    "Wait 15 minutes, then try again."
+)
 
 
 def keys(username: str, address: str) -> tuple[str, str]:
     # Hashed: a username may hold characters a cache key may not.
     user = hashlib.sha256(username.strip().lower().encode()).hexdigest()
-    return f"login-failures:user:{user}", f"login-failures:address:{address}"
+    return f"login-failures:user:{user}", f"login-failures:address:{network_of(address)}"
+
+
+def network_of(address: str) -> str:
+    """An IPv6 client counts by its /64: one host usually holds all of it."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
 
 
 def is_throttled(username: str, address: str) -> bool:
@@ -43,7 +60,11 @@ def record_failure(
     sender: Any, credentials: dict[str, Any], request: Any = None, **kw: Any
 ) -> None:
     """The `user_login_failed` receiver."""
-    for key in keys(str(credentials.get("username", "")), address_of(request)):
+    count_failure(str(credentials.get("username", "")), client_address(request))
+
+
+def count_failure(username: str, address: str) -> None:
+    for key in keys(username, address):
         cache.add(key, 0, WINDOW_SECONDS)
         try:
             cache.incr(key)
@@ -64,6 +85,6 @@ class LoginThrottleBackend(ModelBackend):
         password: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if request is not None and is_throttled(username or "", address_of(request)):
+        if request is not None and is_throttled(username or "", client_address(request)):
             raise PermissionDenied(REFUSED)
         return None

@@ -17,7 +17,14 @@ urlpatterns = [
         LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
         name="login",
     ),
+    # Both password-change pages count wrong current passwords (neotask_site.throttle).
+    path("accounts/password_change/", views.PasswordChange.as_view(), name="password_change"),
     path("accounts/", include("django.contrib.auth.urls")),
+    path(
+        "admin/password_change/",
+        admin.site.admin_view(views.admin_password_change),
+        name="admin-password-change",
+    ),
     path("admin/", admin.site.urls),
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),

@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from django.contrib import admin
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.views import PasswordChangeView
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from neotask_site import first_run
-from neotask_site.forms import AdminAccountForm
+from neotask_site.forms import AdminAccountForm, ThrottledPasswordChangeForm
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,24 @@ def setup(request: HttpRequest) -> HttpResponse:
         return redirect("home")
     token = request.POST.get("token") or request.GET.get("token") or ""
     return render(request, "neotask_site/setup.html", {"form": form, "token": token})
+
+
+class PasswordChange(PasswordChangeView):
+    """Django's page, with the current password guarded by the login throttle."""
+
+    form_class = ThrottledPasswordChangeForm
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "request": self.request}
+
+
+def admin_password_change(request: HttpRequest) -> HttpResponseBase:
+    """The admin's own page (AdminSite.password_change), with the same form."""
+    view = PasswordChange.as_view(
+        success_url=reverse("admin:password_change_done"),
+        extra_context=admin.site.each_context(request),
+    )
+    return view(request)
 
 
 @login_not_required
