@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from agent.models import TerminalAllowedPrefix
+from agent.safe_git import config_problem, hardened
 from agent.tools import ToolContext, ToolError, get_tool
 from memory.workspace import workspace_dir
 from tests.helpers import allow_terminal
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = pytest.mark.django_db
 
 COMMANDS = ["git status", "git diff", "git log -p", "git show"]
 
@@ -95,6 +96,7 @@ def plant(terminal: Terminal, config: str = "", attributes: str = "") -> None:
     (terminal.workspace / "a.txt").touch()  # stat-dirty: git reads the file again
 
 
+@pytest.mark.slow
 def test_it_covers_the_reads_of_an_ordinary_repository(terminal):
     for command in COMMANDS:
         assert not asks(terminal, command)
@@ -103,6 +105,7 @@ def test_it_covers_the_reads_of_an_ordinary_repository(terminal):
     assert ran(terminal) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "attributes"),
     [
@@ -125,6 +128,7 @@ def test_it_runs_no_program_the_repository_config_names(terminal, config, attrib
         assert ran(terminal) == "", command
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [
@@ -148,6 +152,7 @@ def test_it_asks_when_the_repository_config_holds_what_it_does_not_know(terminal
     assert ran(terminal) == ""
 
 
+@pytest.mark.slow
 def test_it_never_runs_a_hook_of_the_repository(terminal):
     hook = terminal.workspace / ".git" / "hooks" / "post-index-change"
     hook.write_text(f"#!/bin/sh\nexec {terminal.root}/memory/p.md hook\n")
@@ -158,6 +163,7 @@ def test_it_never_runs_a_hook_of_the_repository(terminal):
     assert ran(terminal) == ""
 
 
+@pytest.mark.slow
 def test_it_ignores_a_gitconfig_planted_in_home(terminal):
     """The issue's three rules: `cp memory/cfg.md .gitconfig`, `git init`, `git status`."""
     root = terminal.root
@@ -175,6 +181,7 @@ def test_it_ignores_a_gitconfig_planted_in_home(terminal):
     assert ran(terminal) == ""
 
 
+@pytest.mark.slow
 def test_it_runs_nothing_of_a_hostile_submodule(terminal):
     workspace = terminal.workspace
     root = terminal.root
@@ -197,3 +204,43 @@ def test_it_runs_nothing_of_a_hostile_submodule(terminal):
     for command in COMMANDS:
         run(terminal, command)
     assert ran(terminal) == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "runs"),
+    [
+        ("git status -s", "git status --ignore-submodules -s"),
+        (
+            "git --no-pager log -p -- 'a b'",
+            "git --no-pager log --no-ext-diff --no-textconv --ignore-submodules -p -- 'a b'",
+        ),
+        ("git show HEAD", "git show --no-ext-diff --no-textconv --ignore-submodules HEAD"),
+        ("git branch -a", "git branch -a"),
+        ("git log --ext-diff", "git log --ext-diff"),  # not the table's: as allowed once
+        ("ls; git log", "ls; git log"),
+    ],
+)
+def test_it_keeps_drivers_and_submodules_out_of_a_git_read(command, runs):
+    assert hardened(command) == runs
+
+
+@pytest.mark.parametrize(
+    ("listing", "problem"),
+    [
+        (b"command\0core.fsmonitor\nfalse\0", None),
+        (b"local\0core.bare\nfalse\0local\0remote.origin.url\next::sh p.md\0", None),
+        (b"local\0branch.a.b.merge\nrefs/heads/a.b\0", None),
+        (b"local\0filter.t.clean\nsh p.md\0", "sets filter.t.clean (local)"),
+        (b"local\0core.bare\0worktree\0core.worktree\n/\0", "sets core.worktree (worktree)"),
+        (b"local\0user.name\nx\ny\0local\0diff.t.textconv\nsh\0", "sets diff.t.textconv"),
+    ],
+)
+def test_it_trusts_only_the_repository_keys_it_knows(listing, problem):
+    found = config_problem(0, listing)
+    assert (found is None) == (problem is None)
+    assert problem is None or problem in found
+
+
+def test_it_trusts_no_config_that_git_could_not_list():
+    assert "could not list" in config_problem(128, b"fatal: bad config line 1")
+    assert "could not list" in config_problem(None, b"")
