@@ -329,6 +329,8 @@ def words_of(command: str) -> list[str]:
             continue
         if char == "~" and (start or command[at - 1] in "=:"):
             raise NotCovered("the shell expands ~ to a home directory")
+        if char == "=" and start:
+            raise NotCovered("some shells expand a word starting with = to a program's path")
         if char not in LITERAL:
             raise NotCovered(syntax_reason(char))
         word.append(char)

@@ -115,6 +115,7 @@ def test_it_says_why_the_allow_list_refuses_a_stored_rule(prefix, problem):
         "ls *.md",
         "ls ~",
         "ls a=~/x",
+        "ls =ls",
         "ls {a,b}",
         "ls \\x",
         "ls (x)",
