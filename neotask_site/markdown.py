@@ -14,7 +14,11 @@ measures both.
 from __future__ import annotations
 
 import html
+import multiprocessing
 import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import nh3
 from markdown_it import MarkdownIt
@@ -60,7 +64,8 @@ ALLOWED_ATTRIBUTES = {
 
 
 MARKDOWN_LIMIT = 20_000  # characters: at most ~0.4 s of markdown-it, whatever the text
-TABLE_CELL_LIMIT = 10_000  # about as long again
+TABLE_CELL_LIMIT = 10_000  # about 0.2 s
+INLINE_LIMIT = 1_000  # characters rendered in the calling thread: at most ~20 ms
 # A table's delimiter row, `|---|:--:|` (GFM): it decides the table's width.
 DELIMITER_ROW = re.compile(r" {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*")
 
@@ -71,6 +76,12 @@ def render_markdown(text: str) -> str:
         return plain_text(text, f"longer than {MARKDOWN_LIMIT:,} characters")
     if table_cells(text) > TABLE_CELL_LIMIT:
         return plain_text(text, f"its tables would have more than {TABLE_CELL_LIMIT:,} cells")
+    if len(text) <= INLINE_LIMIT:
+        return markdown_to_html(text)
+    return in_renderer_process(text)
+
+
+def markdown_to_html(text: str) -> str:
     return nh3.clean(
         _renderer.render(text),
         tags=ALLOWED_TAGS,
@@ -78,6 +89,32 @@ def render_markdown(text: str) -> str:
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer",
     )
+
+
+_process: ProcessPoolExecutor | None = None
+_process_lock = threading.Lock()
+
+
+def in_renderer_process(text: str) -> str:
+    """`markdown_to_html(text)` in a process of its own, started on first use.
+
+    markdown-it is pure Python: in a thread of the server's process it would hold
+    the GIL for as long as it works, and the event loop could only run between
+    its switches (measured: /healthz 135-230 ms late during a 20,000-character
+    answer rendered in a thread). Waiting on the other process lets the GIL go."""
+    global _process
+    with _process_lock:
+        if _process is None:
+            # spawn, not fork: the server's other threads may hold locks a fork would copy.
+            _process = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        process = _process
+    try:
+        return process.submit(markdown_to_html, text).result()
+    except BrokenProcessPool:  # the process died (killed?): a new one next time
+        with _process_lock:
+            if _process is process:
+                _process = None
+        return markdown_to_html(text)
 
 
 def plain_text(text: str, reason: str) -> str:

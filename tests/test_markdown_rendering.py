@@ -43,6 +43,18 @@ def test_it_renders_a_message_of_exactly_the_limit():
     assert "plain text" in markdown.render_markdown(text + "a")
 
 
+def test_it_renders_a_long_message_in_a_process_of_its_own(monkeypatch):
+    here: list[int] = []  # what markdown-it renders in this process
+    render = markdown._renderer.render
+    monkeypatch.setattr(
+        markdown._renderer, "render", lambda text: here.append(len(text)) or render(text)
+    )
+    assert markdown.render_markdown("**x** " * 1000).count("<strong>x</strong>") == 1000
+    assert here == []
+    assert markdown.render_markdown("**x**") == "<p><strong>x</strong></p>\n"
+    assert here == [5]
+
+
 def test_it_shows_a_table_that_would_be_filled_out_past_the_cell_limit_as_plain_text():
     html = markdown.render_markdown(TABLE_BOMB)
     assert "<table>" not in html and "<td>" not in html
