@@ -5,7 +5,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agent import safe_git, sandbox
+from agent import rules, safe_git, sandbox
 from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
 
@@ -71,7 +71,9 @@ register(
         description=(
             "Run a shell command (/bin/sh) in the agent's workspace, which is the current "
             "directory and $HOME, in a sandbox that sees nothing else of the server. The user "
-            "must approve each command unless they allowed it always."
+            "must approve each command unless they allowed it always, which covers only "
+            f"single read-only commands ({rules.PROGRAMS}) with no $, backquotes, globs, "
+            "pipes, ; or redirections."
         ),
         parameters={
             "type": "object",
