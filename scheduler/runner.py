@@ -20,7 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.models import ApprovalRequest
@@ -78,14 +80,23 @@ def run_due_tasks(now: datetime | None = None) -> RunReport:
 
 def due_task_ids(now: datetime) -> list[uuid.UUID]:
     # Every owner's tasks: the runner is the cluster's own job, not a request.
-    due = ScheduledTask.objects.filter(is_paused=False, next_run_at__lte=now)
+    due = ScheduledTask.objects.filter(is_paused=False, next_run_at__lte=now, owner__in=active())
     return list(due.order_by("next_run_at").values_list("pk", flat=True))
+
+
+def active() -> QuerySet[Any]:
+    """Owners whose tasks run. A deactivated owner's wait, unclaimed: reactivated,
+    each runs once, as after downtime. (A subquery, not a join: the claim's row
+    lock stays on the task.)"""
+    return get_user_model().objects.filter(is_active=True).values("pk")
 
 
 def claim(task_id: uuid.UUID, now: datetime) -> ScheduledTask | None:
     """The task, with `next_run_at` moved past `now`, if this call won it."""
     with transaction.atomic():
-        due = ScheduledTask.objects.filter(pk=task_id, is_paused=False, next_run_at__lte=now)
+        due = ScheduledTask.objects.filter(
+            pk=task_id, is_paused=False, next_run_at__lte=now, owner__in=active()
+        )
         if connection.features.has_select_for_update_skip_locked:
             # Another cluster holding the row is running it: skip, don't wait.
             due = due.select_for_update(skip_locked=True)
@@ -154,8 +165,9 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
 def run_now(task_id: str, now: datetime | None = None) -> TaskRun | None:
     """Run a task at once, outside its schedule (the tasks page's "run now"): its
     next scheduled run stays where it is, and a one-shot is done after it. None if
-    the task was deleted before a worker got to it."""
-    task = ScheduledTask.objects.select_related("owner", "agent").filter(pk=task_id).first()
+    the task was deleted, or its owner deactivated, before a worker got to it."""
+    tasks = ScheduledTask.objects.select_related("owner", "agent")
+    task = tasks.filter(pk=task_id, owner__in=active()).first()
     if task is None:
         return None
     return run_task(task, now or timezone.now())

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
-from sessions_app import broadcast, chat, inputs
+from sessions_app import broadcast, chat, deactivation, inputs
 from sessions_app.approvals import answer_approval
 from sessions_app.retries import RetryError, find_retry
 
@@ -33,6 +33,7 @@ LAYER_DOWN = 4503
 
 class ChatConsumer(AsyncWebsocketConsumer):
     group = ""
+    user_id = 0  # of a socket that joined its chat
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # Without its channel layer (Redis down) a socket can neither join its chat
@@ -48,26 +49,39 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user = self.scope["user"]
         self.key = self.scope["url_route"]["kwargs"]["session_key"]
         await self.accept()
-        if self.user is None or not self.user.is_authenticated:
-            await self.close(code=4403)
+        if self.user is None or not self.user.is_authenticated or not self.user.is_active:
+            await self.close(code=deactivation.NOT_ALLOWED)
             return
         try:
             await database_sync_to_async(chat.find_chat)(self.user, self.key)
         except chat.ChatError as exc:
             await self.close(code=exc.code)
             return
-        self.group = broadcast.group_name(self.user.pk, self.key)
+        self.user_id = self.user.pk
+        self.group = broadcast.group_name(self.user_id, self.key)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # Deactivating the account closes this socket (sessions_app.deactivation).
+        await self.channel_layer.group_add(deactivation.user_group(self.user_id), self.channel_name)
         # Inputs left queued by a process that went away run now.
         inputs.background(inputs.resume(self.user, self.key))
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(
+                deactivation.user_group(self.user_id), self.channel_name
+            )
+
+    async def user_deactivated(self, message: dict[str, Any]) -> None:
+        await self.close(code=deactivation.NOT_ALLOWED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.group:
             return
+        # The account may have been deactivated since the socket connected (and
+        # the group's close lost, with the channel layer down).
+        if not await database_sync_to_async(deactivation.is_active)(self.user_id):
+            return await self.close(code=deactivation.NOT_ALLOWED)
         if text_data is None:
             return await self.error("Send JSON text frames, not binary ones.")
         if len(text_data.encode()) > MAX_FRAME_BYTES:
