@@ -60,7 +60,7 @@ async def one_chat(url: str, cookie: str, key: str, deltas: int) -> tuple[list[f
     problems = 0
     async with websockets.connect(
         f"{url}/ws/chat/{key}/",
-        additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"},
+        additional_headers={"Cookie": cookie, "Origin": "http" + url.removeprefix("ws")},
         max_size=2**20,
     ) as socket:
         await socket.send(json.dumps({"type": "message", "text": "stream please"}))

@@ -50,7 +50,7 @@ async def one_chat(url: str, chat: Chat, number: int, messages: int, deltas: int
     try:
         async with websockets.connect(
             f"{url}/ws/chat/{chat.key}/",
-            additional_headers={"Cookie": chat.cookie, "Origin": "http://127.0.0.1"},
+            additional_headers={"Cookie": chat.cookie, "Origin": "http" + url.removeprefix("ws")},
             max_size=2**20,
             open_timeout=TURN_TIMEOUT,  # a browser waits, too: slow is measured, not an error
         ) as socket:

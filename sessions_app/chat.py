@@ -35,19 +35,20 @@ class ChatError(Exception):
         self.code = code
 
 
+NO_SUCH_CHAT = 4404
+
+
 def find_chat(user: Any, key: str) -> Session:
-    """The user's active session for `key`: 4404 if none exists, 4403 if the
-    key belongs to someone else."""
+    """The user's active session for `key`, else 4404, whether the key is
+    malformed, unknown or someone else's: which of them is nobody else's business."""
     try:
         SessionKey.parse(key)
     except SessionKeyError as exc:
-        raise ChatError(4404, str(exc)) from None
+        raise ChatError(NO_SUCH_CHAT, str(exc)) from None
     session = Session.objects.active(user, key)
-    if session is not None:
-        return session
-    if Session.objects.filter(key=key).exists():
-        raise ChatError(4403, "This chat belongs to someone else.")
-    raise ChatError(4404, "There is no such chat.")
+    if session is None:
+        raise ChatError(NO_SUCH_CHAT, "There is no such chat.")
+    return session
 
 
 def start_chat(user: Any, agent: Agent | None = None) -> Session:

@@ -224,7 +224,7 @@ def chat_socket(port: int, cookie: str, key: str):
 
     return websockets.connect(
         f"ws://127.0.0.1:{port}/ws/chat/{key}/",
-        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": "http://127.0.0.1"},
+        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
         open_timeout=30,
     )
 

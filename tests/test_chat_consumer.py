@@ -123,7 +123,8 @@ async def test_it_authenticates_with_the_browser_session_cookie(owner, session):
     client = Client()
     await sync_to_async(client.force_login)(owner)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie.encode())]
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+    headers.append((b"cookie", cookie.encode()))
     ws = WebsocketCommunicator(application, f"/ws/chat/{session.key}/", headers=headers)
     connected, _ = await ws.connect()
     assert connected
@@ -134,7 +135,9 @@ async def test_it_authenticates_with_the_browser_session_cookie(owner, session):
 
 async def test_it_closes_for_anonymous_users(session):
     ws = WebsocketCommunicator(
-        application, f"/ws/chat/{session.key}/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+        application,
+        f"/ws/chat/{session.key}/",
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")],
     )
     await ws.connect()
     assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4403}
@@ -142,7 +145,8 @@ async def test_it_closes_for_anonymous_users(session):
 
 @pytest.mark.parametrize(
     ("key", "code"),
-    [("agent:main:web:nosuchchat", 4404), ("garbage", 4404), (None, 4403)],
+    # A foreign chat closes as one that does not exist.
+    [("agent:main:web:nosuchchat", 4404), ("garbage", 4404), (None, 4404)],
 )
 async def test_it_closes_for_foreign_or_unknown_chats(owner, session, key, code):
     bob = await User.objects.acreate(username="bob")

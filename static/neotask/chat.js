@@ -219,7 +219,7 @@
     socket.addEventListener("message", (message) => handle(JSON.parse(message.data)));
     socket.addEventListener("close", (closed) => {
       if (closed.code === 4403 || closed.code === 4404) {
-        note(closed.code === 4403 ? "This chat belongs to someone else." : "This chat does not exist.", "error");
+        note(closed.code === 4403 ? "You are signed out, or your account was deactivated." : "This chat does not exist.", "error");
         return;
       }
       connection.hidden = false;

@@ -45,14 +45,27 @@ async def test_it_refuses_alices_chats_to_bob(world, bob):
     for key in (world.chat.key, world.cron.key, world.archived.key):
         ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
         ws.scope["user"] = bob
-        assert await closed_with(ws) == 4403, key
+        assert await closed_with(ws) == 4404, key
         # Nothing was sent before the close: no event, no meter of hers.
         assert await ws.receive_nothing(timeout=0.1)
 
 
+async def test_it_closes_alices_chats_as_it_closes_chats_that_do_not_exist(world, bob):
+    """No existence oracle: bob learns nothing from how his socket is closed."""
+    answers = []
+    for key in (world.chat.key, world.chat.key.rsplit(":", 1)[0] + ":nosuchchat", "garbage"):
+        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
+        ws.scope["user"] = bob
+        await ws.connect()
+        answers.append([await ws.receive_output(timeout=10), await ws.receive_nothing(0.1)])
+    assert answers == [[{"type": "websocket.close", "code": 4404}, True]] * 3
+
+
 async def test_it_refuses_anonymous_visitors(world):
     ws = WebsocketCommunicator(
-        application, f"/ws/chat/{world.chat.key}/", headers=[(b"origin", b"http://127.0.0.1:8000")]
+        application,
+        f"/ws/chat/{world.chat.key}/",
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")],
     )
     assert await closed_with(ws) == 4403
 
