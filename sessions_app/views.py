@@ -25,7 +25,10 @@ CHAT_EVENTS = 200
 
 
 def chat_home(request: HtmxHttpRequest) -> HttpResponse:
-    session = chat.latest_chat(request.user) or chat.start_chat(request.user)
+    """The latest chat; without one, a button that starts it (a GET creates nothing)."""
+    session = chat.latest_chat(request.user)
+    if session is None:
+        return render(request, "sessions_app/start.html")
     return redirect("chat", key=session.key)
 
 

@@ -13,10 +13,13 @@ from sessions_app.models import Agent, Session
 from tests.helpers import HTMX, allow_terminal, text
 
 
-def test_it_opens_the_latest_chat_or_starts_one(alice, alice_client):
-    response = alice_client.get("/")
-    session = Session.objects.get(owner=alice)
-    assert response["Location"] == f"/chat/{session.key}/"
+def test_it_opens_the_latest_chat_or_offers_to_start_one(alice, alice_client):
+    page = alice_client.get("/")
+    assert page.status_code == 200 and b'action="/chat/new/"' in page.content
+    assert not Session.objects.exists()  # a GET creates nothing
+    session = Session.objects.get(
+        owner=alice, key=alice_client.post("/chat/new/")["Location"][6:-1]
+    )
     assert session.key.startswith("agent:main:web:")
     assert alice_client.get("/")["Location"] == f"/chat/{session.key}/"
     assert Session.objects.count() == 1

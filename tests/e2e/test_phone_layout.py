@@ -168,7 +168,7 @@ def signed_in(browser, live_app) -> dict[str, Any]:
     page.fill("input[name=username]", "tester")
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
-    page.wait_for_url("**/chat/**")
+    page.wait_for_selector("#new-chat")
     state = context.storage_state()
     context.close()
     return state

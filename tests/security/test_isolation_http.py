@@ -217,7 +217,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         pk("terminal-prefix-activate", w.prefix.pk), 404
     ),
     # Chats and sessions.
-    "home": lambda w, bob: get("/", 302, htmx=False),
+    "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
     "chat-new": lambda w, bob: post("/chat/new/", 302, htmx=False),
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),

@@ -1,0 +1,163 @@
+"""A GET creates nothing: no row and no file or folder, for the owner on her own
+data, for a new user with none, and for the chat socket's connect. (A page
+another site links to, a prefetch or a crawler then changes nothing.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.apps import apps
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.contrib.auth.tokens import default_token_generator
+from django.test import Client
+from django.urls import reverse
+
+from sessions_app import chat
+from sessions_app.routing import websocket_urlpatterns
+from tests.helpers import HTMX, take_queued_tasks
+from tests.security.test_isolation_http import project_urls, uid
+from tests.security.world import World, build_alice
+
+# URL name → the GETs tried on it for a user (their own ids where it takes one);
+# POST-only URLs are listed with none.
+GETS: dict[str, Callable[[World], list[str]]] = {
+    "setup": lambda w: ["/setup/"],
+    "healthz": lambda w: ["/healthz"],
+    "login": lambda w: ["/accounts/login/"],
+    "logout": lambda w: [],
+    "password_change": lambda w: ["/accounts/password_change/"],
+    "password_change_done": lambda w: ["/accounts/password_change/done/"],
+    "password_reset": lambda w: ["/accounts/password_reset/"],
+    "password_reset_done": lambda w: ["/accounts/password_reset/done/"],
+    "password_reset_confirm": lambda w: [
+        f"/accounts/reset/{uid(w.user)}/{default_token_generator.make_token(w.user)}/"
+    ],
+    "password_reset_complete": lambda w: ["/accounts/reset/done/"],
+    "memory-search": lambda w: ["/memory/", "/memory/?q=lake+house", "/memory/?q=key"],
+    "memory-files": lambda w: ["/memory/files/", "/memory/files/?agent=main"],
+    "memory-file": lambda w: ["/memory/files/view/?path=MEMORY.md"],
+    "memory-file-new": lambda w: ["/memory/files/new/"],
+    "memory-file-delete": lambda w: ["/memory/files/delete/?path=MEMORY.md"],
+    "fact-list": lambda w: ["/memory/facts/", "/memory/facts/?q=home"],
+    "fact-row": lambda w: [reverse("fact-row", args=[w.fact.pk])],
+    "fact-edit": lambda w: [reverse("fact-edit", args=[w.fact.pk])],
+    "fact-delete": lambda w: [],
+    "macro-list": lambda w: ["/memory/macros/"],
+    "macro-disable": lambda w: [],
+    "macro-enable": lambda w: [],
+    "macro-delete": lambda w: [],
+    "task-list": lambda w: ["/tasks/"],
+    "task-preview": lambda w: ["/tasks/preview/?schedule=daily+at+9am"],
+    "task-row": lambda w: [reverse("task-row", args=[w.task.pk])],
+    "task-pause": lambda w: [],
+    "task-resume": lambda w: [],
+    "task-run": lambda w: [],
+    "task-delete": lambda w: [reverse("task-delete", args=[w.task.pk])],
+    "task-edit": lambda w: [reverse("task-edit", args=[w.task.pk])],
+    "terminal-prefixes": lambda w: ["/settings/terminal/"],
+    "terminal-prefix-revoke": lambda w: [],
+    "terminal-prefix-activate": lambda w: [],
+    "home": lambda w: ["/"],
+    "chat-new": lambda w: [],
+    "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}"],
+    "chat": lambda w: [reverse("chat", args=[w.chat.key]), reverse("chat", args=[w.cron.key])],
+    "chat-approval": lambda w: [],
+    "chat-events": lambda w: [reverse("chat-events", args=[w.chat.key]) + "?after=0"],
+    "session-list": lambda w: ["/sessions/"],
+    "session-detail": lambda w: [reverse("session-detail", args=[w.archived.pk])],
+    "session-transcript": lambda w: [reverse("session-transcript", args=[w.chat.pk])],
+    "session-cleanup": lambda w: ["/sessions/cleanup/"],
+    "session-cleanup-confirm": lambda w: [],
+    "session-cleanup-delete": lambda w: [],
+    "event-pin": lambda w: [],
+    "import": lambda w: ["/import/"],
+    "import-job": lambda w: [reverse("import-job", args=[w.import_job.pk])],
+    "api-tokens": lambda w: ["/settings/tokens/"],
+    "api-token-revoke": lambda w: [],
+    "api-sessions": lambda w: ["/api/v1/sessions/"],
+    "api-session": lambda w: [reverse("api-session", args=[w.chat.pk])],
+    "api-transcript": lambda w: [reverse("api-transcript", args=[w.chat.pk])],
+    "api-messages": lambda w: [],
+}
+router = URLRouter(websocket_urlpatterns)
+# Django's own session row (a reset link's token is kept in it), not the app's data.
+NOT_COUNTED = {"sessions.session"}
+
+
+def rows() -> dict[str, int]:
+    return {
+        model._meta.label_lower: model._default_manager.count()
+        for model in apps.get_models()
+        if model._meta.label_lower not in NOT_COUNTED
+    }
+
+
+def files() -> set[str]:
+    root = Path(settings.DATA_DIR)
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+def changed(before: dict[str, int], after: dict[str, int]) -> dict[str, tuple[int, int]]:
+    return {name: (before[name], after[name]) for name in before if before[name] != after[name]}
+
+
+def test_it_tries_every_url():
+    assert sorted(GETS) == sorted(name for name in project_urls().values())
+
+
+def get_everything(client: Client, paths: list[str]) -> None:
+    for path in paths:
+        for headers in ({}, HTMX):
+            response = client.get(path, **headers)
+            assert response.status_code < 500, path
+            b"".join(response)  # a streamed transcript runs to its end
+
+
+@pytest.fixture
+def world(alice) -> World:
+    return build_alice(alice)
+
+
+def test_it_creates_nothing_when_the_owner_looks_at_her_data(world):
+    client = Client()
+    client.force_login(world.user)
+    take_queued_tasks()
+    before_rows, before_files = rows(), files()
+    get_everything(client, [path for urls in GETS.values() for path in urls(world)])
+    assert changed(before_rows, rows()) == {}
+    assert files() - before_files == set()
+    assert take_queued_tasks() == []
+
+
+def test_it_creates_nothing_when_a_new_user_looks_around(world, db):
+    """Carol has nothing yet: no chat, no agent, no workspace. Looking makes none."""
+    carol = User.objects.create_user("carol")
+    client = Client()
+    client.force_login(carol)
+    before_rows, before_files = rows(), files()
+    # Her list pages, and her view of alice's ids (404s, which must create nothing either).
+    get_everything(client, [path for urls in GETS.values() for path in urls(world)])
+    assert changed(before_rows, rows()) == {}
+    assert files() - before_files == set()
+    home = client.get("/")
+    assert home.status_code == 200
+    assert b'id="new-chat"' in home.content  # a button, which POSTs, starts her first chat
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_creates_nothing_when_a_socket_connects(alice, bob):
+    mine = await sync_to_async(chat.start_chat)(alice)
+    before_rows, before_files = await sync_to_async(rows)(), files()
+    for user, key in [(alice, mine.key), (bob, mine.key), (alice, "agent:main:web:nosuchchat")]:
+        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
+        ws.scope["user"] = user  # type: ignore[typeddict-unknown-key]
+        await ws.connect()
+        await ws.disconnect()
+    assert changed(before_rows, await sync_to_async(rows)()) == {}
+    assert files() - before_files == set()
