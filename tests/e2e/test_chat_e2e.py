@@ -17,6 +17,8 @@ def test_it_chats_streams_approves_and_keeps_history(page, e2e_llm):
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     log_in(page)
+    page.click("#new-chat")  # a first chat starts with a click: a GET creates nothing
+    page.locator(".empty-chat").wait_for()
 
     # A streamed answer: the partial text shows before the answer is complete.
     e2e_llm.script(Reply(deltas=["Hello ", "from ", "a ", "**streamed** ", "answer."], delay=0.25))

@@ -39,6 +39,8 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
         page = context.new_page()
         page.set_default_timeout(120_000)
         log_in(page)
+        page.click("#new-chat")
+        page.locator(".empty-chat").wait_for()
         page.fill("#input", "Hello! Who are you?")
         page.press("#input", "Enter")
         answer = page.locator(".assistant_response .bubble.markdown").first

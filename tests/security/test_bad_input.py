@@ -296,7 +296,9 @@ def test_the_admin_search_treats_sql_as_words(memories):
     client.force_login(admin)
     for url in ["/admin/memory/event/", "/admin/memory/fact/", "/admin/sessions_app/session/"]:
         for query in SQLISH:
-            assert client.get(url, {"q": query}).status_code == 200, (url, query)
+            # A NUL in a URL's query is refused before any view (PostgreSQL cannot take it).
+            expected = 400 if NUL in query else 200
+            assert client.get(url, {"q": query}).status_code == expected, (url, query)
 
 
 # Paths: the memory-file tools and pages stay in the workspace
@@ -389,10 +391,11 @@ def test_the_memory_tools_refuse_symlinks_out(alice, tmp_path, outside, link, ta
 @pytest.mark.parametrize("path", [p for p in ESCAPING_PATHS if "\ud800" not in p])
 def test_the_file_pages_refuse_paths_out_of_the_workspace(client, alice, tmp_path, path):
     before = snapshot(tmp_path)
-    assert client.get("/memory/files/view/", {"path": path}).status_code == 404
+    in_a_url = 400 if NUL in path else 404  # a NUL in a query is refused before any view
+    assert client.get("/memory/files/view/", {"path": path}).status_code == in_a_url
     save = {"path": path, "sha256": "", "text": "pwned"}
     assert client.post("/memory/files/view/", save).status_code == 404
-    assert client.get("/memory/files/delete/", {"path": path}).status_code == 404
+    assert client.get("/memory/files/delete/", {"path": path}).status_code == in_a_url
     assert client.post("/memory/files/delete/", {"path": path}).status_code == 404
     assert snapshot(tmp_path) == before and not MemoryFile.objects.exists()
     # A typed name is relative to memory/ ("file:///x" is memory/file:/x.md): nothing
@@ -410,6 +413,7 @@ def test_the_file_pages_refuse_paths_out_of_the_workspace(client, alice, tmp_pat
 @pytest.mark.parametrize("agent", ["../1", "..", f"main{NUL}", "a/b", "x" * 100, "' OR 1=1 --"])
 def test_the_file_pages_refuse_bad_agent_names(client, tmp_path, agent):
     before = snapshot(tmp_path)
-    assert client.get("/memory/files/", {"agent": agent}).status_code == 404
+    in_a_url = 400 if NUL in agent else 404  # a NUL in a query is refused before any view
+    assert client.get("/memory/files/", {"agent": agent}).status_code == in_a_url
     assert client.post("/memory/files/new/", {"agent": agent, "name": "x"}).status_code == 404
     assert snapshot(tmp_path) == before
