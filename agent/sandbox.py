@@ -1,6 +1,8 @@
 """Where terminal commands run: a bubblewrap sandbox holding the agent's workspace
 and nothing else of the server's, under hard limits of time, CPU, memory, file
-size, processes and output.
+size, processes and output. Memory and processes are capped for the sandbox as a
+whole by cgroups (agent.cgroups) where the server can make them; elsewhere each
+process gets memory_mb / max_processes, so that together they cannot pass memory_mb.
 
 No Django imports: settings.py calls `problem()` at start-up, before Django is set up.
 """
@@ -9,18 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agent import cgroups
 from agent.safe_git import GIT_SAFE_ENV
 
 PACKAGE = "bubblewrap"
@@ -56,10 +58,13 @@ ETC_FILES = (
     "services",
     "timezone",
 )
-# RLIMIT_NPROC does not bind processes whose real uid is 0 (the kernel exempts
-# root), so a server running as root caps processes with a pids cgroup instead.
-PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 KILL_WAIT_SECONDS = 5.0
+# How often a command's `stop_when` is asked (it may answer from what it last saw).
+WATCH_SECONDS = 0.05
+# Below this, a process cannot even start a shell: with no memory cgroup,
+# memory_mb / max_processes must leave each process at least this much.
+MIN_PROCESS_MB = 16
+MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -75,16 +80,23 @@ class Limits:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Limits:
         """From the [terminal] section of the config."""
-        mb = 1024 * 1024
         return cls(
             wall_seconds=options["timeout_seconds"],
             cpu_seconds=options["cpu_seconds"],
-            memory_bytes=options["memory_mb"] * mb,
-            file_size_bytes=options["file_size_mb"] * mb,
+            memory_bytes=options["memory_mb"] * MB,
+            file_size_bytes=options["file_size_mb"] * MB,
             processes=options["max_processes"],
             output_bytes=options["output_limit_bytes"],
-            tmp_bytes=options["tmp_size_mb"] * mb,
+            tmp_bytes=options["tmp_size_mb"] * MB,
         )
+
+    def per_process_memory(self, group: cgroups.Group | None) -> int:
+        """RLIMIT_AS: the whole allowance under a memory cgroup (one process cannot
+        pass the group's cap anyway; the rlimit makes it a MemoryError rather than
+        the OOM killer), else a share that `processes` of them cannot exceed."""
+        if group is not None and group.memory is not None:
+            return self.memory_bytes
+        return self.memory_bytes // self.processes
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,8 @@ class Outcome:
     output: bytes  # at most Limits.output_bytes
     timed_out: bool = False
     output_cut: bool = False
+    stopped_because: str | None = None  # what `stop_when` said
+    memory_peak_bytes: int | None = None  # the sandbox's, where a memory cgroup tells
 
 
 class SandboxError(RuntimeError):
@@ -108,13 +122,13 @@ def prlimit_path() -> str:
     return shutil.which("prlimit", path=PATH) or "/usr/bin/prlimit"
 
 
-def rlimits(limits: Limits, processes: bool) -> list[str]:
+def rlimits(limits: Limits, processes: bool, address_space: int) -> list[str]:
     """prlimit's arguments; a single value sets the soft and the hard limit,
     so the command cannot raise them again."""
     arguments = [
         prlimit_path(),
         f"--cpu={limits.cpu_seconds}",
-        f"--as={limits.memory_bytes}",
+        f"--as={address_space}",
         f"--fsize={limits.file_size_bytes}",
         "--core=0",
     ]
@@ -169,6 +183,13 @@ def bwrap_options(workspace: Path, limits: Limits, network: bool) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        # Every tmpfs has a size, or is read-only: /tmp and /dev/shm are capped
+        # (and, under a memory cgroup, count as the sandbox's memory); / and
+        # /dev are remounted read-only once everything is in place.
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/dev/shm",
         "--size",
         str(limits.tmp_bytes),
         "--tmpfs",
@@ -176,89 +197,89 @@ def bwrap_options(workspace: Path, limits: Limits, network: bool) -> list[str]:
         "--bind",
         str(workspace),
         WORKSPACE,
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         WORKSPACE,
     ]
 
 
-def inside(command: str, limits: Limits) -> list[str]:
+def inside(command: str, limits: Limits, group: cgroups.Group | None) -> list[str]:
     """What bwrap runs: the rlimits, then the shell."""
-    return ["--", *rlimits(limits, processes=True), "/bin/sh", "-c", command]
+    address_space = limits.per_process_memory(group)
+    return ["--", *rlimits(limits, True, address_space), "/bin/sh", "-c", command]
 
 
 def unconfined_command(command: str, limits: Limits) -> list[str]:
     """`[terminal] sandbox = "none"`: the limits that need no namespace, no more.
-    RLIMIT_NPROC would count every process of the server's user, so it is not set."""
-    return [*rlimits(limits, processes=False), "/bin/sh", "-c", command]
+    RLIMIT_NPROC would count every process of the server's user, so it is not set;
+    without a memory cgroup, nothing caps how many processes share memory_mb."""
+    return [*rlimits(limits, False, limits.memory_bytes), "/bin/sh", "-c", command]
 
 
 def runs_as_root() -> bool:
     return os.getuid() == 0
 
 
-def pids_cgroup_parent() -> Path | None:
-    for path in PIDS_CGROUPS:
-        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
-            controllers = path / "cgroup.subtree_control"
-            # cgroup v2 needs the pids controller enabled for children; v1's
-            # pids hierarchy has no such file and always has it.
-            if controllers.exists() and "pids" not in controllers.read_text().split():
-                continue
-            return path
-    return None
+def joined(group: cgroups.Group, argv: list[str]) -> list[str]:
+    """argv, started by a shell that first joins the sandbox's groups: no process
+    of the command ever runs outside them."""
+    if not group.procs:
+        return argv
+    join = 'for procs; do [ "$procs" = -- ] && break; echo 0 > "$procs"; shift; done; shift'
+    return ["/bin/sh", "-ec", f'{join}; exec "$@"', "sh", *map(str, group.procs), "--", *argv]
 
 
-@contextlib.contextmanager
-def pids_cgroup(limit: int) -> Iterator[Path]:
-    """A fresh pids cgroup capped at `limit`; yields its cgroup.procs file."""
-    parent = pids_cgroup_parent()
-    if parent is None:
-        raise SandboxError(
-            "Neotask runs as root, and the kernel does not cap root's processes with "
-            "rlimits: the terminal needs a writable pids cgroup, or run Neotask as an "
-            "ordinary user."
-        )
-    group = parent / f"neotask-{secrets.token_hex(6)}"
-    group.mkdir()
-    try:
-        (group / "pids.max").write_text(str(limit))
-        yield group / "cgroup.procs"
-    finally:
-        # The sandbox's processes are gone by now, but their exit is asynchronous.
-        deadline = time.monotonic() + KILL_WAIT_SECONDS
-        while True:
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-
-
-def run_sandboxed(workspace: Path, command: str, limits: Limits, network: bool) -> Outcome:
+def run_sandboxed(
+    workspace: Path,
+    command: str,
+    limits: Limits,
+    network: bool,
+    stop_when: Callable[[], str | None] | None = None,
+) -> Outcome:
     bwrap = bwrap_path()
     if bwrap is None:
         raise SandboxError(f"bwrap is not installed (Debian package `{PACKAGE}`).")
-    argv = [bwrap, *bwrap_options(workspace, limits, network), *inside(command, limits)]
-    if not runs_as_root():
-        return collect(argv, workspace, {"PATH": PATH}, limits)
-    with pids_cgroup(limits.processes) as procs:
-        # The shell joins the cgroup, then becomes bwrap: no process of the
-        # sandbox ever starts outside it.
-        joined = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(procs), *argv]
-        return collect(joined, workspace, {"PATH": PATH}, limits)
+    with cgroups.sandbox_group(limits.memory_bytes, limits.processes) as group:
+        if runs_as_root() and group.pids is None:
+            raise SandboxError(
+                "Neotask runs as root, and the kernel does not cap root's processes with "
+                "rlimits: the terminal needs a writable pids cgroup, or run Neotask as an "
+                "ordinary user."
+            )
+        argv = [bwrap, *bwrap_options(workspace, limits, network), *inside(command, limits, group)]
+        outcome = collect(joined(group, argv), workspace, {"PATH": PATH}, limits, stop_when)
+        return replace(outcome, memory_peak_bytes=group.memory_peak())
 
 
-def run_unconfined(workspace: Path, command: str, limits: Limits) -> Outcome:
+def run_unconfined(
+    workspace: Path,
+    command: str,
+    limits: Limits,
+    stop_when: Callable[[], str | None] | None = None,
+) -> Outcome:
     env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(workspace), **GIT_SAFE_ENV}
-    return collect(unconfined_command(command, limits), workspace, env, limits)
+    # Git must not find a repository above the workspace (the data dir may sit in one).
+    env["GIT_CEILING_DIRECTORIES"] = str(workspace.parent)
+    with cgroups.sandbox_group(limits.memory_bytes, limits.processes) as group:
+        argv = joined(group, unconfined_command(command, limits))
+        outcome = collect(argv, workspace, env, limits, stop_when)
+        return replace(outcome, memory_peak_bytes=group.memory_peak())
 
 
-def collect(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits) -> Outcome:
-    """Run argv, reading its output as it comes: stop it at the wall-clock limit
-    or as soon as it passes the output limit, so neither time nor memory is
-    unbounded, whatever the command does with its descendants."""
+def collect(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    stop_when: Callable[[], str | None] | None = None,
+) -> Outcome:
+    """Run argv, reading its output as it comes: stop it at the wall-clock limit,
+    as soon as it passes the output limit, or when `stop_when` (asked every
+    WATCH_SECONDS) gives a reason, so neither time nor memory is unbounded,
+    whatever the command does with its descendants."""
     process = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -271,16 +292,23 @@ def collect(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits) -> 
     assert process.stdout is not None
     output = bytearray()
     timed_out = cut = False
+    because: str | None = None
     deadline = time.monotonic() + limits.wall_seconds
+    watch_at = time.monotonic() + WATCH_SECONDS
     try:
         with selectors.DefaultSelector() as selector:
             selector.register(process.stdout, selectors.EVENT_READ)
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     timed_out = True
                     break
-                if not selector.select(remaining):
+                if stop_when is not None and now >= watch_at:
+                    if because := stop_when():
+                        break
+                    watch_at = time.monotonic() + WATCH_SECONDS
+                wait = deadline if stop_when is None else min(deadline, watch_at)
+                if not selector.select(max(0.0, wait - now)):
                     continue
                 chunk = os.read(process.stdout.fileno(), 65536)
                 if not chunk:
@@ -290,11 +318,17 @@ def collect(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits) -> 
                     cut = True
                     del output[limits.output_bytes :]
                     break
-        if not (timed_out or cut):
+        while not (timed_out or cut or because):
+            # The output is closed; the command may still run (and write).
             try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                process.wait(timeout=max(0.0, min(deadline, watch_at) - time.monotonic()))
+                break
             except subprocess.TimeoutExpired:
-                timed_out = True
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                elif stop_when is not None:
+                    because = stop_when()
+                    watch_at = time.monotonic() + WATCH_SECONDS
     finally:
         stopped = process.poll() is None
         # The whole group: bwrap, and with it (--die-with-parent, then the pid
@@ -308,6 +342,7 @@ def collect(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits) -> 
         output=bytes(output),
         timed_out=timed_out,
         output_cut=cut,
+        stopped_because=because,
     )
 
 
@@ -324,17 +359,25 @@ def problem(options: Mapping[str, Any]) -> str | None:
             f"[terminal] enabled needs bwrap: install the Debian package `{PACKAGE}` "
             '(or set [terminal] sandbox = "none" to run commands unconfined)'
         )
-    if runs_as_root() and pids_cgroup_parent() is None:
+    in_force = cgroups.in_force()
+    if runs_as_root() and not in_force.pids:
         return (
             "[terminal] enabled: Neotask runs as root and finds no writable pids cgroup to "
             "cap the sandbox's processes; run it as an ordinary user"
+        )
+    per_process_mb = options["memory_mb"] // options["max_processes"]
+    if not in_force.memory and per_process_mb < MIN_PROCESS_MB:
+        return (
+            f"[terminal] memory_mb = {options['memory_mb']} shared by max_processes = "
+            f"{options['max_processes']} leaves {per_process_mb} MB per process (no memory "
+            f"cgroup here caps the sandbox as a whole); give each at least {MIN_PROCESS_MB}"
         )
     limits = Limits.from_options(options)
     try:
         with tempfile.TemporaryDirectory(prefix="neotask-probe-") as empty:
             argv = [bwrap, *bwrap_options(Path(empty), limits, network=False)]
             result = subprocess.run(
-                [*argv, *inside("true", limits)],
+                [*argv, *inside("true", limits, None)],
                 capture_output=True,
                 text=True,
                 timeout=30,

@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from agent import cgroups
 from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
 from agent.rules import PROGRAMS
@@ -16,11 +17,14 @@ from neotask_site.ownership import get_owned_or_404
 
 
 def terminal_prefixes(request: HtmxHttpRequest) -> HttpResponse:
+    terminal = settings.NEOTASK["terminal"]
     context = {
         "prefixes": TerminalAllowedPrefix.objects.owned_by(request.user),
         "can_use_terminal": has_terminal_permission(request.user),
-        "terminal": settings.NEOTASK["terminal"],
+        "terminal": terminal,
         "programs": PROGRAMS,
+        # Which limits bind the sandbox as a whole on this machine (agent.cgroups).
+        "limits": cgroups.in_force().describe(terminal["memory_mb"], terminal["max_processes"]),
     }
     return render_page(request, "agent/terminal.html", context)
 

@@ -119,8 +119,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "cpu_seconds": Option(30, at_least(1)),
         "memory_mb": Option(1024, at_least(64)),
         "file_size_mb": Option(100, at_least(1)),
-        "max_processes": Option(64, at_least(8)),
+        "max_processes": Option(32, at_least(8)),
         "tmp_size_mb": Option(64, at_least(1)),
+        "workspace_mb": Option(1024, at_least(1)),
     },
     "macros": {
         "hint_confidence": Option(0.7, between(0.0, 1.0)),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.urls import reverse
 
+from agent import cgroups
 from agent.models import TerminalAllowedPrefix
 from tests.helpers import ESCAPED, HTMX, XSS, allow_terminal, text
 
@@ -118,3 +121,15 @@ def test_it_sends_anonymous_visitors_to_log_in(client, alice):
     response = client.get(reverse("terminal-prefixes"))
     assert response.status_code == 302
     assert "/accounts/login/" in response["Location"]
+
+
+def test_it_says_which_limits_bind_the_whole_sandbox(alice_client, configure, monkeypatch):
+    configure("terminal", enabled=True, memory_mb=512, max_processes=16, workspace_mb=300)
+    monkeypatch.setattr(cgroups, "find_parent", lambda controller: None)
+    page = alice_client.get(reverse("terminal-prefixes")).content.decode()
+    assert "32 MB of address space per process, 16 processes at most" in page
+    assert "RLIMIT_NPROC" in page and "may hold 300 MB" in page
+    monkeypatch.setattr(cgroups, "find_parent", lambda c: cgroups.Parent(Path("/x"), v2=True))
+    page = alice_client.get(reverse("terminal-prefixes")).content.decode()
+    assert "512 MB for the whole sandbox (a memory cgroup)" in page
+    assert "processes: 16 (a pids cgroup)" in page

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,11 @@ from django.conf import settings
 from agent import rules, safe_git, sandbox
 from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
+from memory.files import quota
+
+# A full workspace still lets a command write this much to one file (git's index,
+# a lock file): what grows the workspace further stops it at the next look.
+MIN_FILE_BYTES = 1024 * 1024
 
 
 def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | None:
@@ -27,11 +33,18 @@ def needs_approval(context: ToolContext, arguments: dict[str, Any]) -> str | Non
 
 
 def execute(workspace: Path, command: str) -> tuple[sandbox.Outcome, sandbox.Limits]:
+    """Run the command; stop it if it grows a workspace past its limit (quota).
+    No single file may take more than the room left (RLIMIT_FSIZE); a command
+    may still shrink a full workspace (rm) and run on meanwhile."""
     options = settings.NEOTASK["terminal"]
     limits = sandbox.Limits.from_options(options)
+    stop_when = quota.WorkspaceWatch(workspace)
+    room = max(quota.limit_bytes() - stop_when.before, MIN_FILE_BYTES)
+    limits = replace(limits, file_size_bytes=min(limits.file_size_bytes, room))
     if options["sandbox"] == "none":
-        return sandbox.run_unconfined(workspace, command, limits), limits
-    return sandbox.run_sandboxed(workspace, command, limits, network=options["network"]), limits
+        return sandbox.run_unconfined(workspace, command, limits, stop_when), limits
+    network = options["network"]
+    return sandbox.run_sandboxed(workspace, command, limits, network, stop_when), limits
 
 
 def repository_problem(workspace: Path, command: str) -> str | None:
@@ -54,6 +67,11 @@ def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
     except sandbox.SandboxError as exc:
         raise ToolError(str(exc)) from None
     text = outcome.output.decode("utf-8", errors="replace")
+    if outcome.stopped_because:
+        raise ToolError(
+            f"The command was stopped: {outcome.stopped_because} What it wrote is kept."
+            + (f" Its output so far:\n{text}" if text else "")
+        )
     if outcome.timed_out:
         raise ToolError(
             f"The command did not finish within {limits.wall_seconds:g} s and was stopped."
@@ -61,8 +79,14 @@ def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
         )
     if outcome.output_cut:
         note = f"[output cut at {limits.output_bytes} bytes; the command was stopped]"
-        return f"exit code: stopped\n{text}\n{note}"
-    return f"exit code {outcome.exit_code}\n{text}"
+        return f"exit code: stopped\n{text}\n{note}{full_note(context.workspace)}"
+    return f"exit code {outcome.exit_code}\n{text}{full_note(context.workspace)}"
+
+
+def full_note(workspace: Path) -> str:
+    """Said after a command that left the workspace past its limit."""
+    used = quota.used_bytes(workspace)
+    return f"\n[{quota.full_message(used)}]" if used > quota.limit_bytes() else ""
 
 
 register(

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 
+from memory.files.quota import check_room
 from memory.files.workspace_fs import MemoryPathError, NotFound, WorkspaceFS
 
 MEMORY_FILE = "MEMORY.md"
@@ -125,6 +126,7 @@ def write_memory_file(workspace: Path, path: str, text: str) -> str:
         raise MemoryPathError(
             f"{shown} would be {len(data)} bytes, more than the {max_file_bytes()} allowed."
         )
+    check_room(workspace, shown, len(data))
     with WorkspaceFS(workspace) as files:
         files.write(shown, data)
     return shown

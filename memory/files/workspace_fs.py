@@ -35,6 +35,9 @@ CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # A walk stops here: a command can make folders faster than a page can list them.
 MAX_DEPTH = 32
 MAX_ENTRIES = 20_000
+# Measuring the workspace's size sees every entry, but not deeper than this: each
+# level holds a descriptor open. A deeper workspace cannot be measured (TooDeep).
+MAX_USAGE_DEPTH = 256
 
 
 class MemoryPathError(ValueError):
@@ -44,6 +47,10 @@ class MemoryPathError(ValueError):
 
 class LinkRefused(MemoryPathError):
     """A symlink on the path: never followed."""
+
+
+class TooDeep(MemoryPathError):
+    """Folders nested past MAX_USAGE_DEPTH: the workspace's size cannot be known."""
 
 
 class NotFound(MemoryPathError):
@@ -288,6 +295,42 @@ class WorkspaceFS:
                 stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)
             ):
                 yield FileStat(child, info.st_size, info.st_mtime_ns, stat.S_ISLNK(info.st_mode))
+
+    def usage(self) -> int:
+        """Bytes on disk (as `du` counts them) of everything in the workspace, hidden
+        files included; links count as themselves and are never followed."""
+        if self.fd is None:
+            return 0
+        folder = os.dup(self.fd)
+        try:
+            return self.usage_from(folder, 0)
+        finally:
+            os.close(folder)
+
+    def usage_from(self, folder: int, depth: int) -> int:
+        if depth > MAX_USAGE_DEPTH:
+            raise TooDeep(f"The workspace nests folders more than {MAX_USAGE_DEPTH} deep.")
+        total = 0
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # removed meanwhile
+            return 0
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_blocks * 512
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    inner = os.open(entry.name, DIRECTORY, dir_fd=folder)
+                except OSError:  # swapped for a link or removed meanwhile
+                    continue
+                try:
+                    total += self.usage_from(inner, depth + 1)
+                finally:
+                    os.close(inner)
+        return total
 
     def file_entry(self, relative: str) -> FileStat | None:
         """`relative` as `walk` would list it, or None if it is not a file or a link."""
