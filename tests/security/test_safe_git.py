@@ -244,3 +244,15 @@ def test_it_trusts_only_the_repository_keys_it_knows(listing, problem):
 def test_it_trusts_no_config_that_git_could_not_list():
     assert "could not list" in config_problem(128, b"fatal: bad config line 1")
     assert "could not list" in config_problem(None, b"")
+
+
+@pytest.mark.slow
+def test_it_finds_no_repository_above_the_workspace(alice, configure, settings):
+    """Unconfined, git would walk up from a workspace with no .git of its own into
+    a repository around the data dir (a data dir inside a clone of Neotask)."""
+    configure("terminal", enabled=True, sandbox="none", timeout_seconds=10.0)
+    allow_terminal(alice)
+    git(Path(settings.DATA_DIR), "init", "-q")
+    context = ToolContext(alice, "s1", "main", workspace_dir(alice.pk, "main"))
+    output = get_tool("terminal").run(context, {"command": "git rev-parse --show-toplevel"})
+    assert output.startswith("exit code 128\n") and "not a git repository" in output
