@@ -19,9 +19,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from agent import approvals, macros
-from agent.context import build_messages
 from agent.frames import ApprovalRequest, Delta, Done, Error, EventFrame, Frame
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
+from agent.prompt import TurnPrompt, start_turn
 from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
 from memory import recording
 from memory.models import Event, EventType
@@ -118,15 +118,19 @@ class Turn:
         tools = available_tools()  # settings only, no database
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
+        prompt: TurnPrompt | None = None
         for _ in range(max_iterations):
-            messages = await database_sync_to_async(build_messages)(
-                self.request.owner,
-                self.request.session_id,
-                self.request.agent_prompt,
-                query=self.query,
-                agent=self.request.agent_name,
-                query_vector=self.query_vector,
-            )
+            if prompt is None:  # memory once per turn; later rounds re-read the exchange
+                prompt, messages = await database_sync_to_async(start_turn)(
+                    self.request.owner,
+                    self.request.session_id,
+                    self.request.agent_prompt,
+                    query=self.query,
+                    agent=self.request.agent_name,
+                    query_vector=self.query_vector,
+                )
+            else:
+                messages = await database_sync_to_async(prompt.messages)()
             self.partial = ""
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
+from agent.prompt import memory_blocks  # the prompt as a turn words it
 from memory import recording
 from memory.embeddings import embed_text
 from memory.models import Event, EventType
@@ -143,7 +144,7 @@ def context_probe(user: Any, conversation_id: str, number: int, question: str) -
     recalled_ids += [item.event.pk for item in context.recalled]
     turn_ids = {event.data.get("turn_id") for event in Event.objects.filter(pk__in=recalled_ids)}
     items = len(context.session_recall) + len(context.recalled)
-    tokens = sum(estimate_tokens(block) for block in context.memory_blocks())
+    tokens = sum(estimate_tokens(block) for block in memory_blocks(context))
     # The probe is gone before the next question: no later one may recall it.
     Event.objects.filter(owner=user, session_id=session_id).delete()
     forget_indexes()

@@ -28,6 +28,7 @@ from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
+# How much of a recalled event the prompt carries (agent.prompt words it).
 RECALLED_CHARS = 400
 
 
@@ -35,12 +36,6 @@ def estimate_tokens(text: str) -> int:
     """~4 characters per token for English text with the usual BPE tokenizers,
     plus the per-message overhead of the chat format."""
     return len(text) // 4 + 4
-
-
-def recalled_line(event: Event) -> str:
-    """A remembered event as the model reads it: its date, who said it, what was said."""
-    who = event.speaker or event.role or "note"
-    return f"- [{event.created_at:%Y-%m-%d}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
 
 
 @dataclass(frozen=True)
@@ -78,24 +73,6 @@ class Context:
         """Older memories brought back by relevance, similarity or search, oldest first."""
         older = [item for item in self.items if item.branch in RECALLED_BRANCHES]
         return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
-
-    def memory_blocks(self) -> list[str]:
-        """What the system prompt says of memory: the summary, what was recalled
-        when the session started, and what was recalled for this message."""
-        blocks = []
-        if self.summary is not None:
-            blocks.append("Summary of this conversation so far:\n" + self.summary.text)
-        if self.session_recall:
-            blocks.append(
-                "Recalled from earlier conversations when this session started:\n"
-                + "\n".join(f"- [{item['date']}] {item['text']}" for item in self.session_recall)
-            )
-        if self.recalled:
-            blocks.append(
-                "Memories from earlier conversations (use them if relevant):\n"
-                + "\n".join(recalled_line(item.event) for item in self.recalled)
-            )
-        return blocks
 
 
 def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:

@@ -12,9 +12,9 @@ from channels.db import database_sync_to_async
 from django.db.models import F
 from django.utils import timezone
 
-from agent.context import build_messages, prompt_tokens
 from agent.frames import Error, SessionChanged
 from agent.llm import Usage, configured_endpoint
+from agent.prompt import build_messages, prompt_tokens
 from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
 from memory.models import Event, EventType
 from memory.retrieval import get_context

@@ -151,7 +151,7 @@ async def compact(session: Session, reason: str = "/compact") -> Compacted:
     if len(older) < 2:
         raise CompactionError("there is not enough conversation to compact yet")
     try:
-        from agent.context import history_messages
+        from agent.prompt import history_messages
 
         await flush_memory(session, history_messages(older + recent)[-40:])
     except (LLMError, ToolError):

@@ -3,7 +3,7 @@
 The old answer stays in the log as it was; the retry stores the user's message
 again, marked `retry_of` the message it repeats, and the new answer follows it.
 The model's history leaves out what the retried turn produced
-(agent.context.history_messages), so it answers as if the turn had not failed.
+(agent.prompt.history_messages), so it answers as if the turn had not failed.
 """
 
 from __future__ import annotations

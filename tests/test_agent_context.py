@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agent.context import build_messages, fit_to_window, history_messages
+from agent.prompt import build_messages, fit_to_window, history_messages
 from memory import recording
 from memory.models import Fact
 

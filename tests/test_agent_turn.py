@@ -255,7 +255,7 @@ async def test_it_expires_a_pending_approval_when_stopped(owner, llm, terminal_o
     assert (await task).status == "stopped"
     assert (await ApprovalRequest.objects.aget(owner=owner)).status == "expired"
     # The next call still gets a valid history: the unanswered call is closed.
-    from agent.context import build_messages
+    from agent.prompt import build_messages
 
     messages = await sync_to_async(build_messages)(owner, "s1", "")
     assert messages[-1] == {

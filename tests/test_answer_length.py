@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from agent.context import build_messages, message_tokens
+from agent.prompt import build_messages, message_tokens
 from agent.llm import LLMClient, configured_endpoint
 from agent.runtime import TurnRequest, run_turn
 from memory import recording

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agent.context import message_tokens
+from agent.prompt import message_tokens
 from agent.models import TerminalAllowedPrefix
 from memory.models import Event
 from neotask_site.asgi import application

@@ -4,7 +4,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
-from agent.context import build_messages
+from agent.prompt import build_messages
 from memory import recording
 from memory.models import Event, Fact
 from memory.search import search_memory

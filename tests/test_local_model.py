@@ -89,7 +89,7 @@ async def test_it_tells_the_chat_why_the_embedded_model_did_not_start(
 
 
 def test_it_counts_prompt_tokens_with_the_models_tokenizer(local_server):
-    from agent.context import prompt_tokens
+    from agent.prompt import prompt_tokens
     from memory.retrieval import estimate_tokens
 
     endpoint = Endpoint(

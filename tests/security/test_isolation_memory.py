@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 
 from agent import approvals, macros
 from agent.consolidation import run as consolidate
-from agent.context import build_messages
+from agent.prompt import build_messages
 from agent.frames import Frame
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
 from memory import recording

@@ -1,9 +1,18 @@
-"""What the model is sent: the system prompt (with facts) and the conversation."""
+"""What the model is sent, all its wording in one place: the system prompt with
+facts and what memory brought back (memory.retrieval returns the data), then the
+conversation.
+
+A turn's prompt is built once (`start_turn`): memory — facts, the session's
+summary and auto-recall, what relevance, similarity and search found for the
+message — is gathered once per turn, and each later round of tool calls re-reads
+only the recent exchange (`TurnPrompt.messages`).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +23,7 @@ from django.utils import timezone
 
 from agent.llm import Endpoint
 from memory.models import Event, EventType, Fact
-from memory.retrieval import estimate_tokens, get_context
+from memory.retrieval import RECALLED_CHARS, Context, estimate_tokens, get_context, recent_exchange
 from memory.workspace import DEFAULT_AGENT
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -62,6 +71,31 @@ def system_prompt(agent_prompt: str, facts: Iterable[Fact], now: datetime) -> st
     if lines:
         parts.append("What you know about the user:\n" + "\n".join(lines))
     return "\n\n".join(parts)
+
+
+def recalled_line(event: Event) -> str:
+    """A remembered event as the model reads it: its date, who said it, what was said."""
+    who = event.speaker or event.role or "note"
+    return f"- [{event.created_at:%Y-%m-%d}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
+
+
+def memory_blocks(context: Context) -> list[str]:
+    """What the system prompt says of memory: the summary, what was recalled when
+    the session started, and what was recalled for this message."""
+    blocks = []
+    if context.summary is not None:
+        blocks.append("Summary of this conversation so far:\n" + context.summary.text)
+    if context.session_recall:
+        blocks.append(
+            "Recalled from earlier conversations when this session started:\n"
+            + "\n".join(f"- [{item['date']}] {item['text']}" for item in context.session_recall)
+        )
+    if context.recalled:
+        blocks.append(
+            "Memories from earlier conversations (use them if relevant):\n"
+            + "\n".join(recalled_line(item.event) for item in context.recalled)
+        )
+    return blocks
 
 
 def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
@@ -137,6 +171,55 @@ def fit_to_window(
     return [system, *history[start:]]
 
 
+@dataclass(frozen=True)
+class TurnPrompt:
+    """One turn's prompt. What memory brought back is gathered once, when the turn
+    starts; each round re-reads the facts (a tool may have just saved one) and the
+    recent exchange, which grows with the round's tool calls and results."""
+
+    owner: Any
+    session_id: str
+    agent_prompt: str
+    now: datetime
+    memory: tuple[str, ...]  # memory_blocks of the turn's context
+
+    def system(self) -> dict[str, Any]:
+        facts = Fact.objects.owned_by(self.owner).order_by("category", "key")[:MAX_FACTS]
+        parts = [system_prompt(self.agent_prompt, facts, self.now), *self.memory]
+        return {"role": "system", "content": "\n\n".join(parts)}
+
+    def with_history(self, recent: list[Event]) -> list[dict[str, Any]]:
+        events = [e for e in recent if e.event_type in EventType.HISTORY]
+        # Start at a user message: a cut inside an exchange would orphan results.
+        while events and events[0].event_type != EventType.USER_MESSAGE:
+            events.pop(0)
+        llm = settings.NEOTASK["llm"]
+        return fit_to_window(
+            self.system(), history_messages(events), llm["context_window"], llm["max_answer_tokens"]
+        )
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The prompt of a later round: the same memory, the exchange re-read."""
+        limit = settings.NEOTASK["memory"]["recency_limit"]
+        return self.with_history(recent_exchange(self.owner, self.session_id, limit))
+
+
+def start_turn(
+    owner: Any,
+    session_id: str,
+    agent_prompt: str,
+    query: str = "",
+    agent: str = DEFAULT_AGENT,
+    query_vector: np.ndarray | None = None,
+) -> tuple[TurnPrompt, list[dict[str, Any]]]:
+    """The turn's prompt and its first round's messages: memory gathered once
+    (memory.retrieval.get_context), then the recent conversation."""
+    context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
+    memory = tuple(memory_blocks(context))
+    prompt = TurnPrompt(owner, session_id, agent_prompt, timezone.localtime(), memory)
+    return prompt, prompt.with_history(context.recent)
+
+
 def build_messages(
     owner: Any,
     session_id: str,
@@ -145,20 +228,5 @@ def build_messages(
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
-    """The prompt for the next call: system prompt with facts and recalled
-    memories, then the recent conversation (memory.retrieval.get_context)."""
-    options = settings.NEOTASK
-    context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
-    events = [e for e in context.recent if e.event_type in EventType.HISTORY]
-    # Start at a user message: a cut inside an exchange would orphan results.
-    while events and events[0].event_type != EventType.USER_MESSAGE:
-        events.pop(0)
-    facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
-    prompt = "\n\n".join(
-        [system_prompt(agent_prompt, facts, timezone.localtime()), *context.memory_blocks()]
-    )
-    system = {"role": "system", "content": prompt}
-    llm = options["llm"]
-    return fit_to_window(
-        system, history_messages(events), llm["context_window"], llm["max_answer_tokens"]
-    )
+    """The prompt a turn would start with (the meter, compaction)."""
+    return start_turn(owner, session_id, agent_prompt, query, agent, query_vector)[1]

@@ -1,0 +1,76 @@
+"""A turn's prompt is built once (agent/prompt.py): memory is gathered, and memory
+searched, once per turn, however many rounds of tool calls follow; each round
+re-reads only the recent exchange. Counted with the database's own queries."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agent.runtime import TurnRequest, run_turn
+from memory import recall, recording, retrieval
+from memory.models import EventType
+from tests.scripted_llm import Reply, reply_with_tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Upper bounds from the new code, which ran 19, 27 and 44 queries on SQLite (before
+# it: 19, 35 and 60, with one memory search per round).
+MAX_QUERIES = {0: 20, 1: 29, 2: 46}
+
+
+@pytest.fixture
+def owner(db) -> User:
+    user = User.objects.create_user("owner")
+    for n in range(30):  # something for every branch to find
+        said = f"My cousin number {n} likes sailing on the lake and reading about trains."
+        recording.record(user, "old", EventType.USER_MESSAGE, {"content": said})
+    return user
+
+
+@pytest.fixture
+def searches(monkeypatch) -> Counter:
+    """How often each caller ran the fused memory search."""
+    counts: Counter = Counter()
+    for module in (retrieval, recall):
+        real = module.search_memory
+
+        def counted(*args: Any, _real=real, _name=module.__name__, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "search_memory", counted)
+    return counts
+
+
+def turn(owner: User, text: str) -> None:
+    async def ignore(frame: Any) -> None:
+        return None
+
+    result = async_to_sync(run_turn)(TurnRequest(owner=owner, session_id="s1"), text, ignore)
+    assert result.status == "completed", result.error
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 2])
+def test_memory_is_searched_once_per_turn_whatever_the_rounds(owner, llm, searches, rounds):
+    # The session's first turn (auto-recall runs in it too), then a second one.
+    llm.script(Reply(text="Hello."))
+    turn(owner, "Hi, who likes sailing?")
+    searches.clear()
+    tools = [reply_with_tool("list_memory_files", {}) for _ in range(rounds)]
+    llm.script(*tools, Reply(text="Your cousins do."))
+    with CaptureQueriesContext(connection) as queries:
+        turn(owner, "Who likes sailing on the lake?")
+    assert searches == {"memory.retrieval": 1}
+    assert len(queries) <= MAX_QUERIES[rounds], len(queries)
+    # Every round's prompt carries the same memory; the later ones also the tool results.
+    prompts = [request["messages"] for request in llm.requests[-(rounds + 1) :]]
+    assert len({p[0]["content"] for p in prompts}) == 1
+    assert "Memories from earlier conversations" in prompts[0][0]["content"]
+    assert [len(p) for p in prompts] == [len(prompts[0]) + 2 * n for n in range(rounds + 1)]
