@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from agent.prompt import build_messages, message_tokens
 from agent.llm import LLMClient, configured_endpoint
+from agent.prompt import build_messages, message_tokens
 from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agent.prompt import message_tokens
 from agent.models import TerminalAllowedPrefix
+from agent.prompt import message_tokens
 from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat

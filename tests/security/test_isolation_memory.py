@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 
 from agent import approvals, macros
 from agent.consolidation import run as consolidate
-from agent.prompt import build_messages
 from agent.frames import Frame
+from agent.prompt import build_messages
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
 from memory import recording
 from memory.embeddings import embed_text
