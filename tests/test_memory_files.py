@@ -339,6 +339,7 @@ def test_it_finds_the_right_chunk_with_the_real_model(alice, workspace, backend)
         "## Plants\nWater the ficus every Sunday.\n",
     )
     write(workspace, "MEMORY.md", "# Work\nStand-up is at 9:30 with the platform team.\n")
+    index_all_workspaces()  # written outside Neotask: the watcher job indexes them
     from memory.embeddings import embed_text
 
     hits = search_files(alice, "main", embed_text("how often do I water the plant?"), k=3)
@@ -348,14 +349,17 @@ def test_it_finds_the_right_chunk_with_the_real_model(alice, workspace, backend)
     assert hits[0].score > hits[-1].score
 
 
-def test_it_picks_up_changes_on_each_search(alice, workspace, embed, backend):
+def test_it_picks_up_changes_at_each_look_of_the_watcher(alice, workspace, embed, backend):
     write(workspace, "MEMORY.md", "first")
+    index_all_workspaces()
     assert [h.text for h in search_files(alice, "main", fake_vector("first"), k=5)] == ["first"]
     write(workspace, "MEMORY.md", "second version")
+    index_all_workspaces()
     assert [h.text for h in search_files(alice, "main", fake_vector("x"), k=5)] == [
         "second version"
     ]
     (workspace / "MEMORY.md").unlink()
+    index_all_workspaces()
     assert search_files(alice, "main", fake_vector("x"), k=5) == []
 
 
@@ -365,6 +369,7 @@ def test_it_joins_file_chunks_with_conversation_memory_in_search(alice, workspac
     recording.record(alice, "s1", "user_message", {"content": "I adopted a cat called Miso."})
     embed_missing()
     write(workspace, "MEMORY.md", "# Car\nThe car is a blue 2015 Volvo, plate KX-201.\n")
+    index_all_workspaces()
     hits = search_memory(alice, "which car do I drive?")
     assert hits[0].kind == "file" and hits[0].source == "MEMORY.md:1-2"
     assert any(hit.kind == "event" for hit in hits)
@@ -444,7 +449,7 @@ def test_it_lists_the_files_on_disk_without_indexing_them(alice_client, alice, w
     assert embed.calls == []
 
 
-def test_it_finds_a_file_edited_outside_neotask_after_the_page_showed_it(
+def test_a_search_only_reads_and_the_watcher_finds_a_file_edited_outside_neotask(
     alice_client, alice, workspace, embed
 ):
     full = write(workspace, "MEMORY.md", "# Pets\nThe cat is called Tom.")
@@ -452,6 +457,13 @@ def test_it_finds_a_file_edited_outside_neotask_after_the_page_showed_it(
     full.write_text("# Pets\nThe dog is called Rex.", encoding="utf-8")
     os.utime(full, ns=(full.stat().st_atime_ns, full.stat().st_mtime_ns + 1_000_000_000))
     assert "Not yet" in alice_client.get("/memory/files/").content.decode()
+    rows = list(MemoryChunk.objects.values_list("text", flat=True))
+    embed.reset()
+    hits = search_files(alice, "main", fake_vector("# Pets\nThe dog is called Rex."), k=1)
+    assert [hit.text for hit in hits] == ["# Pets\nThe cat is called Tom."]  # what was indexed
+    assert list(MemoryChunk.objects.values_list("text", flat=True)) == rows
+    assert embed.calls == []
+    index_all_workspaces()  # the watcher job
     hits = search_files(alice, "main", fake_vector("# Pets\nThe dog is called Rex."), k=1)
     assert [hit.text for hit in hits] == ["# Pets\nThe dog is called Rex."]
     assert "Not yet" not in alice_client.get("/memory/files/").content.decode()
@@ -565,6 +577,7 @@ def test_it_rebuilds_a_missing_or_corrupt_lancedb_table(alice, workspace, embed,
 
     configure("memory", vector_backend="lancedb")
     write(workspace, "MEMORY.md", "first")
+    index_all_workspaces()
     assert [h.text for h in search_files(alice, "main", fake_vector("first"), k=5)] == ["first"]
     table = Path(settings.DATA_DIR) / "lancedb" / f"chunks_{alice.pk}_main.lance"
     assert table.is_dir()
@@ -600,3 +613,11 @@ def test_it_names_the_plugin_when_lancedb_is_chosen_but_missing(
     write(workspace, "MEMORY.md", "first")
     with pytest.raises(RuntimeError, match=r'pip install "\.\[lancedb\]"'):
         search_files(alice, "main", fake_vector("first"), k=5)
+
+
+def test_a_terminal_command_that_writes_a_memory_file_indexes_it(context, embed, configure):
+    configure("terminal", enabled=True, timeout_seconds=10.0)
+    output = get_tool("terminal").run(context, {"command": "printf 'The boat is red.' > MEMORY.md"})
+    assert output == "exit code 0\n"
+    hits = search_files(context.owner, "main", fake_vector("The boat is red."), k=1)
+    assert [hit.text for hit in hits] == ["The boat is red."]

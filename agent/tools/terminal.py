@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ from agent import rules, safe_git, sandbox
 from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
 from memory.files import quota
+from memory.files.indexing import index_workspace
+
+log = logging.getLogger(__name__)
 
 # A full workspace still lets a command write this much to one file (git's index,
 # a lock file): what grows the workspace further stops it at the next look.
@@ -66,6 +70,7 @@ def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
         outcome, limits = execute(context.workspace, safe_git.hardened(arguments["command"]))
     except sandbox.SandboxError as exc:
         raise ToolError(str(exc)) from None
+    reindex(context)
     text = outcome.output.decode("utf-8", errors="replace")
     if outcome.stopped_because:
         raise ToolError(
@@ -81,6 +86,15 @@ def run_command(context: ToolContext, arguments: dict[str, Any]) -> str:
         note = f"[output cut at {limits.output_bytes} bytes; the command was stopped]"
         return f"exit code: stopped\n{text}\n{note}{full_note(context.workspace)}"
     return f"exit code {outcome.exit_code}\n{text}{full_note(context.workspace)}"
+
+
+def reindex(context: ToolContext) -> None:
+    """A command may have changed memory files: a write path indexes what it changed
+    (a stat per file when nothing did), so that the next search finds it."""
+    try:
+        index_workspace(context.owner, context.agent_name)
+    except Exception:  # the command ran; its answer matters more than the index
+        log.exception("indexing the workspace of user %s after a command", context.owner.pk)
 
 
 def full_note(workspace: Path) -> str:

@@ -7,22 +7,18 @@ The chunk vectors of one owner and agent are held by the in-process index
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.conf import settings
 
-from memory.files.indexing import index_workspace
 from memory.models import MemoryChunk
 from memory.vector_index import CHUNKS, IndexCache, NumpyIndex
 from memory.workspace import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from memory.lancedb_index import LanceChunkIndex
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,13 +61,7 @@ def search_files(
     owner: Any, agent: str, query_vector: np.ndarray, k: int, min_score: float = -1.0
 ) -> list[FileHit]:
     """The `k` chunks of the owner's memory files most similar to the query, best first.
-    The workspace is checked first, cheaply (a stat per file against the stored size
-    and mtime), so that a file edited outside Neotask is found; what changed is indexed."""
-    try:
-        index_workspace(owner, agent)
-    except Exception:
-        # Search still answers from what was indexed before.
-        log.exception("indexing the workspace of user %s, agent %s failed", owner.pk, agent)
+    A read only: what a write path or the minute's job indexed (memory.files)."""
     ranked = chunk_index_for(owner.pk, agent).search(query_vector, k, min_score)
     chunks = (
         MemoryChunk.objects.owned_by(owner)
