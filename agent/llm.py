@@ -160,6 +160,27 @@ class LLMClient:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
+    async def count_tokens(self, messages: list[dict[str, Any]]) -> int | None:
+        """The prompt's tokens by the model's own tokenizer: the embedded llama.cpp
+        server's /tokenize; None for other endpoints, or when it does not answer."""
+        endpoint = self.endpoint
+        if not (endpoint.is_local and endpoint.base_url):
+            return None
+        text = "\n".join(
+            (m.get("content") or "") + json.dumps(m.get("tool_calls") or "") for m in messages
+        )
+        try:
+            response = await http_client().post(
+                endpoint.base_url.removesuffix("/v1") + "/tokenize",
+                json={"content": text},
+                headers={"Authorization": f"Bearer {endpoint.api_key}"},
+                timeout=2,
+            )
+            response.raise_for_status()
+            return len(response.json()["tokens"]) + 4 * len(messages)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None  # the model is not up: the caller estimates
+
     async def stream(
         self,
         messages: list[dict[str, Any]],

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import httpx
 import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from agent.llm import Endpoint
+from agent.llm import Endpoint, LLMClient
 from memory.models import Event, EventType, Fact
 from memory.retrieval import RECALLED_CHARS, Context, estimate_tokens, get_context, recent_exchange
 from memory.workspace import DEFAULT_AGENT
@@ -36,24 +35,14 @@ MAX_FACTS = 50
 ANSWER_RESERVE = 0.25
 
 
-def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> int:
+async def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> int:
     """Tokens of a prompt: counted by the model's own tokenizer when it is the
-    embedded llama.cpp server, estimated (`estimate_tokens`) otherwise."""
-    if endpoint.is_local and endpoint.base_url:
-        text = "\n".join(
-            (m.get("content") or "") + json.dumps(m.get("tool_calls") or "") for m in messages
-        )
-        try:
-            response = httpx.post(
-                endpoint.base_url.removesuffix("/v1") + "/tokenize",
-                json={"content": text},
-                headers={"Authorization": f"Bearer {endpoint.api_key}"},
-                timeout=2,
-            )
-            response.raise_for_status()
-            return len(response.json()["tokens"]) + 4 * len(messages)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            pass  # the model is not up: fall back to the estimate
+    embedded llama.cpp server, estimated (`estimate_prompt_tokens`) otherwise."""
+    counted = await LLMClient(endpoint).count_tokens(messages)
+    return counted if counted is not None else estimate_prompt_tokens(messages)
+
+
+def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(message_tokens(m) for m in messages)
 
 

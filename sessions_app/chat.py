@@ -8,14 +8,16 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import numpy as np
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db.models import F
 from django.utils import timezone
 
 from agent.frames import Error, SessionChanged
 from agent.llm import Usage, configured_endpoint
-from agent.prompt import build_messages, prompt_tokens
-from agent.runtime import Emit, TurnRequest, TurnResult, run_turn
+from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
+from agent.runtime import Emit, TurnRequest, TurnResult, embed_query, run_turn
 from memory.models import Event, EventType
 from memory.retrieval import get_context
 from sessions_app.compaction import CompactionError, compact, should_compact
@@ -109,37 +111,54 @@ def add_usage(session: Session, usage: Usage) -> None:
     )
 
 
-def add_usage_and_meter(session: Session, result: TurnResult) -> dict[str, Any]:
-    add_usage(session, result.usage)
-    return meter(session, result.next_prompt)
-
-
 TOKEN_FIELDS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
 
 
-def meter(session: Session, next_prompt: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Token totals and the estimated size of the next prompt: `next_prompt` when
-    the caller has it (a turn's last prompt and answer), else built as a turn would."""
+def meter(
+    session: Session,
+    next_prompt: list[dict[str, Any]] | None = None,
+    context_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Token totals and the size of the next prompt: `next_prompt` when the caller
+    has it (a turn's last prompt and answer), else built as a turn would; its size
+    is `context_tokens` when the model counted it (`read_meter`), else estimated."""
     # Only the counters: a full refresh would also drop the cached agent and owner,
     # which async callers (compaction) read next.
     session.refresh_from_db(fields=TOKEN_FIELDS)
-    messages = next_prompt or build_messages(
-        session.owner, str(session.pk), session.agent.system_prompt
-    )
+    messages = next_prompt or next_messages(session)
     endpoint = configured_endpoint()
     return {
         "input": session.input_tokens,
         "output": session.output_tokens,
         "cache_read": session.cache_read_tokens,
         "cache_write": session.cache_write_tokens,
-        "context_tokens": prompt_tokens(messages, endpoint),
+        "context_tokens": estimate_prompt_tokens(messages)
+        if context_tokens is None
+        else context_tokens,
         "context_window": endpoint.context_window,
         "model": endpoint.model if not endpoint.is_local else endpoint.label,
     }
 
 
-def status_text(session: Session) -> str:
-    m = meter(session)
+def next_messages(session: Session) -> list[dict[str, Any]]:
+    return build_messages(session.owner, str(session.pk), session.agent.system_prompt)
+
+
+async def read_meter(
+    session: Session, next_prompt: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`meter`, with the prompt counted by the model's tokenizer where it has one:
+    the count is an HTTP call, made here, off the database thread."""
+    messages = next_prompt or await database_sync_to_async(next_messages)(session)
+    counted = await prompt_tokens(messages, configured_endpoint())
+    return await database_sync_to_async(meter)(session, messages, counted)
+
+
+def status_text(session: Session, readings: dict[str, Any], query_vector: np.ndarray | None) -> str:
+    """/status: the meter's `readings` (`read_meter`), and why each memory is in the
+    context of the latest message, recalled by its `query_vector` (None: by
+    recency and importance only)."""
+    m = readings
     share = m["context_tokens"] / m["context_window"]
     lines = [
         f"Model: {m['model']}",
@@ -149,23 +168,38 @@ def status_text(session: Session) -> str:
         f"{m['cache_write']:,} cache write",
         f"Context: about {m['context_tokens']:,} of {m['context_window']:,} tokens ({share:.0%})",
     ]
-    return "\n".join(lines + recalled_lines(session))
+    return "\n".join(lines + recalled_lines(session, query_vector))
 
 
-def recalled_lines(session: Session) -> list[str]:
-    """Why each older memory is in the context of the latest message."""
+def latest_message(session: Session) -> str | None:
     latest = (
         Event.objects.owned_by(session.owner)
         .filter(session_id=str(session.pk), event_type=EventType.USER_MESSAGE)
         .order_by("-id")
         .first()
     )
+    return latest.text if latest is not None else None
+
+
+async def status(session: Session) -> str:
+    """/status, its blocking parts off the database thread: the token count and
+    the embedding of the latest message."""
+    readings = await read_meter(session)
+    latest = await database_sync_to_async(latest_message)(session)
+    vector = None
+    if latest is not None:
+        vector = await sync_to_async(embed_query, thread_sensitive=False)(latest)
+    return await database_sync_to_async(status_text)(session, readings, vector)
+
+
+def recalled_lines(session: Session, query_vector: np.ndarray | None) -> list[str]:
+    """Why each older memory is in the context of the latest message."""
+    latest = latest_message(session)
     if latest is None:
         return []
-    try:
-        context = get_context(session.owner, str(session.pk), latest.text, session.agent.name)
-    except Exception:  # the embedding model is missing: recall by importance only
-        context = get_context(session.owner, str(session.pk), "", session.agent.name)
+    # Without a vector (no embedding model), recall by recency and importance only.
+    query = latest if query_vector is not None else ""
+    context = get_context(session.owner, str(session.pk), query, session.agent.name, query_vector)
     lines = []
     if context.session_recall:
         lines.append("Recalled when this session started:")
@@ -212,7 +246,8 @@ async def run_chat_turn(
         retry_of=retry_of,
     )
     result = await run_turn(request, text, emit)
-    readings = await database_sync_to_async(add_usage_and_meter)(session, result)
+    await database_sync_to_async(add_usage)(session, result.usage)
+    readings = await read_meter(session, result.next_prompt)
     if await database_sync_to_async(should_compact)(readings, session):
         share = readings["context_tokens"] / readings["context_window"]
         try:
@@ -221,6 +256,6 @@ async def run_chat_turn(
             await emit(Error(f"Automatic compaction failed: {exc}."))
         else:
             await emit(SessionChanged(str(done.session.pk), "compacted"))
-            readings = await database_sync_to_async(meter)(done.session)
+            readings = await read_meter(done.session)
     result.meter = readings
     return result

@@ -120,7 +120,7 @@ async def answer_now(owner: Any, key: str, command: Command, reply: Reply | None
             session = await database_sync_to_async(chat.find_chat)(owner, key)
         except chat.ChatError as exc:
             return await reply(Error(str(exc)))
-        return await reply(Notice(await database_sync_to_async(chat.status_text)(session)))
+        return await reply(Notice(await chat.status(session)))
     if not await database_sync_to_async(is_running)(owner, key):
         return await reply(Notice(NOTHING_RUNNING))
     await stop(owner.pk, key)

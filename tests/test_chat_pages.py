@@ -6,6 +6,7 @@ from django.test import Client
 
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
+from agent.runtime import embed_query
 from memory import recording
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
@@ -229,7 +230,8 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
         alice, str(session.pk), "user_message", {"content": "What kind of dog is Biscuit?"}
     )
     embed_missing()
-    status = chat.status_text(session)
+    vector = embed_query("What kind of dog is Biscuit?")  # as chat.status does, off this thread
+    status = chat.status_text(session, chat.meter(session), vector)
     assert "Recalled memories (why each is in the context):" in status
     assert "- relevance 1.00: [" in status and "allergic to peanuts" in status
     assert "- similarity 0." in status and "golden retriever" in status

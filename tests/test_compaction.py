@@ -83,7 +83,7 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
     ]
     after = await sync_to_async(chat.meter)(fresh)
     assert after["context_tokens"] < before["context_tokens"]
-    assert "compacted 1 time)" in await sync_to_async(chat.status_text)(fresh)
+    assert "compacted 1 time)" in await chat.status(fresh)
 
 
 async def test_it_leaves_the_session_unchanged_when_the_summary_fails(owner, llm):

@@ -89,6 +89,8 @@ async def test_it_tells_the_chat_why_the_embedded_model_did_not_start(
 
 
 def test_it_counts_prompt_tokens_with_the_models_tokenizer(local_server):
+    from asgiref.sync import async_to_sync
+
     from agent.prompt import prompt_tokens
     from memory.retrieval import estimate_tokens
 
@@ -96,8 +98,8 @@ def test_it_counts_prompt_tokens_with_the_models_tokenizer(local_server):
         local_server, "local-test-key-123456", "local", 2048, 60.0, LOCAL_MODEL_LABEL, 512
     )
     messages = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 20}]
-    counted = prompt_tokens(messages, endpoint)
+    counted = async_to_sync(prompt_tokens)(messages, endpoint)
     assert 180 <= counted <= 260  # ~10 tokens a sentence, counted by SmolLM2's tokenizer
     assert counted != estimate_tokens(messages[0]["content"])
     down = Endpoint("http://127.0.0.1:9/v1", "k", "local", 2048, 60.0, LOCAL_MODEL_LABEL, 512)
-    assert prompt_tokens(messages, down) == estimate_tokens(messages[0]["content"])
+    assert async_to_sync(prompt_tokens)(messages, down) == estimate_tokens(messages[0]["content"])
