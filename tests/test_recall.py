@@ -67,7 +67,7 @@ async def test_it_lists_the_recall_in_status(llm):
     session = await sync_to_async(chat.start_chat)(owner)
     llm.script(Reply(text="Noted."))
     await chat.run_chat_turn(session, "Can I eat peanut butter?", ignore)
-    status = await sync_to_async(chat.status_text)(session)
+    status = await chat.status(session)
     assert "Recalled when this session started:" in status
     assert "allergic to peanuts" in status
 
@@ -108,7 +108,7 @@ async def test_status_names_the_branch_that_brought_each_memory(llm, configure):
     llm.script(Reply(text="Noted."), Reply(text="On the fridge."))
     await chat.run_chat_turn(session, "Where is the spare key?", ignore)
     await chat.run_chat_turn(session, "And where did I put the wifi password?", ignore)
-    status = await sync_to_async(chat.status_text)(session)
+    status = await chat.status(session)
     assert "- recall" in status and "spare key" in status
     line = next(line for line in status.splitlines() if "wifi password" in line)
     assert line.startswith("- search ")

@@ -162,7 +162,7 @@ def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_sess
         assert "Tea." in prompt or "gym" in prompt  # bob's own memory is there
         assert not leaks(prompt, world)
     assert not leaks(json.dumps(frames), world)
-    assert not leaks(chat.status_text(fresh), world)
+    assert not leaks(async_to_sync(chat.status)(fresh), world)
     assert Event.objects.filter(owner=bob, session_id=str(fresh.pk), event_type="recall").exists()
 
 
