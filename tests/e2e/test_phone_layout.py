@@ -4,6 +4,7 @@ screen, the navigation and the chat list behind their buttons, a chat that works
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -300,7 +301,14 @@ def test_it_takes_screenshots_at_both_sizes(browser, live_app, seeded, signed_in
     for size, options in [("desktop", DESKTOP), ("phone", PHONE)]:
         context = browser.new_context(base_url=live_app, storage_state=signed_in, **options)
         page = context.new_page()
-        page.goto(pages(seeded)[name])
+        response = page.goto(pages(seeded)[name])
+        assert response is not None and response.status == 200
         page.wait_for_load_state("networkidle")
-        page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
+        assert_fits(page, f"{name} ({size})")
+        shot = page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
+        # A PNG's IHDR holds its size: the whole page, at the device's pixel density.
+        width, height = struct.unpack(">II", shot[16:24])
+        scale = options.get("device_scale_factor", 1)
+        assert width == options["viewport"]["width"] * scale, (name, size, width)
+        assert height >= options["viewport"]["height"] * scale, (name, size, height)
         context.close()
