@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test test-team lint migrate clean chromium bubblewrap
+.PHONY: run test test-team lint migrate clean chromium bubblewrap redis
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -14,7 +14,7 @@ run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 	NEOTASK_PORT=$(PORT) $(BIN)/python manage.py serve
 
-test: $(VENV)/.installed-test chromium bubblewrap
+test: $(VENV)/.installed-test chromium bubblewrap redis
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -65,6 +65,14 @@ bubblewrap:
 		echo "Installing bubblewrap for the terminal sandbox (apt-get)..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+
+# The team profile's channel layer is tested against a real Redis: under
+# `make test` the test starts a redis-server of its own. Installed once, when missing.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "Installing redis-server for the channel-layer tests (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
 clean:
 	rm -rf $(VENV) *.egg-info

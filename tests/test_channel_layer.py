@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -16,17 +19,51 @@ from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
 from neotask_site.channel_layer import RedisChannelLayer
 
-REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
-def redis_is_up() -> bool:
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """The team profile's Redis when one is configured; else a redis-server of the
+    test's own (the Makefile installs it), so that `make test` runs these too."""
+    if url := os.environ.get("REDIS_URL"):
+        yield url
+        return
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path_factory.mktemp("redis")),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
     try:
-        return bool(redis.Redis.from_url(REDIS, socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not redis_is_up(), reason=f"no Redis at {REDIS}")
+        for _ in range(100):
+            try:
+                if redis.Redis.from_url(url, socket_connect_timeout=1).ping():
+                    break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not start")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @pytest.fixture
@@ -67,22 +104,22 @@ async def leaving_while_reading(layer, rounds: int) -> int:
     return lost
 
 
-def layer_of(kind: type) -> StockRedisChannelLayer:
-    return kind(hosts=[REDIS], prefix=f"test-{uuid.uuid4().hex[:8]}")
+def layer_of(kind: type, url: str) -> StockRedisChannelLayer:
+    return kind(hosts=[url], prefix=f"test-{uuid.uuid4().hex[:8]}")
 
 
-async def test_channels_redis_itself_loses_the_message(slow_backup):
+async def test_channels_redis_itself_loses_the_message(slow_backup, redis_url):
     # The fault, shown on the stock layer, so that the next test can fail.
     # (Usually all 5; on a loaded machine a read may miss the widened window.)
-    assert await leaving_while_reading(layer_of(StockRedisChannelLayer), 5) >= 3
+    assert await leaving_while_reading(layer_of(StockRedisChannelLayer, redis_url), 5) >= 3
 
 
-async def test_it_delivers_the_message_when_the_reading_consumer_leaves(slow_backup):
-    assert await leaving_while_reading(layer_of(RedisChannelLayer), 5) == 0
+async def test_it_delivers_the_message_when_the_reading_consumer_leaves(slow_backup, redis_url):
+    assert await leaving_while_reading(layer_of(RedisChannelLayer, redis_url), 5) == 0
 
 
-async def test_it_keeps_each_consumers_messages_in_order():
-    layer = layer_of(RedisChannelLayer)
+async def test_it_keeps_each_consumers_messages_in_order(redis_url):
+    layer = layer_of(RedisChannelLayer, redis_url)
     channels = [await layer.new_channel() for _ in range(5)]
     for number in range(20):
         for channel in channels:
@@ -95,8 +132,8 @@ async def test_it_keeps_each_consumers_messages_in_order():
     await layer.flush()
 
 
-async def test_it_drops_what_arrives_for_a_consumer_that_left():
-    layer = layer_of(RedisChannelLayer)
+async def test_it_drops_what_arrives_for_a_consumer_that_left(redis_url):
+    layer = layer_of(RedisChannelLayer, redis_url)
     gone, staying = await layer.new_channel(), await layer.new_channel()
     waiting = asyncio.ensure_future(layer.receive(gone))
     await asyncio.sleep(0.05)
@@ -121,9 +158,9 @@ async def test_a_failed_backup_trim_is_a_warning_not_a_lost_task_error(caplog):
     assert "backup was left in Redis" in caplog.text
 
 
-async def test_a_group_message_reaches_the_members_in_every_process():
+async def test_a_group_message_reaches_the_members_in_every_process(redis_url):
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    one, other, sender = (RedisChannelLayer(hosts=[REDIS], prefix=prefix) for _ in range(3))
+    one, other, sender = (RedisChannelLayer(hosts=[redis_url], prefix=prefix) for _ in range(3))
     first, second, third = (
         await one.new_channel(),
         await one.new_channel(),
@@ -141,10 +178,10 @@ async def test_a_group_message_reaches_the_members_in_every_process():
         await layer.flush()
 
 
-async def test_a_full_member_misses_the_group_message_and_the_others_do_not():
+async def test_a_full_member_misses_the_group_message_and_the_others_do_not(redis_url):
     # A process's consumers share one Redis queue: the capacity is the process's.
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    busy, idle = (RedisChannelLayer(hosts=[REDIS], prefix=prefix, capacity=1) for _ in range(2))
+    busy, idle = (RedisChannelLayer(hosts=[redis_url], prefix=prefix, capacity=1) for _ in range(2))
     full, free = await busy.new_channel(), await idle.new_channel()
     await busy.group_add("chat", full)
     await idle.group_add("chat", free)
@@ -158,8 +195,10 @@ async def test_a_full_member_misses_the_group_message_and_the_others_do_not():
         await layer.flush()
 
 
-async def test_an_expired_member_is_left_out(monkeypatch):
-    layer = RedisChannelLayer(hosts=[REDIS], prefix=f"test-{uuid.uuid4().hex[:8]}", group_expiry=60)
+async def test_an_expired_member_is_left_out(monkeypatch, redis_url):
+    layer = RedisChannelLayer(
+        hosts=[redis_url], prefix=f"test-{uuid.uuid4().hex[:8]}", group_expiry=60
+    )
     stale, fresh = await layer.new_channel(), await layer.new_channel()
     await layer.group_add("chat", stale)
     joined = time.time()
@@ -172,8 +211,8 @@ async def test_an_expired_member_is_left_out(monkeypatch):
     await layer.flush()
 
 
-async def test_a_group_message_takes_two_round_trips(monkeypatch):
-    layer = layer_of(RedisChannelLayer)
+async def test_a_group_message_takes_two_round_trips(monkeypatch, redis_url):
+    layer = layer_of(RedisChannelLayer, redis_url)
     members = [await layer.new_channel() for _ in range(3)]
     for channel in members:
         await layer.group_add("chat", channel)
