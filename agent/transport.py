@@ -118,6 +118,12 @@ class AsyncioBackend(AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+# The versions whose private `_pool` asyncio_transport replaces; pinned exactly
+# in pyproject.toml. tests/test_patched_packages.py fails when another is
+# installed: re-read httpx's AsyncHTTPTransport, then update both.
+PATCHED_FOR = {"httpx": "0.29.0", "httpcore": "1.0.9"}
+
+
 def asyncio_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
     """httpx's own transport, its connection pool on AsyncioBackend. httpx has
     no argument for the backend, so the pool it built is replaced (a test

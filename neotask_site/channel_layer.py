@@ -16,6 +16,9 @@ cancelled wait loses nothing. The reader is cancelled only when the last
 consumer of the process has left (nobody is left to lose a message); if Redis
 fails, the error reaches every waiting consumer (which closes its socket,
 sessions_app.consumers), and the next receive starts a new reader.
+
+Upstream: https://github.com/django/channels_redis/issues/151 (a cancelled
+receive) and https://github.com/django/channels/issues/1683 (dropped messages).
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ from channels.layers import InMemoryChannelLayer as StockInMemoryChannelLayer
 from channels_redis.core import ChannelLock
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 from redis.exceptions import RedisError
+
+# The versions whose private names this module uses (ChannelLock, the receive
+# internals); pinned exactly in pyproject.toml. tests/test_patched_packages.py
+# fails when another is installed: re-read their source, then update both.
+PATCHED_FOR = {"channels": "4.3.2", "channels-redis": "4.3.0"}
 
 log = logging.getLogger(__name__)
 
