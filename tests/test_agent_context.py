@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agent.prompt import build_messages, fit_to_window, history_messages
+from agent.prompt import build_messages, estimate_prompt_tokens, fit_to_window, history_messages
 from memory import recording
 from memory.models import Fact
 
@@ -52,7 +52,12 @@ def test_it_drops_the_oldest_exchanges_to_fit_the_window():
     assert fitted[1]["role"] == "user"
     assert fitted[-1] == history[-1]
     assert 2 < len(fitted) < len(history)
-    assert sum(len(m["content"]) // 4 + 4 for m in fitted) <= 2048 * 0.75
+    budget = 2048 * 0.75
+    assert estimate_prompt_tokens(fitted) <= budget
+    # ...and only as many as it must: one more exchange would not fit.
+    kept = len(fitted) - 1
+    older = history[-kept - 2 : -kept]
+    assert estimate_prompt_tokens([system, *older, *fitted[1:]]) > budget
 
 
 def test_it_keeps_the_newest_message_even_when_it_alone_is_too_long():
