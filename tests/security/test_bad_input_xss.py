@@ -167,45 +167,43 @@ def stored(owner, payload, settings, tmp_path, monkeypatch) -> Iterator[dict[str
     forget_chunk_indexes()
 
 
-def pages(stored: dict, payload: str) -> list[tuple[str, dict[str, str], bool]]:
-    """(url, headers, whether the payload must be visible there)."""
+def pages(stored: dict, payload: str) -> list[tuple[str, dict[str, str], int, bool]]:
+    """(url, headers, the status expected, whether the payload must be visible there)."""
     session = stored["session"]
     htmx = {"HX-Request": "true"}
     file_query = urlencode({"path": stored["path"]})
     return [
-        (f"/chat/{session.key}/", {}, True),
-        (f"/chat/{session.key}/events/", htmx, True),
-        (f"/chat/sidebar/?{urlencode({'current': payload})}", htmx, True),
-        ("/sessions/", {}, True),
-        (f"/sessions/{session.pk}/", {}, True),
-        ("/sessions/cleanup/", {}, True),
-        (f"/memory/?{urlencode({'q': payload})}", {}, True),
-        (f"/memory/?{urlencode({'q': payload})}", htmx, True),
-        ("/memory/files/", {}, True),
-        (f"/memory/files/view/?{file_query}", {}, True),
-        (f"/memory/files/delete/?{file_query}", {}, True),
-        (f"/memory/files/view/?{urlencode({'path': payload})}", {}, False),  # a 404 page
-        ("/memory/facts/", {}, True),
-        (f"/memory/facts/?{urlencode({'q': payload})}", htmx, False),
-        (f"/memory/facts/{stored['fact'].pk}/edit/", {}, True),
-        (f"/memory/facts/{stored['fact'].pk}/", htmx, True),
-        ("/memory/macros/", {}, True),
-        ("/tasks/", {}, True),
-        (f"/tasks/preview/?{urlencode({'schedule': payload})}", htmx, True),
-        (f"/tasks/{stored['task'].pk}/delete/", {}, True),
-        ("/settings/terminal/", {}, True),
-        ("/settings/tokens/", {}, True),
-        (f"/chat/{payload}/", {}, False),  # a 404 page
+        (f"/chat/{session.key}/", {}, 200, True),
+        (f"/chat/{session.key}/events/", htmx, 200, True),
+        (f"/chat/sidebar/?{urlencode({'current': payload})}", htmx, 200, True),
+        ("/sessions/", {}, 200, True),
+        (f"/sessions/{session.pk}/", {}, 200, True),
+        ("/sessions/cleanup/", {}, 200, True),
+        (f"/memory/?{urlencode({'q': payload})}", {}, 200, True),
+        (f"/memory/?{urlencode({'q': payload})}", htmx, 200, True),
+        ("/memory/files/", {}, 200, True),
+        (f"/memory/files/view/?{file_query}", {}, 200, True),
+        (f"/memory/files/delete/?{file_query}", {}, 200, True),
+        (f"/memory/files/view/?{urlencode({'path': payload})}", {}, 404, False),
+        ("/memory/facts/", {}, 200, True),
+        (f"/memory/facts/?{urlencode({'q': payload})}", htmx, 200, False),
+        (f"/memory/facts/{stored['fact'].pk}/edit/", {}, 200, True),
+        (f"/memory/facts/{stored['fact'].pk}/", htmx, 200, True),
+        ("/memory/macros/", {}, 200, True),
+        ("/tasks/", {}, 200, True),
+        (f"/tasks/preview/?{urlencode({'schedule': payload})}", htmx, 200, True),
+        (f"/tasks/{stored['task'].pk}/delete/", {}, 200, True),
+        ("/settings/terminal/", {}, 200, True),
+        ("/settings/tokens/", {}, 200, True),
+        (f"/chat/{payload}/", {}, 404, False),
     ]
 
 
 def test_every_page_shows_the_payload_as_text(client, stored, payload):
-    for url, headers, shown in pages(stored, payload):
+    for url, headers, status, shown in pages(stored, payload):
         response = client.get(url, headers=headers)
-        assert response.status_code in (200, 404), (url, response.status_code)
-        assert_inert(
-            response.content.decode(), payload, shown=shown and response.status_code == 200
-        )
+        assert response.status_code == status, (url, response.status_code)
+        assert_inert(response.content.decode(), payload, shown=shown)
 
 
 def test_every_stored_event_is_rendered_inert_for_the_websocket(owner, stored, payload):
