@@ -141,9 +141,11 @@ class NumpyIndex:
         # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
         self.threads: dict[tuple[Any, ...], list[int]] = {}
         self.window = StampWindow()
-        # The plain scores of the last query: a turn asks with one vector several
-        # times (similarity, search, auto-recall, each tool round), and each
-        # matrix-vector product costs ~6 ms at 100k events. Cleared by any change.
+        # The plain scores of the last query: a turn's memory asks with one vector
+        # two or three times (get_context's similarity branch and its search, and
+        # auto-recall's search on a session's first message; once per turn since
+        # agent/prompt.py), and each matrix-vector product costs ~6 ms at 100k
+        # events. Cleared by any change.
         self.last_query: tuple[bytes, dict[bool, np.ndarray]] | None = None
 
     def sync(self) -> None:
