@@ -199,12 +199,7 @@ def session_dict(session: Session) -> dict[str, Any]:
         "title": session.title,
         "status": session.status,
         "agent": session.agent.name,
-        "tokens": {
-            "input": session.input_tokens,
-            "output": session.output_tokens,
-            "cache_read": session.cache_read_tokens,
-            "cache_write": session.cache_write_tokens,
-        },
+        "tokens": session.usage.as_dict(),
         "compaction_count": session.compaction_count,
         "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
         "created_at": session.created_at.isoformat(),

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django.db.models import F
 from django.utils import timezone
 
 from agent.frames import Error, SessionChanged
@@ -103,15 +102,7 @@ def note_message(session: Session, text: str) -> None:
 
 
 def add_usage(session: Session, usage: Usage) -> None:
-    Session.objects.filter(pk=session.pk).update(
-        input_tokens=F("input_tokens") + usage.input,
-        output_tokens=F("output_tokens") + usage.output,
-        cache_read_tokens=F("cache_read_tokens") + usage.cache_read,
-        cache_write_tokens=F("cache_write_tokens") + usage.cache_write,
-    )
-
-
-TOKEN_FIELDS = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"]
+    Session.objects.filter(pk=session.pk).update(**Session.adding(usage))
 
 
 def meter(
@@ -124,14 +115,11 @@ def meter(
     is `context_tokens` when the model counted it (`read_meter`), else estimated."""
     # Only the counters: a full refresh would also drop the cached agent and owner,
     # which async callers (compaction) read next.
-    session.refresh_from_db(fields=TOKEN_FIELDS)
+    session.refresh_from_db(fields=Session.TOKEN_FIELDS)
     messages = next_prompt or next_messages(session)
     endpoint = configured_endpoint()
     return {
-        "input": session.input_tokens,
-        "output": session.output_tokens,
-        "cache_read": session.cache_read_tokens,
-        "cache_write": session.cache_write_tokens,
+        **session.usage.as_dict(),
         "context_tokens": estimate_prompt_tokens(messages)
         if context_tokens is None
         else context_tokens,

@@ -9,9 +9,10 @@ from typing import Any, ClassVar
 
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
+from agent.llm import Usage
 from memory.models import Event
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
@@ -94,6 +95,12 @@ class Session(OwnedModel):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    TOKEN_FIELDS: ClassVar[list[str]] = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+    ]
     # How many compactions led to this session (carried over from the one it continues).
     compaction_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -173,6 +180,24 @@ class Session(OwnedModel):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def usage(self) -> Usage:
+        """The session's token counters, as the model reports them."""
+        return Usage(
+            self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens
+        )
+
+    @staticmethod
+    def adding(usage: Usage) -> dict[str, Any]:
+        """The update that adds `usage` to the counters, in the database (no lost
+        update when two processes add at once)."""
+        return {
+            "input_tokens": F("input_tokens") + usage.input,
+            "output_tokens": F("output_tokens") + usage.output,
+            "cache_read_tokens": F("cache_read_tokens") + usage.cache_read,
+            "cache_write_tokens": F("cache_write_tokens") + usage.cache_write,
+        }
 
 
 def hash_secret(secret: str) -> str:

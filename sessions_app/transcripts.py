@@ -96,12 +96,7 @@ def index_entry(session: Session) -> dict[str, Any]:
         "created_at": session.created_at.isoformat(),
         "updated_at": session.updated_at.isoformat(),
         "last_activity_at": session.last_activity_at.isoformat(),
-        "tokens": {
-            "input": session.input_tokens,
-            "output": session.output_tokens,
-            "cache_read": session.cache_read_tokens,
-            "cache_write": session.cache_write_tokens,
-        },
+        "tokens": session.usage.as_dict(),
         "compaction_count": session.compaction_count,
         "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
         "transcript": f"{session.pk}.jsonl",

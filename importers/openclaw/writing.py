@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from agent.llm import Usage
@@ -365,10 +364,7 @@ class SessionImport:
         fields: dict[str, Any] = {
             "last_activity_at": last,
             "updated_at": timezone.now(),
-            "input_tokens": F("input_tokens") + usage.input,
-            "output_tokens": F("output_tokens") + usage.output,
-            "cache_read_tokens": F("cache_read_tokens") + usage.cache_read,
-            "cache_write_tokens": F("cache_write_tokens") + usage.cache_write,
+            **Session.adding(usage),
         }
         if self.created:
             fields["created_at"] = self.started_at or last
