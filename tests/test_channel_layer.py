@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,52 +16,22 @@ import redis.asyncio
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
 from neotask_site.channel_layer import RedisChannelLayer
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.processes import PrivateRedis
 
 
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory) -> Iterator[str]:
+def redis_url() -> Iterator[str]:
     """The team profile's Redis when one is configured; else a redis-server of the
     test's own (the Makefile installs it), so that `make test` runs these too."""
     if url := os.environ.get("REDIS_URL"):
         yield url
         return
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path_factory.mktemp("redis")),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    server = PrivateRedis()
+    server.start()
     try:
-        for _ in range(100):
-            try:
-                if redis.Redis.from_url(url, socket_connect_timeout=1).ping():
-                    break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("redis-server did not start")
-        yield url
+        yield server.url
     finally:
-        server.terminate()
-        server.wait(10)
+        server.kill()
 
 
 @pytest.fixture
