@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -10,18 +11,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.utils import timezone
 
-from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse, rule_for
 
-POLL_SECONDS = 0.2
 PERMISSION = "agent.use_terminal"
-
-
-class ApprovalError(Exception):
-    """A decision that cannot be applied; the message is for the user."""
 
 
 def has_terminal_permission(user: Any) -> bool:
@@ -53,64 +47,51 @@ def create_request(owner: Any, session_id: str, command: str) -> ApprovalRequest
 
 
 def decide(user: Any, request_id: str | uuid.UUID, decision: str) -> ApprovalRequest:
-    """Apply the user's click; only the owner, with the permission, once."""
-    if decision not in ApprovalRequest.Decision.values:
-        raise ApprovalError("decision must be 'once', 'always' or 'deny'")
+    """Apply the user's click: only the owner's request, only with the permission,
+    only once (ApprovalRequest.decide)."""
     try:
         request = ApprovalRequest.objects.owned_by(user).get(pk=request_id)
     except (ApprovalRequest.DoesNotExist, ValidationError, ValueError, TypeError):
         raise ApprovalError("There is no such approval request.") from None
     if not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
-    rule = rule_for(request.command)
-    if decision == ApprovalRequest.Decision.ALWAYS and rule.prefix is None:
-        raise ApprovalError(rule.reason)
-    status = (
-        ApprovalRequest.Status.DENIED if decision == "deny" else ApprovalRequest.Status.APPROVED
-    )
-    with transaction.atomic():
-        # Conditional update: of two clicks (two tabs), only the first counts.
-        changed = ApprovalRequest.objects.filter(
-            pk=request.pk, status=ApprovalRequest.Status.PENDING
-        ).update(status=status, decision=decision, decided_at=timezone.now())
-        if not changed:
-            raise ApprovalError("This request was already answered or has expired.")
-        if decision == ApprovalRequest.Decision.ALWAYS:
-            TerminalAllowedPrefix.objects.update_or_create(
-                owner=request.owner,
-                prefix=rule.prefix,
-                defaults={"active": True, "switched_off_because": ""},
-            )
-    request.refresh_from_db()
+    request.decide(decision)
     return request
 
 
-def expire(request_id: uuid.UUID) -> None:
-    ApprovalRequest.objects.filter(pk=request_id, status=ApprovalRequest.Status.PENDING).update(
-        status=ApprovalRequest.Status.EXPIRED, decided_at=timezone.now()
-    )
+# The decisions this process's turns wait for. A click may arrive in any server
+# process: the chat's control group carries it to the one running the turn
+# (sessions_app.runner), which wakes the waiter here; the database says what was
+# decided, and is read again every RECHECK_SECONDS in case the signal was lost.
+WAITING: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+RECHECK_SECONDS = 5.0
 
 
-def current_decision(request_id: uuid.UUID) -> str | None:
-    return (
-        ApprovalRequest.objects.filter(pk=request_id)
-        .exclude(status=ApprovalRequest.Status.PENDING)
-        .values_list("decision", flat=True)
-        .first()
-    )
+def wake(request_id: str) -> None:
+    """A decision on `request_id` was stored: its waiter, if in this process,
+    reads it now. Safe from any thread."""
+    waiting = WAITING.get(str(request_id))
+    if waiting is not None:
+        loop, event = waiting
+        loop.call_soon_threadsafe(event.set)
 
 
-async def wait_for_decision(request_id: uuid.UUID, timeout: float) -> str:
-    """'once', 'always', 'deny', or 'timeout' (the request then expires).
-
-    Polls the database: the click may arrive in another server process."""
+async def wait_for_decision(request: ApprovalRequest, timeout: float) -> str:
+    """'once', 'always', 'deny', or 'timeout' (the request then expires)."""
     deadline = time.monotonic() + timeout
-    read = sync_to_async(current_decision)
-    while time.monotonic() < deadline:
-        decision = await read(request_id)
-        if decision is not None:
-            return decision or "deny"
-        await asyncio.sleep(POLL_SECONDS)
-    await sync_to_async(expire)(request_id)
+    read = sync_to_async(request.decision_now)
+    event = asyncio.Event()
+    WAITING[str(request.pk)] = (asyncio.get_running_loop(), event)
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            event.clear()  # before reading: a wake from now on is not missed
+            decision = await read()
+            if decision is not None:
+                return decision or "deny"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), min(remaining, RECHECK_SECONDS))
+    finally:
+        del WAITING[str(request.pk)]
+    await sync_to_async(request.expire)()
     # A click in the last instant wins over the timeout.
-    return await read(request_id) or "timeout"
+    return await read() or "timeout"

@@ -7,6 +7,7 @@ nobody builds or parses a frame dict by hand.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -18,6 +19,10 @@ class Frame:
     def as_json(self) -> dict[str, Any]:
         # Shallow (asdict deep-copies): a frame's values go out as they are.
         return {"type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+# Where a run sends its frames: to every tab of the chat, and into its Outcome.
+Emit = Callable[[Frame], Awaitable[None]]
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,15 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import models
+from django.db import models, transaction
+from django.utils import timezone
 
 from agent.rules import Rule, rule_for, rule_problem
 from neotask_site.ownership import OwnedModel
+
+
+class ApprovalError(Exception):
+    """A decision that cannot be applied; the message is for the user."""
 
 
 class TerminalAllowedPrefix(OwnedModel):
@@ -82,3 +87,44 @@ class ApprovalRequest(OwnedModel):
     def rule(self) -> Rule:
         """What "Allow always" stores for this command, or why it is not offered."""
         return rule_for(self.command)
+
+    def decide(self, decision: str) -> None:
+        """Apply a person's decision, once: of two clicks (two tabs) only the first
+        counts. "Allow always" also stores the rule, where the allow-list offers one.
+        Who may decide is the caller's check (agent.approvals.decide)."""
+        if decision not in ApprovalRequest.Decision.values:
+            raise ApprovalError("decision must be 'once', 'always' or 'deny'")
+        rule = self.rule
+        always = decision == ApprovalRequest.Decision.ALWAYS
+        if always and rule.prefix is None:
+            raise ApprovalError(rule.reason)
+        denied = decision == ApprovalRequest.Decision.DENY
+        status = ApprovalRequest.Status.DENIED if denied else ApprovalRequest.Status.APPROVED
+        with transaction.atomic():
+            changed = ApprovalRequest.objects.filter(
+                pk=self.pk, status=ApprovalRequest.Status.PENDING
+            ).update(status=status, decision=decision, decided_at=timezone.now())
+            if not changed:
+                raise ApprovalError("This request was already answered or has expired.")
+            if always:
+                TerminalAllowedPrefix.objects.update_or_create(
+                    owner_id=self.owner_id,
+                    prefix=rule.prefix,
+                    defaults={"active": True, "switched_off_because": ""},
+                )
+        self.refresh_from_db()
+
+    def expire(self) -> None:
+        """Nobody decided in time (or the turn stopped): a late click finds it answered."""
+        ApprovalRequest.objects.filter(pk=self.pk, status=ApprovalRequest.Status.PENDING).update(
+            status=ApprovalRequest.Status.EXPIRED, decided_at=timezone.now()
+        )
+
+    def decision_now(self) -> str | None:
+        """The decision as the database has it now: None while pending, "" if it expired."""
+        return (
+            ApprovalRequest.objects.filter(pk=self.pk)
+            .exclude(status=ApprovalRequest.Status.PENDING)
+            .values_list("decision", flat=True)
+            .first()
+        )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -19,18 +19,16 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from agent import approvals, macros
-from agent.frames import ApprovalRequest, Delta, Done, Error, EventFrame, Frame
+from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.prompt import TurnPrompt, start_turn
-from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
+from agent.tools import ToolContext, ToolError, available_tools, call_tool
 from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
-from memory.workspace import DEFAULT_AGENT, workspace_dir
+from memory.workspace import DEFAULT_AGENT
 
 log = logging.getLogger(__name__)
-
-Emit = Callable[[Frame], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class TurnRequest:
     agent_prompt: str = ""
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
-    retry_of: int | None = None  # the user message this turn runs again (sessions_app.retries)
+    retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
 
 
 @dataclass
@@ -53,11 +51,6 @@ class TurnResult:
     user_event_id: int | None = None
     # A completed turn's last prompt and its answer: about the next prompt's size.
     next_prompt: list[dict[str, Any]] | None = None
-    meter: dict[str, Any] | None = None  # the session's token meter after the turn
-
-    def done(self) -> Done:
-        """The frame that ends the turn: sent by whoever runs it, once its input is finished."""
-        return Done(self.usage.as_dict(), self.status, self.meter)
 
 
 class Turn:
@@ -68,7 +61,7 @@ class Turn:
         self.usage = Usage()
         self.partial = ""  # text streamed since the last stored answer
         self.previous_tool: macros.ToolUse | None = None
-        self.pending_approval: Any = None
+        self.pending_approval: approvals.ApprovalRequest | None = None
         self.query = ""
         self.query_vector: Any = None
         # Deltas not sent yet, and the task sending them.
@@ -201,7 +194,7 @@ class Turn:
         self.unsent = ""  # the stopped answer is stored, not streamed further
         await self.deltas_sent()
         if self.pending_approval is not None:
-            await sync_to_async(approvals.expire)(self.pending_approval)
+            await sync_to_async(self.pending_approval.expire)()
         if self.partial:
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
@@ -209,42 +202,32 @@ class Turn:
             )
         await self.store(EventType.SYSTEM, {"content": "Stopped by the user.", "kind": "stopped"})
 
+    @cached_property
+    def tools(self) -> ToolContext:
+        """The tools' context, made at the first call (it makes the workspace)."""
+        request = self.request
+        return ToolContext.for_session(
+            request.owner, request.session_id, request.agent_name, trusted=request.trusted
+        )
+
     async def execute(self, call: ToolCall) -> None:
         await self.store(
             EventType.TOOL_CALL,
             {"id": call.id, "name": call.name, "arguments": call.arguments},
             tool_name=call.name,
         )
-        context = ToolContext(
-            owner=self.request.owner,
-            session_id=self.request.session_id,
-            agent_name=self.request.agent_name,
-            workspace=await sync_to_async(workspace_dir)(
-                self.request.owner.pk, self.request.agent_name
-            ),
-            trusted=self.request.trusted,
-        )
-        arguments: dict[str, Any] | None = None
-        is_error = False
-        try:
-            tool = get_tool(call.name)
-            arguments = parse_arguments(tool, call.arguments)
-            if tool.approval_subject is not None:
-                subject = await database_sync_to_async(tool.approval_subject)(context, arguments)
-                if subject is not None:
-                    await self.approve(subject)
-            # Off the shared database thread: a command may run for seconds.
-            output = await sync_to_async(tool.run, thread_sensitive=False)(context, arguments)
-        except ToolError as exc:
-            output, is_error = f"Error: {exc}", True
-        except Exception:
-            log.exception("tool %s failed", call.name)
-            output, is_error = f"Error: the tool {call.name} failed unexpectedly.", True
-        if arguments is not None:
-            output += await database_sync_to_async(self.learn)(call.name, arguments)
+        output = await call_tool(self.tools, call.name, call.arguments, approve=self.approve)
+        text = output.for_model
+        if output.arguments is not None:
+            text += await database_sync_to_async(self.learn)(call.name, output.arguments)
         await self.store(
             EventType.TOOL_RESULT,
-            {"tool_call_id": call.id, "name": call.name, "content": output, "is_error": is_error},
+            {
+                "tool_call_id": call.id,
+                "name": call.name,
+                "content": text,
+                "is_error": bool(output.error),
+            },
             tool_name=call.name,
         )
 
@@ -261,7 +244,7 @@ class Turn:
         request = await database_sync_to_async(approvals.create_request)(
             self.request.owner, self.request.session_id, command
         )
-        self.pending_approval = request.pk
+        self.pending_approval = request
         await self.emit(
             ApprovalRequest(
                 request_id=str(request.pk),
@@ -273,7 +256,7 @@ class Turn:
         timeout = self.request.approval_timeout
         if timeout is None:
             timeout = settings.NEOTASK["terminal"]["approval_timeout_seconds"]
-        decision = await approvals.wait_for_decision(request.pk, timeout)
+        decision = await approvals.wait_for_decision(request, timeout)
         self.pending_approval = None
         if decision == "deny":
             raise ToolError("The user denied running this command.")

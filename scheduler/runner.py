@@ -31,7 +31,7 @@ from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
-from sessions_app import inputs
+from sessions_app import runner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 from sessions_app.models import Agent, Session
 
@@ -138,7 +138,7 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
         agent_name, session_id = session.agent.name, str(session.pk)
         # The prompt is a message, never a command; in line with anything the
         # owner typed into this chat meanwhile.
-        result = async_to_sync(inputs.submit)(
+        result = async_to_sync(runner.submit)(
             owner,
             session.key,
             task.prompt,

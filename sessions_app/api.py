@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from memory.models import Event
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.ownership import get_owned_or_404
-from sessions_app import chat, inputs, views
+from sessions_app import chat, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.models import Agent, ApiToken, Session
 
@@ -302,7 +302,7 @@ async def post_message(request: HttpRequest, pk: str) -> HttpResponse:
             "This session is archived; post to the active session of its chat.",
             active_session=str(successor.pk) if successor else None,
         )
-    outcome = await inputs.submit(request.user, session.key, text, commands=False, wait=True)
+    outcome = await runner.submit(request.user, session.key, text, commands=False, wait=True)
     assert outcome is not None
     return JsonResponse(
         {

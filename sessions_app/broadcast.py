@@ -1,11 +1,20 @@
 """A chat on the channel layer: the group of its tabs, which every frame of a run
-reaches, and the control group through which /stop reaches the process that runs
-the chat's inputs, whichever it is."""
+reaches, and its control group, the one way processes signal each other about
+the chat: /stop and a person's approval reach the process that runs the chat's
+inputs, whichever it is; the end of an input, or a claim let go, reaches the
+processes waiting for the chat (sessions_app.runner).
+
+A signal says only "look again": the database stays the truth, and whoever
+waits re-reads it every little while, since the channel layer may lose one
+(Redis restarting)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
@@ -34,8 +43,15 @@ def group_name(owner_id: int, key: str) -> str:
 
 
 def control_group(owner_id: int, key: str) -> str:
-    """Where /stop goes: only the holder listens, so frames never reach it twice."""
+    """Where the chat's signals go: apart from its tabs, so frames never reach a
+    listener twice nor a signal a tab."""
     return f"{group_name(owner_id, key)}.control"
+
+
+# The signals, by their type on the channel layer.
+STOP = "chat.stop"  # stop the running input
+APPROVAL = "chat.approval"  # a decision on `request_id` was stored
+INPUT = "chat.input"  # an input ended, or the claim was let go: waiters look again
 
 
 def render_event(event: Event) -> str:
@@ -63,9 +79,57 @@ async def broadcast(owner_id: int, key: str, frame: Frame) -> None:
         log.warning("a %s frame was not sent: the channel layer is down (%s)", frame.type, exc)
 
 
-async def stop(owner_id: int, key: str) -> None:
-    """Stop the chat's running input, in whichever process runs it."""
+async def signal(owner_id: int, key: str, kind: str, **fields: str) -> None:
+    """`kind` to every process listening on the chat; lost without the channel layer."""
     try:
-        await channel_layer().group_send(control_group(owner_id, key), {"type": "chat.stop"})
+        await channel_layer().group_send(control_group(owner_id, key), {"type": kind, **fields})
     except (RedisError, OSError) as exc:
-        log.warning("/stop was not sent: the channel layer is unreachable (%s)", exc)
+        log.warning("a %s signal was not sent: the channel layer is unreachable (%s)", kind, exc)
+
+
+class Signals:
+    """This process listening on a chat's control group, while in its `async with`.
+
+    A receive cancelled by a timeout would leave the channel (channels_redis drops
+    a departed channel's messages), so one task receives for the whole block and
+    `next` waits on what it received."""
+
+    def __init__(self, owner_id: int, key: str) -> None:
+        self.group = control_group(owner_id, key)
+        self.received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.channel = ""
+        self.receiver: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Signals:
+        layer = channel_layer()
+        try:
+            self.channel = await layer.new_channel()
+            await layer.group_add(self.group, self.channel)
+        except (RedisError, OSError) as exc:
+            log.warning("not listening on %s: the channel layer is down (%s)", self.group, exc)
+            self.channel = ""
+        else:
+            self.receiver = asyncio.create_task(self.receive())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.receiver is not None:
+            self.receiver.cancel()
+        if self.channel:
+            with contextlib.suppress(RedisError, OSError):
+                await asyncio.shield(channel_layer().group_discard(self.group, self.channel))
+
+    async def receive(self) -> None:
+        layer = channel_layer()
+        try:
+            while True:
+                self.received.put_nowait(await layer.receive(self.channel))
+        except (RedisError, OSError) as exc:
+            log.warning("stopped listening on %s: the channel layer is down (%s)", self.group, exc)
+
+    async def next(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next signal; None if none came within `timeout` seconds."""
+        try:
+            return await asyncio.wait_for(self.received.get(), timeout)
+        except TimeoutError:
+            return None

@@ -2,7 +2,7 @@
 and how it runs.
 
 /new, /reset and /compact change the chat, so they queue as a `ChatInput` and
-run in order (sessions_app.inputs); /help, /status and /stop answer at once.
+run in order (sessions_app.runner); /help, /status and /stop answer at once.
 The rest run one of the agent's memory or schedule tools directly, looked up in
 the tools' registry and called with the chat's owner, session and agent, so
 that their validation and their confirmations are the tools' own and memory and
@@ -15,18 +15,16 @@ approval (the terminal) is among them.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.frames import Error, Frame, Notice
-from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
-from memory.workspace import workspace_dir
-from sessions_app.chat import ChatError, find_chat
+from channels.db import database_sync_to_async
 
-log = logging.getLogger(__name__)
+from agent.frames import Error, Frame, Notice
+from agent.tools import ToolContext, call_tool
+from sessions_app.chat import ChatError, find_chat
 
 # A command's argument as its tool's arguments; None when it cannot be read.
 Reader = Callable[[str], dict[str, Any] | None]
@@ -156,7 +154,7 @@ def parse_command(text: str) -> Command | None:
     return Command(name, rest.strip()) if name in BY_NAME else None
 
 
-def run_tool(owner: Any, key: str, command: Command) -> Frame:
+async def run_tool(owner: Any, key: str, command: Command) -> Frame:
     """The command's tool run in the chat `key`: its answer as a notice, or
     what was wrong (the usage, or the tool's own error) as an error."""
     slash = command.slash
@@ -164,18 +162,10 @@ def run_tool(owner: Any, key: str, command: Command) -> Frame:
     if arguments is None:
         return Error(f"Usage: {slash.usage}")
     try:
-        session = find_chat(owner, key)
-        context = ToolContext(
-            owner=owner,
-            session_id=str(session.pk),
-            agent_name=session.agent.name,
-            workspace=workspace_dir(owner.pk, session.agent.name),
-        )
-        tool = get_tool(slash.tool)
-        # Through the schema check the model's arguments get, as JSON like theirs.
-        return Notice(tool.run(context, parse_arguments(tool, json.dumps(arguments))))
-    except (ChatError, ToolError) as exc:
+        session = await database_sync_to_async(find_chat)(owner, key)
+    except ChatError as exc:
         return Error(str(exc))
-    except Exception:
-        log.exception("/%s failed", command.name)
-        return Error(f"/{command.name} failed unexpectedly.")
+    context = ToolContext.for_session(owner, str(session.pk), session.agent.name)
+    # As JSON, like the model's: through the same schema check its calls get.
+    output = await call_tool(context, slash.tool, json.dumps(arguments))
+    return Error(output.error) if output.error else Notice(output.text)

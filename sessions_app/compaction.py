@@ -16,16 +16,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 
 from agent.llm import LLMClient, LLMError, configured_endpoint
-from agent.tools import ToolContext, ToolError, get_tool, parse_arguments
+from agent.prompt import history_messages
+from agent.tools import ToolContext, ToolError, call_tool, get_tool
 from memory import recording
 from memory.models import Event, EventType, transcript
-from memory.workspace import workspace_dir
 from sessions_app.models import Session
 
 log = logging.getLogger(__name__)
@@ -70,18 +69,13 @@ def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
 
 async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) -> int:
     """Let the agent save durable facts first; returns how many it saved."""
-    tool = get_tool("remember_fact")
-    context = ToolContext(
-        owner=session.owner,
-        session_id=str(session.pk),
-        agent_name=session.agent.name,
-        workspace=await sync_to_async(workspace_dir)(session.owner_id, session.agent.name),
-    )
+    remember = get_tool("remember_fact")
+    context = ToolContext.for_session(session.owner, str(session.pk), session.agent.name)
     client = LLMClient(configured_endpoint())
     messages = [*recent_messages, {"role": "user", "content": FLUSH_PROMPT}]
     saved = 0
     for _ in range(FLUSH_ROUNDS):
-        completion = await client.stream(messages, [tool.schema()])
+        completion = await client.stream(messages, [remember.schema()])
         if not completion.tool_calls:
             break
         messages.append(
@@ -92,16 +86,9 @@ async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) 
             }
         )
         for call in completion.tool_calls:
-            try:
-                if call.name != tool.name:
-                    raise ToolError(f"Only {tool.name} is available now.")
-                output = await database_sync_to_async(tool.run)(
-                    context, parse_arguments(tool, call.arguments)
-                )
-                saved += 1
-            except ToolError as exc:
-                output = f"Error: {exc}"
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+            output = await call_tool(context, call.name, call.arguments, only={remember.name})
+            saved += not output.error
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": output.for_model})
     return saved
 
 
@@ -151,8 +138,6 @@ async def compact(session: Session, reason: str = "/compact") -> Compacted:
     if len(older) < 2:
         raise CompactionError("there is not enough conversation to compact yet")
     try:
-        from agent.prompt import history_messages
-
         await flush_memory(session, history_messages(older + recent)[-40:])
     except (LLMError, ToolError):
         log.warning("memory flush before compaction failed; compacting anyway", exc_info=True)
@@ -162,13 +147,3 @@ async def compact(session: Session, reason: str = "/compact") -> Compacted:
         raise CompactionError(f"the summary could not be written ({exc})") from None
     fresh = await database_sync_to_async(replace_session)(session, summary, older, recent, reason)
     return Compacted(session, fresh, len(older), len(recent))
-
-
-def should_compact(meter: dict[str, Any], session: Session) -> bool:
-    options = settings.NEOTASK["sessions"]
-    if not options["compaction_enabled"]:
-        return False
-    if meter["context_tokens"] < options["compaction_threshold"] * meter["context_window"]:
-        return False
-    count = session.events().filter(event_type__in=EventType.CONTENT).count()
-    return count >= options["compaction_min_messages"]

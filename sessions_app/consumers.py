@@ -1,7 +1,7 @@
 """The chat websocket, `/ws/chat/<session_key>/` (protocol: DESIGN.md §6).
 
 Thin: it checks frames and ownership and hands every input to
-sessions_app.inputs, which runs it wherever the chat's claim is held. The
+sessions_app.runner, which runs it wherever the chat's claim is held. The
 socket joins its chat's channel-layer group, so all tabs of the user see the
 same stream, whichever process runs the turn.
 """
@@ -19,9 +19,8 @@ from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
-from sessions_app import broadcast, chat, deactivation, inputs
-from sessions_app.approvals import answer_approval
-from sessions_app.retries import RetryError, find_retry
+from sessions_app import broadcast, chat, deactivation, runner
+from sessions_app.turns import RetryError, check_retry
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Deactivating the account closes this socket (sessions_app.deactivation).
         await self.channel_layer.group_add(deactivation.user_group(self.user_id), self.channel_name)
         # Inputs left queued by a process that went away run now.
-        inputs.background(inputs.resume(self.user, self.key))
+        runner.background(runner.resume(self.user, self.key))
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -114,7 +113,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             text = chat.check_message(frame.get("text"))
         except ValueError as exc:
             return await self.reply(Error(str(exc)))
-        await inputs.submit(self.user, self.key, text, self.reply)
+        await runner.submit(self.user, self.key, text, self.reply)
 
     async def on_approval(self, frame: dict[str, Any]) -> None:
         request_id, decision = frame.get("request_id"), frame.get("decision")
@@ -123,7 +122,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "An approval needs a request_id and a decision of once, always or deny."
             )
         try:
-            await database_sync_to_async(answer_approval)(self.user, self.key, request_id, decision)
+            await database_sync_to_async(runner.answer_approval)(
+                self.user, self.key, request_id, decision
+            )
         except ApprovalError as exc:
             return await self.error(str(exc))
 
@@ -131,14 +132,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """A failed or stopped answer's Retry: its turn runs again, queued like a message."""
         event_id = frame.get("event_id")
         try:
-            message = await database_sync_to_async(find_retry)(self.user, self.key, event_id)
+            message = await database_sync_to_async(check_retry)(self.user, self.key, event_id)
         except RetryError as exc:
             return await self.error(str(exc))
         assert isinstance(event_id, int)  # find_retry found it
-        await inputs.retry(self.user, self.key, event_id, message.text)
+        await runner.retry(self.user, self.key, event_id, message.text)
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
-        await inputs.submit(self.user, self.key, "/stop", self.reply)
+        await runner.submit(self.user, self.key, "/stop", self.reply)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels closes stale database connections before every handler: a

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -12,8 +14,10 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agent.frames import Outcome
 from agent.llm import Usage
-from memory.models import Event
+from memory import recording
+from memory.models import Event, EventType
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
@@ -199,6 +203,17 @@ class Session(OwnedModel):
             "cache_write_tokens": F("cache_write_tokens") + usage.cache_write,
         }
 
+    def add_usage(self, usage: Usage) -> None:
+        Session.objects.filter(pk=self.pk).update(**Session.adding(usage))
+
+    def note_message(self, text: str) -> None:
+        """A message arrived: the chat is active now, and named by its first message."""
+        now = timezone.now()
+        fields: dict[str, Any] = {"last_activity_at": now, "updated_at": now}
+        if not self.title:
+            self.title = fields["title"] = Session.title_from(text)
+        Session.objects.filter(pk=self.pk).update(**fields)
+
 
 def hash_secret(secret: str) -> str:
     # Secrets are 256 random bits, so a fast hash is enough (no brute force to slow down).
@@ -274,10 +289,36 @@ class ApiToken(OwnedModel):
         return self.revoked_at is not None
 
 
+# What the holder of a chat's claim does after an input: run the next one
+# (another waits; the claim is kept), stop (the claim let go, nothing waits), or
+# take the claim again (let go, but an input arrived meanwhile).
+class Then(enum.Enum):
+    NEXT = "next"
+    STOP = "stop"
+    RETAKE = "retake"
+
+
+class ChatInputQuerySet(OwnedQuerySet):
+    def queued(self, owner: Any, key: str) -> ChatInputQuerySet:
+        return self.filter(owner=owner, key=key, status=ChatInput.Status.QUEUED)
+
+    def next_for(self, owner: Any, key: str) -> ChatInput | None:
+        """The chat's oldest queued input, marked running; only the holder of the
+        chat's claim calls this, so no other process starts it too."""
+        item = self.queued(owner, key).order_by("id").first()
+        if item is not None:
+            ChatInput.objects.filter(pk=item.pk).update(status=ChatInput.Status.RUNNING)
+            item.status = ChatInput.Status.RUNNING
+        return item
+
+
+ChatInputManager = models.Manager.from_queryset(ChatInputQuerySet)
+
+
 class ChatInput(OwnedModel):
     """Something sent to a chat that runs as one turn: a message, or a reset or
     compaction. Kept in order and run one at a time by the holder of the chat's
-    claim (sessions_app.holder), whichever process that is."""
+    claim (sessions_app.runner), whichever process that is."""
 
     class Kind(models.TextChoices):
         MESSAGE = "message", "Message"
@@ -304,6 +345,8 @@ class ChatInput(OwnedModel):
     outcome = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects: ClassVar[ChatInputManager] = ChatInputManager()
+
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["owner", "key", "status"], name="chatinput_queue")]
@@ -320,6 +363,66 @@ class ChatInput(OwnedModel):
             return f"Retry: {self.text}"
         return f"/{self.command} {self.text}".strip()
 
+    def finish(self, outcome: Outcome) -> None:
+        """Keep the outcome for whoever waits for it; forget the input otherwise."""
+        if self.awaited:
+            ChatInput.objects.filter(pk=self.pk).update(
+                status=ChatInput.Status.DONE, outcome=outcome.as_json()
+            )
+        else:
+            ChatInput.objects.filter(pk=self.pk).delete()
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """What a holder that died left in its claim: where its turn wrote, and the
+    answer it had streamed so far."""
+
+    session_id: str
+    partial: str
+
+
+class ChatClaimQuerySet(OwnedQuerySet):
+    def take(self, owner: Any, key: str) -> ChatClaim | None:
+        """The chat's claim, taken with a new token; None while another process
+        holds it. A conditional UPDATE: of two processes that read the same free
+        or expired claim, only one wins. `claim.abandoned` is what a dead holder
+        left, if one did."""
+        now = timezone.now()
+        claim, _ = self.get_or_create(owner=owner, key=key)
+        if claim.token and claim.lease_until is not None and claim.lease_until > now:
+            return None
+        token = secrets.token_hex(16)
+        won = (
+            self.filter(pk=claim.pk, token=claim.token)
+            .filter(Q(token="") | Q(lease_until__lt=now))
+            .update(token=token, lease_until=now + CLAIM_LEASE, session_id="", partial="")
+        )
+        if not won:
+            return None
+        if claim.token:  # expired: its holder died
+            claim.abandoned = Abandoned(claim.session_id, claim.partial)
+        claim.token, claim.lease_until, claim.session_id, claim.partial = (
+            token,
+            now + CLAIM_LEASE,
+            "",
+            "",
+        )
+        return claim
+
+    def is_held(self, owner: Any, key: str) -> bool:
+        return (
+            self.filter(owner=owner, key=key, lease_until__gt=timezone.now())
+            .exclude(token="")
+            .exists()
+        )
+
+
+ChatClaimManager = models.Manager.from_queryset(ChatClaimQuerySet)
+
+CLAIM_LEASE = timedelta(seconds=20)
+LOST = "The server stopped while answering; the text streamed until then is kept."
+
 
 class ChatClaim(OwnedModel):
     """Who runs a chat's inputs: taken by a conditional UPDATE with a random
@@ -333,6 +436,9 @@ class ChatClaim(OwnedModel):
     session_id = models.CharField(max_length=64, blank=True)  # where the running turn writes
     partial = models.TextField(blank=True)
 
+    objects: ClassVar[ChatClaimManager] = ChatClaimManager()
+    abandoned: Abandoned | None = None  # set by `take` when it took over from a dead holder
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["owner", "key"], name="chatclaim_one_per_chat"),
@@ -340,3 +446,56 @@ class ChatClaim(OwnedModel):
 
     def __str__(self) -> str:
         return f"{self.key}: {'held' if self.token else 'free'}"
+
+    def mine(self) -> ChatClaimQuerySet:
+        """The claim while this process still holds it (its token unchanged)."""
+        return ChatClaim.objects.filter(pk=self.pk, token=self.token)
+
+    def renew(self, session_id: str, partial: str) -> bool:
+        """Extend the lease, saving where the turn writes and what it streamed;
+        False if another process took the claim (this one stalled past its lease)."""
+        return bool(
+            self.mine().update(
+                lease_until=timezone.now() + CLAIM_LEASE, session_id=session_id, partial=partial
+            )
+        )
+
+    def release(self) -> None:
+        self.mine().update(token="", lease_until=None, session_id="", partial="")
+
+    def then(self) -> Then:
+        """After an input ran: keep the claim if another waits, else let it go."""
+        queued = ChatInput.objects.queued(self.owner_id, self.key)
+        if queued.exists():
+            return Then.NEXT
+        self.release()
+        return Then.RETAKE if queued.exists() else Then.STOP
+
+    def bury(self) -> list[ChatInput]:
+        """End what the dead holder left (`abandoned`): its streamed text stored as
+        an interrupted answer and the cause as an error, in the session it wrote
+        to; the inputs it left running, to finish."""
+        abandoned, self.abandoned = self.abandoned, None
+        if abandoned is None:
+            return []
+        running = list(
+            ChatInput.objects.filter(
+                owner_id=self.owner_id, key=self.key, status=ChatInput.Status.RUNNING
+            )
+        )
+        if abandoned.session_id:
+            if abandoned.partial:
+                recording.record(
+                    self.owner,
+                    abandoned.session_id,
+                    EventType.ASSISTANT_RESPONSE,
+                    {"content": abandoned.partial, "interrupted": True, "reason": "server_stopped"},
+                )
+            if running:
+                recording.record(
+                    self.owner,
+                    abandoned.session_id,
+                    EventType.ERROR,
+                    {"content": LOST, "kind": "server_stopped"},
+                )
+        return running

@@ -16,9 +16,10 @@ from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, transcripts
-from sessions_app.approvals import answer_approval
 from sessions_app.forms import ApiTokenForm
+from sessions_app.meter import meter
 from sessions_app.models import ApiToken, ChatInput, Session
+from sessions_app.runner import answer_approval
 
 EVENTS_PER_PAGE = 100
 CHAT_EVENTS = 200
@@ -55,7 +56,7 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
         "session": session,
         "events": session_events(session),
         "chats": chat.sidebar_chats(request.user),
-        "meter": chat.meter(session),
+        "meter": meter(session).as_dict(),
         "approvals": ApprovalRequest.objects.owned_by(request.user).filter(
             session_id=str(session.pk), status=ApprovalRequest.Status.PENDING
         ),

@@ -14,9 +14,9 @@ from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat
-from sessions_app.lifecycle import rollover
 from sessions_app.models import Agent, ApiToken, Session, hash_secret
 from sessions_app.transcripts import event_record
+from sessions_app.turns import rollover
 from tests.scripted_llm import Reply
 
 

@@ -17,8 +17,8 @@ from django.utils import timezone
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
-from sessions_app import chat, claims, inputs
-from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
+from sessions_app import chat, runner
+from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session
 from tests.scripted_llm import Reply
 from tests.test_chat_consumer import connect
 
@@ -77,7 +77,7 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
     assert await sync_to_async(turns)(session) == [
         ("user_message", "tell me everything", None),
         ("assistant_response", "The first half of", "server_stopped"),
-        ("error", claims.LOST, None),
+        ("error", LOST, None),
         ("user_message", "hello?", None),
         ("assistant_response", "Back again.", None),
     ]
@@ -90,7 +90,7 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
 async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs_out(
     owner, session, llm, monkeypatch
 ):
-    monkeypatch.setattr(inputs, "WATCH_SECONDS", 0.2)
+    monkeypatch.setattr(runner, "WATCH_SECONDS", 0.2)
     await ChatClaim.objects.acreate(
         owner=owner,
         key=session.key,

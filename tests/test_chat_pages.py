@@ -10,6 +10,7 @@ from agent.runtime import embed_query
 from memory import recording
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
+from sessions_app.meter import meter, status_text
 from sessions_app.models import Agent, Session
 from tests.helpers import HTMX, allow_terminal, text
 
@@ -162,7 +163,7 @@ def test_it_hides_other_users_chats(alice, bob, bob_client):
 
 
 def test_it_lists_archived_sessions_and_opens_their_transcripts(alice, alice_client):
-    from sessions_app.lifecycle import rollover
+    from sessions_app.turns import rollover
 
     old = chat.start_chat(alice)
     recording.record(alice, str(old.pk), "user_message", {"content": "from the old session"})
@@ -230,8 +231,8 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
         alice, str(session.pk), "user_message", {"content": "What kind of dog is Biscuit?"}
     )
     embed_missing()
-    vector = embed_query("What kind of dog is Biscuit?")  # as chat.status does, off this thread
-    status = chat.status_text(session, chat.meter(session), vector)
+    vector = embed_query("What kind of dog is Biscuit?")  # as meter.status does, off this thread
+    status = status_text(session, meter(session), vector)
     assert "Recalled memories (why each is in the context):" in status
     assert "- relevance 1.00: [" in status and "allergic to peanuts" in status
     assert "- similarity 0." in status and "golden retriever" in status

@@ -10,7 +10,9 @@ from memory.models import Event, Fact
 from memory.search import search_memory
 from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
+from sessions_app.meter import meter, status
 from sessions_app.models import Session
+from sessions_app.turns import converse
 from tests.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +46,7 @@ def owner(db) -> User:
 async def test_it_compacts_without_losing_anything(owner, llm, configure):
     configure("sessions", compaction_keep_recent=4)
     session = await sync_to_async(conversation)(owner)
-    before = await sync_to_async(chat.meter)(session)
+    before = await sync_to_async(meter)(session)
     llm.script(
         reply_with_tool("remember_fact", {"category": "plan", "key": "trip", "value": "Kyoto"}),
         Reply(text="DONE"),
@@ -81,9 +83,9 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
         "question 14 ",
         "answer 14 yy",
     ]
-    after = await sync_to_async(chat.meter)(fresh)
-    assert after["context_tokens"] < before["context_tokens"]
-    assert "compacted 1 time)" in await chat.status(fresh)
+    after = await sync_to_async(meter)(fresh)
+    assert after.context_tokens < before.context_tokens
+    assert "compacted 1 time)" in await status(fresh)
 
 
 async def test_it_leaves_the_session_unchanged_when_the_summary_fails(owner, llm):
@@ -116,7 +118,7 @@ async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, confi
     async def emit(frame) -> None:
         frames.append(frame)
 
-    result = await chat.run_chat_turn(session, "one more question", emit)
+    result = await converse(session, "one more question", emit)
     assert frames[-1].type == "session"
     fresh = await Session.objects.aget(owner=owner, status="active")
     assert frames[-1].session_id == str(fresh.pk) and fresh.compaction_count == 1

@@ -8,8 +8,8 @@ import pytest
 from memory import recording
 from memory.models import Event
 from sessions_app import chat
-from sessions_app.lifecycle import ensure_fresh, last_daily_reset, stale_reason
 from sessions_app.models import Session
+from sessions_app.turns import converse, ensure_fresh, last_daily_reset, stale_reason
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -110,7 +110,7 @@ async def test_it_tells_the_chat_about_the_reset(llm, configure):
     async def emit(frame) -> None:
         frames.append(frame)
 
-    await chat.run_chat_turn(session, "good morning", emit)
+    await converse(session, "good morning", emit)
     assert frames[0].type == "session"
     assert frames[0].reason == "idle for 1 minute"
     fresh = await Session.objects.aget(owner=owner, status="active")

@@ -8,7 +8,8 @@ from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event
 from memory.tasks import embed_missing
-from sessions_app import chat
+from sessions_app import chat, meter
+from sessions_app.turns import converse
 from tests.scripted_llm import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,8 +67,8 @@ async def test_it_lists_the_recall_in_status(llm):
     await sync_to_async(past)(owner, "I am allergic to peanuts")
     session = await sync_to_async(chat.start_chat)(owner)
     llm.script(Reply(text="Noted."))
-    await chat.run_chat_turn(session, "Can I eat peanut butter?", ignore)
-    status = await chat.status(session)
+    await converse(session, "Can I eat peanut butter?", ignore)
+    status = await meter.status(session)
     assert "Recalled when this session started:" in status
     assert "allergic to peanuts" in status
 
@@ -93,7 +94,7 @@ async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client):
     assert saved.status_code == 302
     session = await sync_to_async(chat.start_chat)(owner)
     llm.script(Reply(text="Under the blue flower pot."))
-    await chat.run_chat_turn(session, "Where is the spare house key?", ignore)
+    await converse(session, "Where is the spare house key?", ignore)
     recall = await Event.objects.aget(session_id=str(session.pk), event_type="recall")
     assert recall.data["items"][0]["source"] == "MEMORY.md:1-2"
     assert "blue flower pot" in llm.requests[0]["messages"][0]["content"]
@@ -106,9 +107,9 @@ async def test_status_names_the_branch_that_brought_each_memory(llm, configure):
     await sync_to_async(past)(owner, "Our wifi password is on the fridge", session="older")
     session = await sync_to_async(chat.start_chat)(owner)
     llm.script(Reply(text="Noted."), Reply(text="On the fridge."))
-    await chat.run_chat_turn(session, "Where is the spare key?", ignore)
-    await chat.run_chat_turn(session, "And where did I put the wifi password?", ignore)
-    status = await chat.status(session)
+    await converse(session, "Where is the spare key?", ignore)
+    await converse(session, "And where did I put the wifi password?", ignore)
+    status = await meter.status(session)
     assert "- recall" in status and "spare key" in status
     line = next(line for line in status.splitlines() if "wifi password" in line)
     assert line.startswith("- search ")

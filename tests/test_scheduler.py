@@ -379,7 +379,8 @@ def test_it_refuses_to_change_a_config_task(alice, tool):
 def test_it_lets_the_agent_schedule_a_task_in_a_chat(alice, llm):
     from asgiref.sync import async_to_sync
 
-    from sessions_app.chat import run_chat_turn, start_chat
+    from sessions_app.chat import start_chat
+    from sessions_app.turns import converse
 
     session = start_chat(alice)
     llm.script(
@@ -392,7 +393,7 @@ def test_it_lets_the_agent_schedule_a_task_in_a_chat(alice, llm):
     async def ignore(frame: dict[str, Any]) -> None:
         pass
 
-    async_to_sync(run_chat_turn)(session, "every weekday at 9am summarise my todos", ignore)
+    async_to_sync(converse)(session, "every weekday at 9am summarise my todos", ignore)
     task = ScheduledTask.objects.get(owner=alice)
     assert (task.cron_expr, task.agent.name, task.prompt) == (
         "0 9 * * 1-5",

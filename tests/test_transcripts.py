@@ -13,8 +13,8 @@ from django.test import AsyncClient
 from memory import recording
 from memory.models import Event
 from sessions_app import chat, transcripts
-from sessions_app.lifecycle import rollover
 from sessions_app.models import Session
+from sessions_app.turns import rollover
 
 
 def export(out_dir: Path, *args: str) -> str:

@@ -1,7 +1,17 @@
 """The agent's tools: JSON-schema definitions in one registry (registry.py), one
-module each, which registers itself when loaded."""
+module each, which registers itself when loaded; and `call_tool`, the one way
+every caller — the agent's turn, compaction's memory flush, the slash commands —
+runs one."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from agent.tools.registry import (
     REGISTRY,
@@ -17,7 +27,9 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutput",
     "available_tools",
+    "call_tool",
     "get_tool",
     "parse_arguments",
     "register",
@@ -46,3 +58,56 @@ def get_tool(name: str) -> Tool:
         known = ", ".join(t.name for t in available_tools())
         raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
     return tool
+
+
+log = logging.getLogger(__name__)
+
+# Asks the person about `subject` (a command); raises ToolError unless they allow it.
+Approve = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    text: str = ""  # the tool's answer
+    error: str = ""  # why it failed, said to the person or the model
+    arguments: dict[str, Any] | None = None  # as checked; None if they were not valid
+
+    @property
+    def for_model(self) -> str:
+        return f"Error: {self.error}" if self.error else self.text
+
+
+async def call_tool(
+    context: ToolContext,
+    name: str,
+    arguments: str,
+    *,
+    approve: Approve | None = None,
+    only: Collection[str] | None = None,
+) -> ToolOutput:
+    """Run the tool `name` with its JSON `arguments`: looked up (among `only`, if
+    given), the arguments checked against its schema, the person's approval asked
+    through `approve` where the tool needs it (refused where nobody can give it),
+    then run off the database thread: a command may run for seconds, a search
+    embed. Every failure is an output, never an exception."""
+    checked: dict[str, Any] | None = None
+    try:
+        if only is not None and name not in only:
+            raise ToolError(f"Only {', '.join(sorted(only))} is available now.")
+        tool = get_tool(name)
+        checked = parse_arguments(tool, arguments)
+        if tool.approval_subject is not None:
+            subject = await database_sync_to_async(tool.approval_subject)(context, checked)
+            if subject is not None:
+                if approve is None:
+                    raise ToolError(
+                        f"{name} needs a person's approval, which nobody can give here."
+                    )
+                await approve(subject)
+        text = await sync_to_async(tool.run, thread_sensitive=False)(context, checked)
+        return ToolOutput(text, arguments=checked)
+    except ToolError as exc:
+        return ToolOutput(error=str(exc), arguments=checked)
+    except Exception:
+        log.exception("tool %s failed", name)
+        return ToolOutput(error=f"the tool {name} failed unexpectedly.", arguments=checked)

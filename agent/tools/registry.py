@@ -11,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
+from memory.workspace import workspace_dir
+
 
 class ToolError(Exception):
     """A tool failed in a way the model should see and may correct."""
@@ -23,6 +25,13 @@ class ToolContext:
     agent_name: str
     workspace: Path
     trusted: bool = False  # scheduled tasks marked trusted skip approvals
+
+    @classmethod
+    def for_session(
+        cls, owner: Any, session_id: str, agent_name: str, *, trusted: bool = False
+    ) -> ToolContext:
+        """The context of a tool called in a session of `agent_name`: its workspace made."""
+        return cls(owner, session_id, agent_name, workspace_dir(owner.pk, agent_name), trusted)
 
 
 @dataclass(frozen=True)

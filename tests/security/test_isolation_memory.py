@@ -25,7 +25,9 @@ from memory.retrieval import get_context
 from memory.search import BRANCHES, search_memory
 from memory.workspace import workspace_dir
 from sessions_app import chat
+from sessions_app.meter import status
 from sessions_app.models import Session
+from sessions_app.turns import converse
 from tests.scripted_llm import Reply
 from tests.security.world import (
     MEMORY_MD,
@@ -154,15 +156,15 @@ def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_sess
         frames.append(frame.as_json())
 
     llm.script(Reply(text="No idea."), Reply(text="Still no idea."))
-    async_to_sync(chat.run_chat_turn)(fresh, QUESTIONS[0], emit)
-    async_to_sync(chat.run_chat_turn)(fresh, QUESTIONS[1], emit)
+    async_to_sync(converse)(fresh, QUESTIONS[0], emit)
+    async_to_sync(converse)(fresh, QUESTIONS[1], emit)
     assert len(llm.requests) == 2
     for request in llm.requests:
         prompt = json.dumps(request["messages"])
         assert "Tea." in prompt or "gym" in prompt  # bob's own memory is there
         assert not leaks(prompt, world)
     assert not leaks(json.dumps(frames), world)
-    assert not leaks(async_to_sync(chat.status)(fresh), world)
+    assert not leaks(async_to_sync(status)(fresh), world)
     assert Event.objects.filter(owner=bob, session_id=str(fresh.pk), event_type="recall").exists()
 
 

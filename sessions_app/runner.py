@@ -1,0 +1,345 @@
+"""Inputs arriving in a chat, and the process that runs them: the one entry
+point for the websocket, the API and the scheduler.
+
+/help, /status, /stop and the commands that run a memory or schedule tool
+(sessions_app.commands) answer at once. Everything else that changes the chat —
+a message, /new and /reset, /compact, a retry — is stored as a `ChatInput` and
+run in order, one at a time, by whichever process holds the chat's claim
+(`ChatClaim`: a conditional UPDATE with a random token and a lease the holder
+renews). What an input does to the chat is decided in sessions_app.turns; here
+it is only leased, run and broadcast.
+
+A process that cannot take the claim leaves its input queued, says so to the
+chat's tabs, and waits (`wait_for`): the holder runs the input next, or, if the
+holder's process died and its lease ran out, the waiter takes the claim, keeps
+the dead turn's streamed text as an interrupted answer, and runs the queue
+itself. Processes signal each other on the chat's control group
+(sessions_app.broadcast): /stop and approvals reach the holder, the end of each
+input the waiters.
+
+Every run ends with one `done` frame; its frames go to all tabs of the chat and
+into an `Outcome`, which the API and the scheduler wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+
+from agent import approvals
+from agent.frames import (
+    ApprovalDecided,
+    Delta,
+    Done,
+    Emit,
+    Error,
+    EventFrame,
+    Frame,
+    Notice,
+    Outcome,
+    Queued,
+    SessionChanged,
+    Started,
+)
+from agent.llm import Usage
+from memory.models import EventType
+from sessions_app import meter, turns
+from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
+from sessions_app.chat import ChatError, find_chat
+from sessions_app.commands import HELP, Command, parse_command, run_tool
+from sessions_app.models import LOST, ChatClaim, ChatInput, Then
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 5.0  # a waiter looks again this often, signalled or not
+RENEW_SECONDS = 5.0  # the holder renews its lease (and saves the streamed text) this often
+FAILED = "The server failed while answering; it was logged."
+NOTHING_RUNNING = "Nothing is running."
+DELETED = "The chat was deleted."
+ANSWERS = (EventType.ASSISTANT_RESPONSE,)  # a stored answer: the streamed text is kept
+
+# Runs started in the background, kept from the garbage collector until they end.
+BACKGROUND: set[asyncio.Task] = set()
+
+
+async def submit(
+    owner: Any,
+    key: str,
+    text: str,
+    reply: Emit | None = None,
+    *,
+    commands: bool = True,
+    wait: bool = False,
+    trusted: bool = False,
+    approval_timeout: float | None = None,
+) -> Outcome | None:
+    """`text` (already checked by chat.check_message) arrives in the chat `key`.
+
+    `reply` answers the sender alone (the commands that answer at once). With `wait`, the
+    input's `Outcome` once it has run (the API and the scheduler); else the
+    run goes on in the background and its frames reach the chat's tabs."""
+    command = parse_command(text) if commands else None
+    kind, body, typed = ChatInput.Kind.MESSAGE, text, ""
+    if command is not None:
+        if not command.slash.queued:
+            await answer_now(owner, key, command, reply)
+            return None
+        kind = ChatInput.Kind.COMPACT if command.name == "compact" else ChatInput.Kind.RESET
+        body, typed = command.argument, command.name
+    fields = {
+        "kind": kind,
+        "text": body,
+        "command": typed,
+        "trusted": trusted,
+        "approval_timeout": approval_timeout,
+        "awaited": wait,
+    }
+    return await queue(owner, key, fields, wait=wait)
+
+
+async def retry(owner: Any, key: str, event_id: int, text: str) -> None:
+    """The turn that ended with event `event_id` runs again from its message
+    `text` (turns.check_retry checked it), in its turn like any input."""
+    fields = {"kind": ChatInput.Kind.RETRY, "text": text, "retry_of": event_id}
+    await queue(owner, key, fields)
+
+
+def enqueue(owner: Any, key: str, fields: dict[str, Any]) -> tuple[ChatInput, ChatClaim | None]:
+    """The input stored, and the chat's claim tried, in one database hop: the
+    common case, a chat nobody is answering in, costs no more."""
+    item = ChatInput.objects.create(owner=owner, key=key, **fields)
+    return item, ChatClaim.objects.take(owner, key)
+
+
+async def queue(
+    owner: Any, key: str, fields: dict[str, Any], *, wait: bool = False
+) -> Outcome | None:
+    """The input stored; run here if the chat's claim is free, else announced
+    and left to its holder. With `wait`, its `Outcome` once it has run."""
+    item, claim = await database_sync_to_async(enqueue)(owner, key, fields)
+    if not wait:
+        background(start(owner, key, item, claim))
+        return None
+    if claim is not None:
+        await Holder(owner, key, claim).drain()
+    else:
+        await announce(owner, key, item)
+    return await wait_for(owner, key, item.pk, outcome=True)
+
+
+async def start(owner: Any, key: str, item: ChatInput, claim: ChatClaim | None) -> None:
+    if claim is not None:
+        return await Holder(owner, key, claim).drain()
+    await announce(owner, key, item)
+    await wait_for(owner, key, item.pk)
+
+
+async def answer_now(owner: Any, key: str, command: Command, reply: Emit | None) -> None:
+    if reply is None:
+        return
+    if command.slash.tool:
+        return await reply(await run_tool(owner, key, command))
+    if command.name == "help":
+        return await reply(Notice(HELP))
+    if command.name == "status":
+        try:
+            session = await database_sync_to_async(find_chat)(owner, key)
+        except ChatError as exc:
+            return await reply(Error(str(exc)))
+        return await reply(Notice(await meter.status(session)))
+    if not await database_sync_to_async(ChatClaim.objects.is_held)(owner, key):
+        return await reply(Notice(NOTHING_RUNNING))
+    await signal(owner.pk, key, STOP)
+
+
+def answer_approval(user: Any, key: str, request_id: str, decision: str) -> None:
+    """A person's decision on a terminal command, from a click or a socket frame:
+    applied (agent.approvals.decide: the owner's, with the permission, once), then
+    the turn waiting for it told, in whichever process it runs, and every tab of
+    the chat, whose cards then go. Raises ApprovalError."""
+    approvals.decide(user, request_id, decision)
+    approvals.wake(request_id)  # the turn, if it runs in this process
+    async_to_sync(decided)(user.pk, key, request_id, decision)
+
+
+async def decided(owner_id: int, key: str, request_id: str, decision: str) -> None:
+    await signal(owner_id, key, APPROVAL, request_id=request_id)
+    await broadcast(owner_id, key, ApprovalDecided(request_id, decision))
+
+
+def background(coroutine: Awaitable[None]) -> None:
+    task = asyncio.ensure_future(coroutine)
+    BACKGROUND.add(task)
+    task.add_done_callback(BACKGROUND.discard)
+
+
+async def announce(owner: Any, key: str, item: ChatInput) -> None:
+    await broadcast(owner.pk, key, Queued(item.pk, item.shown))
+
+
+async def wait_for(owner: Any, key: str, input_id: int, *, outcome: bool = False) -> Outcome | None:
+    """Until input `input_id` has started — with `outcome`, until it has run, and
+    its outcome, read — running the chat's queue here whenever nobody holds the
+    claim (its holder died, or let go just as the input arrived)."""
+    read = database_sync_to_async(ChatInput.objects.filter(pk=input_id).first)
+    async with Signals(owner.pk, key) as signals:
+        while True:
+            item = await read()
+            if item is None:  # ended, and not kept (or the chat was deleted meanwhile)
+                return Outcome(session_id="", status="error", error=DELETED) if outcome else None
+            if item.status == ChatInput.Status.DONE:
+                await database_sync_to_async(item.delete)()
+                return Outcome.from_json(item.outcome)
+            if item.status == ChatInput.Status.RUNNING and not outcome:
+                return None
+            if not await take_over(owner, key):
+                await signals.next(WATCH_SECONDS)
+
+
+async def resume(owner: Any, key: str) -> None:
+    """Run what waits in the chat, if nobody is running it (a page opened)."""
+    if await database_sync_to_async(ChatInput.objects.queued(owner, key).exists)():
+        await take_over(owner, key)
+
+
+async def take_over(owner: Any, key: str) -> bool:
+    """Run the chat's queue here if its claim is free or its holder died; whether it did."""
+    claim = await database_sync_to_async(ChatClaim.objects.take)(owner, key)
+    if claim is None:
+        return False
+    await Holder(owner, key, claim).drain()
+    return True
+
+
+class Holder:
+    """This process's hold on a chat's claim, while it runs the chat's queue.
+
+    While it runs it renews its lease (saving the text streamed so far, which a
+    successor keeps if this process dies), listens for /stop and approvals on
+    the chat's control group, and sends each input's frames to the chat's tabs;
+    it lets go of the claim when the queue is empty."""
+
+    def __init__(self, owner: Any, key: str, claim: ChatClaim) -> None:
+        self.owner, self.key, self.claim = owner, key, claim
+        self.session_id = ""  # where the running input writes
+        self.partial = ""  # its answer streamed so far
+        self.current: asyncio.Task | None = None
+
+    async def drain(self) -> None:
+        """Run the queue until it is empty, then let go; and again if an input
+        arrived while letting go."""
+        while await self.run_queue() is Then.RETAKE:
+            claim = await database_sync_to_async(ChatClaim.objects.take)(self.owner, self.key)
+            if claim is None:
+                return
+            self.claim = claim
+
+    async def run_queue(self) -> Then:
+        db = database_sync_to_async
+        async with Signals(self.owner.pk, self.key) as signals:
+            renewing = asyncio.create_task(self.renew())
+            listening = asyncio.create_task(self.listen(signals))
+            held = True
+            try:
+                if self.claim.abandoned is not None:
+                    await self.bury()
+                while item := await db(ChatInput.objects.next_for)(self.owner, self.key):
+                    # Its own task, so that /stop cancels the run and not this loop.
+                    self.current = asyncio.create_task(self.run(item))
+                    outcome, done = await self.current
+                    outcome.take(done)
+                    # Finished and, if nothing waits, let go before `done` goes out: a
+                    # client that sends its next message on `done` then finds the chat
+                    # free, and a /stop after `done` finds nothing running.
+                    then = await db(self.end)(item, outcome)
+                    held = then is Then.NEXT
+                    await broadcast(self.owner.pk, self.key, done)
+                    await signal(self.owner.pk, self.key, INPUT)
+                    if not held:
+                        return then
+                return Then.STOP
+            finally:
+                self.current = None
+                renewing.cancel()
+                listening.cancel()
+                if held:
+                    await db(self.claim.release)()
+                    await signal(self.owner.pk, self.key, INPUT)
+
+    def end(self, item: ChatInput, outcome: Outcome) -> Then:
+        item.finish(outcome)
+        return self.claim.then()
+
+    async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
+        """One input, to the frame that ends it; never raises."""
+        outcome = Outcome(session_id="")
+
+        async def emit(frame: Frame) -> None:
+            await self.emit(outcome, frame)
+
+        await emit(Started(item.pk))
+        try:
+            session = await database_sync_to_async(find_chat)(self.owner, self.key)
+            self.session_id = outcome.session_id = str(session.pk)
+            ended = await turns.run(session, item, emit)
+            outcome.answer, outcome.error = ended.answer, ended.error or None
+            return outcome, ended.done()
+        except ChatError as exc:  # the chat was deleted meanwhile
+            outcome.error = str(exc)
+            await emit(Error(str(exc)))
+        except asyncio.CancelledError:  # /stop outside the agent's turn (which handles its own)
+            return outcome, Done(Usage().as_dict(), "stopped")
+        except Exception:
+            log.exception("chat input %s failed", item.pk)
+            outcome.error = FAILED
+            await emit(Error(FAILED))
+        return outcome, Done(Usage().as_dict(), "error")
+
+    async def emit(self, outcome: Outcome, frame: Frame) -> None:
+        outcome.take(frame)
+        if isinstance(frame, Delta):
+            self.partial += frame.text
+        elif isinstance(frame, EventFrame) and frame.event["event_type"] in ANSWERS:
+            self.partial = ""
+        elif isinstance(frame, SessionChanged):
+            self.session_id = frame.session_id
+        await broadcast(self.owner.pk, self.key, frame)
+
+    async def renew(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            held = await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
+            if not held:  # this process stalled past its lease and another took over
+                log.warning("lost the claim on chat %s; its input is stopped", self.key)
+                if self.current is not None:
+                    self.current.cancel()
+                return
+
+    async def listen(self, signals: Signals) -> None:
+        while True:
+            message = await signals.next()
+            if message is None:
+                continue
+            if message["type"] == APPROVAL:
+                approvals.wake(message["request_id"])
+            elif message["type"] == STOP:
+                if self.current is not None and not self.current.done():
+                    self.current.cancel()
+                else:  # between two inputs, or just after one ended
+                    await broadcast(self.owner.pk, self.key, Notice(NOTHING_RUNNING))
+
+    async def bury(self) -> None:
+        """End what a crashed holder left running: keep its streamed text."""
+        abandoned = self.claim.abandoned
+        assert abandoned is not None
+        running = await database_sync_to_async(self.claim.bury)()
+        for item in running:
+            outcome = Outcome(session_id=abandoned.session_id, status="error", error=LOST)
+            await broadcast(self.owner.pk, self.key, Error(LOST))
+            await broadcast(self.owner.pk, self.key, Done(Usage().as_dict(), "error"))
+            await database_sync_to_async(item.finish)(outcome)

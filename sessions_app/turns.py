@@ -1,0 +1,281 @@
+"""One input's run in a chat, and every decision about the chat's sessions it
+takes: the one place that decides when a session ends and the next begins.
+
+- A session goes stale at the daily reset hour (local time, default 04:00) or
+  after `idle_minutes` without activity, whichever comes first; this is checked
+  when the next message arrives, which then runs in a fresh session.
+- `/new` and `/reset` start a fresh session at once; the rest of the line, if
+  any, is the new session's first message.
+- `/compact` summarises the older messages into a fresh session
+  (sessions_app.compaction), and so does a turn that leaves the context
+  nearly full.
+- A retry runs the chat's latest failed or stopped turn again from the same
+  user message, once it is checked that the chat has not moved on.
+
+A rollover keeps all history: the old session is archived (still readable), the
+new one continues from it and opens with a notice saying why — never a silent
+reset. A message's turn (agent.runtime) is followed by its accounting: the usage
+added to the session, the meter read.
+
+The runner (sessions_app.runner) finds the chat's session, calls `run` and
+sends what it emits; `run` returns how the input `Ended`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
+from agent.llm import Usage
+from agent.runtime import TurnRequest, run_turn
+from memory import recording
+from memory.models import Event, EventType
+from sessions_app.chat import ChatError, find_chat
+from sessions_app.compaction import CompactionError, compact
+from sessions_app.meter import TokenMeter, meter, read_meter
+from sessions_app.models import ChatInput, Session
+
+
+@dataclass
+class Ended:
+    """How an input's run ended: what the API and the scheduler report, and the
+    `done` frame the runner sends once the input is finished."""
+
+    status: str  # completed | error | stopped | max_iterations
+    usage: Usage = field(default_factory=Usage)
+    answer: str = ""
+    error: str = ""
+    meter: TokenMeter | None = None
+
+    def done(self) -> Done:
+        meter = self.meter.as_dict() if self.meter is not None else None
+        return Done(self.usage.as_dict(), self.status, meter)
+
+
+async def run(session: Session, item: ChatInput, emit: Emit) -> Ended:
+    """Run `item` in the chat whose active session is `session`."""
+    db = database_sync_to_async
+    if item.kind == ChatInput.Kind.COMPACT:
+        return await compact_now(session, emit)
+    if item.kind == ChatInput.Kind.RESET:
+        reason = f"/{item.command}"
+        session = await db(rollover)(session, reason)
+        await emit(SessionChanged(str(session.pk), reason))
+        if not item.text:
+            return Ended("completed")
+    retry_of = None
+    if item.kind == ChatInput.Kind.RETRY:  # checked again: has the chat moved on?
+        try:
+            retry_of = (await db(find_retry)(session, item.retry_of)).pk
+        except RetryError as exc:
+            await emit(Error(str(exc)))
+            return Ended("error", error=str(exc))
+    return await converse(
+        session,
+        item.text,
+        emit,
+        trusted=item.trusted,
+        approval_timeout=item.approval_timeout,
+        retry_of=retry_of,
+    )
+
+
+async def converse(
+    session: Session,
+    text: str,
+    emit: Emit,
+    *,
+    trusted: bool = False,
+    approval_timeout: float | None = None,
+    retry_of: int | None = None,
+) -> Ended:
+    """A message's turn in `session`, or in its successor if it went stale: the
+    agent answers, the usage is added, the meter read, and the session compacted
+    if the context is nearly full. Scheduled runs pass `trusted` and a short
+    `approval_timeout`: nobody is watching them."""
+    db = database_sync_to_async
+    session, reason = await db(ensure_fresh)(session)
+    if reason is not None:
+        await emit(SessionChanged(str(session.pk), reason))
+    await db(session.note_message)(text)
+    request = TurnRequest(
+        owner=session.owner,
+        session_id=str(session.pk),
+        agent_name=session.agent.name,
+        agent_prompt=session.agent.system_prompt,
+        trusted=trusted,
+        approval_timeout=approval_timeout,
+        retry_of=retry_of,
+    )
+    result = await run_turn(request, text, emit)
+    await db(session.add_usage)(result.usage)
+    readings = await read_meter(session, result.next_prompt)
+    if await db(should_compact)(readings, session):
+        try:
+            done = await compact(session, f"context {readings.share:.0%} full")
+        except CompactionError as exc:
+            await emit(Error(f"Automatic compaction failed: {exc}."))
+        else:
+            await emit(SessionChanged(str(done.session.pk), "compacted"))
+            readings = await read_meter(done.session)
+    return Ended(result.status, result.usage, result.answer, result.error, readings)
+
+
+async def compact_now(session: Session, emit: Emit) -> Ended:
+    """/compact; a failure is reported and changes nothing."""
+    await emit(Notice("Compacting: saving facts, then summarising older messages…"))
+    try:
+        done = await compact(session, "/compact")
+    except CompactionError as exc:
+        await emit(Error(f"Compaction failed: {exc}. Nothing was changed."))
+        return Ended("completed")
+    await emit(SessionChanged(str(done.session.pk), "compacted"))
+    await emit(Meter((await database_sync_to_async(meter)(done.session)).as_dict()))
+    await emit(
+        Notice(
+            f"Compacted: {done.summarised} messages summarised, {done.carried_over} kept. "
+            "The full transcript stays readable under Sessions."
+        )
+    )
+    return Ended("completed")
+
+
+def should_compact(readings: TokenMeter, session: Session) -> bool:
+    options = settings.NEOTASK["sessions"]
+    if not options["compaction_enabled"]:
+        return False
+    if readings.share < options["compaction_threshold"]:
+        return False
+    count = session.events().filter(event_type__in=EventType.CONTENT).count()
+    return count >= options["compaction_min_messages"]
+
+
+# Rollover: when a session ends and the next begins.
+
+
+def rollover(session: Session, reason: str) -> Session:
+    """Archive `session` and start a fresh one under the same key; the new
+    session opens with a visible notice saying why."""
+    with transaction.atomic():
+        fresh = session.continue_as()
+        if fresh is None:
+            # Someone else rolled it over a moment ago: use theirs.
+            return Session.objects.get(
+                owner=session.owner, key=session.key, status=Session.Status.ACTIVE
+            )
+        recording.record(
+            session.owner,
+            str(fresh.pk),
+            EventType.SESSION_START,
+            {
+                "content": f"New session started: {reason}.",
+                "reason": reason,
+                "continues_from": str(session.pk),
+            },
+        )
+    return fresh
+
+
+def last_daily_reset(now: datetime, hour: int, zone: ZoneInfo) -> datetime:
+    """The most recent moment the clock in `zone` showed `hour`:00, at or before `now`.
+
+    On the night the clocks skip that hour (DST), the wall time is read with
+    the offset in force before the jump, so the reset happens once, at the jump."""
+    local = now.astimezone(zone)
+    boundary = datetime.combine(local.date(), time(hour), tzinfo=zone)
+    if boundary > now:
+        boundary = datetime.combine(local.date() - timedelta(days=1), time(hour), tzinfo=zone)
+    return boundary
+
+
+def stale_reason(session: Session, now: datetime) -> str | None:
+    """Why `session` must roll over before taking a message at `now`, or None."""
+    options = settings.NEOTASK["sessions"]
+    zone = ZoneInfo(settings.NEOTASK["server"]["time_zone"])
+    hour = options["daily_reset_hour"]
+    due: list[tuple[datetime, str]] = []
+    boundary = last_daily_reset(now, hour, zone)
+    if session.last_activity_at < boundary:
+        due.append((boundary, f"daily reset at {hour:02d}:00"))
+    idle = options["idle_minutes"]
+    if idle and now - session.last_activity_at >= timedelta(minutes=idle):
+        plural = "" if idle == 1 else "s"
+        due.append(
+            (session.last_activity_at + timedelta(minutes=idle), f"idle for {idle} minute{plural}")
+        )
+    return min(due)[1] if due else None
+
+
+def ensure_fresh(session: Session, now: datetime | None = None) -> tuple[Session, str | None]:
+    """The session to use for a message arriving now, and the reason if it is new."""
+    now = now or timezone.now()
+    reason = stale_reason(session, now)
+    if reason is None:
+        return session, None
+    if not session.events().exclude(event_type=EventType.SESSION_START).exists():
+        # Nothing said yet: a new session would only add noise.
+        Session.objects.filter(pk=session.pk).update(last_activity_at=now)
+        session.last_activity_at = now
+        return session, None
+    return rollover(session, reason), reason
+
+
+# Retry: the latest turn of a chat, failed or stopped, runs again from the same
+# user message. The old answer stays in the log as it was; the retry stores the
+# user's message again, marked `retry_of` the message it repeats, and the new
+# answer follows it. The model's history leaves out what the retried turn
+# produced (agent.prompt.history_messages), so it answers as if it had not failed.
+
+NO_SUCH = "There is no such answer to retry in this chat."
+NOT_FAILED = "Only an answer that failed or was stopped can be retried."
+NOT_LATEST = "Only the chat's latest answer can be retried."
+
+
+class RetryError(Exception):
+    """A retry refused; the message says why."""
+
+
+def is_retryable(event: Event) -> bool:
+    """What ends a failed or stopped turn: its error, its stop, or its cut-off answer."""
+    data = event.data or {}
+    if event.event_type == EventType.ERROR:
+        return True
+    if event.event_type == EventType.SYSTEM:
+        return data.get("kind") == "stopped"
+    return event.event_type == EventType.ASSISTANT_RESPONSE and bool(data.get("interrupted"))
+
+
+def check_retry(owner: Any, key: str, event_id: Any) -> Event:
+    """`find_retry` in the chat `key`, as a Retry button asks for it."""
+    try:
+        session = find_chat(owner, key)
+    except ChatError as exc:
+        raise RetryError(str(exc)) from None
+    return find_retry(session, event_id)
+
+
+def find_retry(session: Session, event_id: Any) -> Event:
+    """The user message whose turn ended with event `event_id`, to run again;
+    RetryError unless that turn is the session's latest and failed or was stopped."""
+    events = session.events()
+    # type(), not isinstance: JSON's true is a bool, which Python counts as the int 1.
+    event = events.filter(pk=event_id).first() if type(event_id) is int else None
+    if event is None:
+        raise RetryError(NO_SUCH)
+    if not is_retryable(event):
+        raise RetryError(NOT_FAILED)
+    messages = events.filter(event_type=EventType.USER_MESSAGE)
+    if messages.filter(pk__gt=event.pk).exists():
+        raise RetryError(NOT_LATEST)
+    message = messages.filter(pk__lt=event.pk).order_by("-pk").first()
+    if message is None:
+        raise RetryError(NO_SUCH)
+    return message
