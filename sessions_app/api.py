@@ -193,18 +193,7 @@ def owned_session(request: HttpRequest, pk: str) -> Session:
 
 
 def session_dict(session: Session) -> dict[str, Any]:
-    return {
-        "id": str(session.pk),
-        "key": session.key,
-        "title": session.title,
-        "status": session.status,
-        "agent": session.agent.name,
-        "tokens": session.usage.as_dict(),
-        "compaction_count": session.compaction_count,
-        "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
-        "created_at": session.created_at.isoformat(),
-        "last_activity_at": session.last_activity_at.isoformat(),
-    }
+    return {"id": str(session.pk), "key": session.key, **session.as_dict()}
 
 
 def list_sessions(request: HttpRequest) -> HttpResponse:

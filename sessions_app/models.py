@@ -188,6 +188,20 @@ class Session(OwnedModel):
             self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the API and the sessions.json index both say of a session (each
+        adds its own id key and extras; their field names are stable interfaces)."""
+        return {
+            "title": self.title,
+            "status": self.status,
+            "agent": self.agent.name,
+            "tokens": self.usage.as_dict(),
+            "compaction_count": self.compaction_count,
+            "continues_from": str(self.continues_from_id) if self.continues_from_id else None,
+            "created_at": self.created_at.isoformat(),
+            "last_activity_at": self.last_activity_at.isoformat(),
+        }
+
     @staticmethod
     def adding(usage: Usage) -> dict[str, Any]:
         """The update that adds `usage` to the counters, in the database (no lost
