@@ -178,10 +178,10 @@ class Event(OwnedModel):
 
     @classmethod
     def last_turn_text(
-        cls, owner: Any, session_id: str, before_id: int | None = None
+        cls, owner_id: int, session_id: str, before_id: int | None = None
     ) -> str | None:
         turns = cls.objects.filter(
-            owner=owner, session_id=session_id, event_type__in=EventType.TURNS
+            owner_id=owner_id, session_id=session_id, event_type__in=EventType.TURNS
         ).exclude(text="")
         if before_id is not None:
             turns = turns.filter(pk__lt=before_id)

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.ownership import Owner
 from neotask_site.users import UnknownUser, find_user
 from scheduler.models import ScheduledTask
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, plan
@@ -33,7 +34,7 @@ class SyncError(Exception):
 
 @dataclass(frozen=True)
 class Wanted:
-    owner: Any
+    owner: Owner
     name: str
     prompt: str
     agent_name: str

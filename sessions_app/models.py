@@ -15,7 +15,7 @@ from django.utils import timezone
 from agent.llm import Usage
 from memory.models import Event
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
 TITLE_LENGTH = 60  # characters of the first message that name a chat
@@ -25,7 +25,7 @@ TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 
 class AgentQuerySet(OwnedQuerySet):
-    def default_for(self, owner: Any) -> Agent:
+    def default_for(self, owner: Owner) -> Agent:
         agent, _ = self.get_or_create(owner=owner, name=DEFAULT_AGENT)
         return agent
 
@@ -60,7 +60,7 @@ class Agent(OwnedModel):
 
 
 class SessionQuerySet(OwnedQuerySet):
-    def active(self, owner: Any, key: str) -> Session | None:
+    def active(self, owner: Owner, key: str) -> Session | None:
         """`owner`'s active session of the chat `key` (there is one at most)."""
         return (
             self.owned_by(owner)
@@ -133,7 +133,7 @@ class Session(OwnedModel):
         return title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
 
     @classmethod
-    def start(cls, owner: Any, agent: Agent, channel: str, chat: str, **fields: Any) -> Session:
+    def start(cls, owner: Owner, agent: Agent, channel: str, chat: str, **fields: Any) -> Session:
         key = SessionKey(agent=agent.name, channel=channel, chat=chat)
         return cls.objects.create(
             owner=owner, agent=agent, key=str(key), channel=channel, chat=chat, **fields
@@ -243,7 +243,7 @@ class ApiToken(OwnedModel):
         return f"{TOKEN_SCHEME}_{self.prefix}_…"
 
     @classmethod
-    def issue(cls, owner: Any, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, owner: Owner, name: str) -> tuple[ApiToken, str]:
         """A new token and its full text, which is never available again."""
         prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         token = cls.objects.create(
