@@ -1,7 +1,7 @@
-"""Macros: learned tool chains ("after A with these arguments, B usually follows").
-
-`confidence` is the share of the times A was followed by another tool in
-which that tool was B; `used_count` counts how often the chain A → B ran.
+"""Macros as the agent sees them: learned tool chains ("after A with these
+arguments, B usually follows"). Which tool uses count as the same A, and the
+hint the model reads, are the agent's; what is learned and how confident it
+is, the model's (memory.models.Macro).
 """
 
 from __future__ import annotations
@@ -10,11 +10,8 @@ import json
 import re
 from typing import Any
 
-from django.conf import settings
-from django.db import transaction
-from django.db.models import F
-
 from memory.models import Macro
+from neotask_site.ownership import Owner
 
 ToolUse = tuple[str, dict[str, Any]]
 SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -45,41 +42,15 @@ def args_pattern(tool: str, arguments: dict[str, Any]) -> str | None:
     return None
 
 
-def chains_from(owner: Any, tool: str, pattern: str | None):  # -> QuerySet[Macro]
-    return Macro.objects.owned_by(owner).filter(trigger_tool=tool, trigger_args_pattern=pattern)
-
-
-def observe(owner: Any, previous: ToolUse, current: ToolUse) -> None:
-    """Record that `current` followed `previous` and refresh the confidences."""
+def observe(owner: Owner, previous: ToolUse, current: ToolUse) -> None:
+    """Record that `current` followed `previous`."""
     trigger, trigger_args = previous
-    pattern = args_pattern(trigger, trigger_args)
-    with transaction.atomic():
-        macro, _ = Macro.objects.get_or_create(
-            owner=owner,
-            trigger_tool=trigger,
-            trigger_args_pattern=pattern,
-            next_tool=current[0],
-        )
-        Macro.objects.filter(pk=macro.pk).update(
-            used_count=F("used_count") + 1, next_args=current[1]
-        )
-        siblings = list(chains_from(owner, trigger, pattern))
-        total = sum(m.used_count for m in siblings)
-        for sibling in siblings:
-            sibling.confidence = sibling.used_count / total
-        Macro.objects.bulk_update(siblings, ["confidence"])
+    Macro.objects.observe(owner, trigger, args_pattern(trigger, trigger_args), *current)
 
 
-def hint(owner: Any, tool: str, arguments: dict[str, Any]) -> str | None:
+def hint(owner: Owner, tool: str, arguments: dict[str, Any]) -> str | None:
     """A note for the model when a confident chain starts with this tool use."""
-    options = settings.NEOTASK["macros"]
-    macro = (
-        chains_from(owner, tool, args_pattern(tool, arguments))
-        .filter(is_disabled=False)
-        .filter(confidence__gte=options["hint_confidence"], used_count__gte=options["min_uses"])
-        .order_by("-confidence", "-used_count")
-        .first()
-    )
+    macro = Macro.objects.owned_by(owner).confident(tool, args_pattern(tool, arguments))
     if macro is None:
         return None
     return (

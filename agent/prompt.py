@@ -24,6 +24,7 @@ from agent.llm import Endpoint, LLMClient
 from memory.models import Event, EventType, Fact
 from memory.retrieval import RECALLED_CHARS, Context, estimate_tokens, get_context, recent_exchange
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
@@ -166,7 +167,7 @@ class TurnPrompt:
     starts; each round re-reads the facts (a tool may have just saved one) and the
     recent exchange, which grows with the round's tool calls and results."""
 
-    owner: Any
+    owner: Owner
     session_id: str
     agent_prompt: str
     now: datetime
@@ -194,7 +195,7 @@ class TurnPrompt:
 
 
 def start_turn(
-    owner: Any,
+    owner: Owner,
     session_id: str,
     agent_prompt: str,
     query: str = "",
@@ -210,7 +211,7 @@ def start_turn(
 
 
 def build_messages(
-    owner: Any,
+    owner: Owner,
     session_id: str,
     agent_prompt: str,
     query: str = "",

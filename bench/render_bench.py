@@ -193,12 +193,12 @@ def healthz(answers: list[str], deltas: int, interval: float) -> list[dict[str, 
 
 STORE_ANSWER = """
 import json
-from django.contrib.auth import get_user_model
 from bench.render_bench import PATTERNS
 from memory import recording
 from memory.models import EventType
+from neotask_site.users import find_user
 from sessions_app.chat import start_chat
-user = get_user_model().objects.get(username="bench")
+user = find_user("bench")
 session = start_chat(user)
 text = PATTERNS[{pattern!r}]({length})
 for kind, data in [(EventType.USER_MESSAGE, "import"), (EventType.ASSISTANT_RESPONSE, text)]:

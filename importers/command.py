@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from importers.kinds import IMPORTERS
 from importers.report import ImportRefused, ImportStopped
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.progress import progress_bar
+from neotask_site.users import find_user
 
 
 class ImportCommand(BaseCommand):
@@ -30,10 +30,7 @@ class ImportCommand(BaseCommand):
     def handle(
         self, *args: Any, path: str, user: str, agent: str, dry_run: bool, **options: Any
     ) -> None:
-        users = get_user_model()
-        owner = users.objects.filter(**{users.USERNAME_FIELD: user}).first()
-        if owner is None:
-            raise CommandError(f'There is no user "{user}".')
+        owner = find_user(user)
         importer = IMPORTERS[self.kind]
         try:
             total = importer.total(path)

@@ -10,6 +10,7 @@ from typing import Any
 
 from importers.report import ImportRefused, ImportReport, ImportStopped
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress, no_progress
 
 # (path, owner, agent name, the report to fill, progress); ImportRefused when it cannot start
@@ -26,7 +27,7 @@ class Importer:
     def __call__(
         self,
         path: str | Path,
-        owner: Any,
+        owner: Owner,
         agent_name: str = DEFAULT_AGENT,
         dry_run: bool = False,
         progress: Progress = no_progress,

@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path, PurePath
-from typing import Any
 
 from django.core.exceptions import SuspiciousFileOperation
 from django.utils import timezone
@@ -17,6 +16,7 @@ from django.utils.text import get_valid_filename
 from importers import uploads
 from importers.models import ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def upload_path(job: ImportJob) -> Path:
 
 
 def start(
-    owner: Any, kind: str, filename: str, chunks: Iterable[bytes], agent: str, dry_run: bool
+    owner: Owner, kind: str, filename: str, chunks: Iterable[bytes], agent: str, dry_run: bool
 ) -> ImportJob:
     """Store the upload under the data dir and queue its import."""
     from django_q.tasks import async_task
@@ -129,7 +129,7 @@ STOPPED = (
 )
 
 
-def expire_stale(owner: Any) -> None:
+def expire_stale(owner: Owner) -> None:
     """A job whose worker died stays "running" for ever; past the job timeout it
     cannot still be running, so it failed."""
     cutoff = timezone.now() - timedelta(seconds=JOB_TIMEOUT)

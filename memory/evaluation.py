@@ -34,6 +34,7 @@ from memory.search import BRANCHES, SearchHit, search_memory
 from memory.tasks import embed_missing, embedding_queue_paused
 from memory.vector_index import forget_indexes
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 
 
@@ -112,7 +113,7 @@ def throwaway_user() -> Iterator[Any]:
         forget_indexes()
 
 
-def ingest(user: Any, conversation: dict[str, Any]) -> None:
+def ingest(user: Owner, conversation: dict[str, Any]) -> None:
     with embedding_queue_paused():
         for turn in conversation["turns"]:
             session = turn["id"].split(":", 1)[0]
@@ -130,7 +131,7 @@ def ingest(user: Any, conversation: dict[str, Any]) -> None:
     embed_missing()
 
 
-def context_probe(user: Any, conversation_id: str, number: int, question: str) -> dict[str, Any]:
+def context_probe(user: Owner, conversation_id: str, number: int, question: str) -> dict[str, Any]:
     """What a fresh session's first turn puts into the prompt for `question`."""
     session_id = f"{conversation_id}:probe-{number}"
     query_vector = embed_text(question)

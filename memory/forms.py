@@ -6,6 +6,7 @@ from django import forms
 from django.db import IntegrityError, transaction
 
 from memory.models import Fact
+from neotask_site.ownership import Owner
 
 
 class FactForm(forms.ModelForm):
@@ -21,7 +22,7 @@ class FactForm(forms.ModelForm):
             "value": forms.Textarea(attrs={"rows": 2, "maxlength": Fact.MAX_VALUE}),
         }
 
-    def __init__(self, *args: Any, owner: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, owner: Owner, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.owner = owner
         self.duplicate: Fact | None = None

@@ -46,7 +46,8 @@ def packed_embedding(raw: bytes | memoryview | None) -> bytes | None:
 
 def event_for(message: Any, owner: Any, Event: Any) -> Any:
     """An unsaved `Event` for a legacy message row (anything with its columns
-    as attributes); de-duplicated by (session, event type, message id)."""
+    as attributes); de-duplicated by (session, event type, message id). Typed
+    Any: migration 0003 passes its historical models, not the app's."""
     event_type = event_type_for(message.role)
     data: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls_json:

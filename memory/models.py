@@ -1,15 +1,16 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from django.db import models
-from django.db.models import Q, Value
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel
+from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 
 
 class EventType(models.TextChoices):
@@ -177,10 +178,10 @@ class Event(OwnedModel):
 
     @classmethod
     def last_turn_text(
-        cls, owner: Any, session_id: str, before_id: int | None = None
+        cls, owner_id: int, session_id: str, before_id: int | None = None
     ) -> str | None:
         turns = cls.objects.filter(
-            owner=owner, session_id=session_id, event_type__in=EventType.TURNS
+            owner_id=owner_id, session_id=session_id, event_type__in=EventType.TURNS
         ).exclude(text="")
         if before_id is not None:
             turns = turns.filter(pk__lt=before_id)
@@ -274,8 +275,58 @@ class Fact(OwnedModel):
         return name.strip().lower()
 
 
+class MacroQuerySet(OwnedQuerySet):
+    def chain(self, trigger_tool: str, pattern: str | None) -> Self:
+        """The chains from this tool use (`pattern`: what of its arguments they depend on)."""
+        return self.filter(trigger_tool=trigger_tool, trigger_args_pattern=pattern)
+
+    def observe(
+        self,
+        owner: Owner,
+        trigger_tool: str,
+        pattern: str | None,
+        next_tool: str,
+        next_args: dict[str, Any],
+    ) -> None:
+        """Count that `next_tool` followed the trigger, and give every chain from the
+        trigger its new share of the times."""
+        with transaction.atomic():
+            macro, _ = self.get_or_create(
+                owner=owner,
+                trigger_tool=trigger_tool,
+                trigger_args_pattern=pattern,
+                next_tool=next_tool,
+            )
+            # In the database: two turns of the owner's may count at once.
+            self.filter(pk=macro.pk).update(used_count=F("used_count") + 1, next_args=next_args)
+            siblings = list(self.owned_by(owner).chain(trigger_tool, pattern))
+            total = sum(sibling.used_count for sibling in siblings)
+            for sibling in siblings:
+                sibling.confidence = sibling.used_count / total
+            self.bulk_update(siblings, ["confidence"])
+
+    def confident(self, trigger_tool: str, pattern: str | None) -> Macro | None:
+        """The chain worth a hint ([macros] hint_confidence and min_uses), its owner
+        not having turned it off; the likeliest if several are."""
+        options = settings.NEOTASK["macros"]
+        return (
+            self.chain(trigger_tool, pattern)
+            .filter(is_disabled=False)
+            .filter(confidence__gte=options["hint_confidence"], used_count__gte=options["min_uses"])
+            .order_by("-confidence", "-used_count")
+            .first()
+        )
+
+
+MacroManager = models.Manager.from_queryset(MacroQuerySet)
+
+
 class Macro(OwnedModel):
-    """A learned tool chain: after `trigger_tool`, `next_tool` usually follows."""
+    """A learned tool chain: after `trigger_tool`, `next_tool` usually follows.
+
+    `confidence` is the share of the times the trigger was followed by another
+    tool in which that tool was `next_tool`; `used_count` counts how often the
+    chain ran."""
 
     trigger_tool = models.CharField(max_length=128)
     trigger_args_pattern = models.TextField(null=True, blank=True)
@@ -287,6 +338,8 @@ class Macro(OwnedModel):
     is_disabled = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects: ClassVar[MacroManager] = MacroManager()
 
     class Meta:
         db_table = "macros"

@@ -15,10 +15,11 @@ from memory.files.search import FileHit
 from memory.models import Event, EventType
 from memory.retrieval import RECALLED_CHARS
 from memory.search import search_memory
+from neotask_site.ownership import Owner
 
 
 def recall(
-    owner: Any, agent: str, session_id: str, query: str, query_vector: np.ndarray
+    owner: Owner, agent: str, session_id: str, query: str, query_vector: np.ndarray
 ) -> list[dict[str, Any]]:
     """The best memories from other sessions and from the memory files by the
     fused memory search, best first: events sharing a word with the message or
@@ -60,7 +61,7 @@ def clip(text: str, speaker: str = "") -> str:
 
 
 def record_recall(
-    owner: Any, agent: str, session_id: str, query: str, query_vector: np.ndarray | None
+    owner: Owner, agent: str, session_id: str, query: str, query_vector: np.ndarray | None
 ) -> Event | None:
     """At the first message of a session, store what was recalled (if anything)."""
     if query_vector is None:

@@ -16,10 +16,11 @@ from memory.models import Event, default_importance
 from memory.tasks import queue_embedding
 from memory.vectors import pack
 from memory.working import working_memory
+from neotask_site.ownership import Owner
 
 
 def record(
-    owner: Any,
+    owner: Owner,
     session_id: str,
     event_type: str,
     data: dict[str, Any] | None = None,

@@ -26,6 +26,7 @@ from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
 from memory.vector_index import index_for, one_sync
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
 # How much of a recalled event the prompt carries (agent.prompt words it).
@@ -75,7 +76,7 @@ class Context:
         return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
 
 
-def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:
+def recent_exchange(owner: Owner, session_id: str, limit: int) -> list[Event]:
     """The last `limit` events, extended back to the newest user message so
     that a turn with many tool calls is never cut in the middle."""
     window = working_memory.recent(owner, session_id, working_memory.cap())
@@ -94,7 +95,7 @@ def recent_exchange(owner: Any, session_id: str, limit: int) -> list[Event]:
 
 
 def get_context(
-    owner: Any,
+    owner: Owner,
     session_id: str,
     query: str,
     agent: str = DEFAULT_AGENT,
@@ -105,7 +106,7 @@ def get_context(
 
 
 def gather_context(
-    owner: Any, session_id: str, query: str, agent: str, query_vector: np.ndarray | None
+    owner: Owner, session_id: str, query: str, agent: str, query_vector: np.ndarray | None
 ) -> Context:
     limits = settings.NEOTASK["memory"]
     context = Context()

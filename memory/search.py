@@ -33,6 +33,7 @@ from memory.files.search import FileHit, search_files
 from memory.models import Event, EventType
 from memory.vector_index import index_for, one_sync
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing
@@ -57,7 +58,7 @@ class SearchHit:
 
 
 def search_memory(
-    owner: Any,
+    owner: Owner,
     query: str,
     k: int = 10,
     agent: str = DEFAULT_AGENT,

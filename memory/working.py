@@ -11,12 +11,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max
 
 from memory.models import Event, EventType
+from neotask_site.ownership import Owner
 
 MAX_SESSIONS = 2000  # sessions kept per process; the least recently used go first
 
@@ -40,16 +40,16 @@ class WorkingMemory:
         return settings.NEOTASK["memory"]["working_memory_cap"]
 
     @staticmethod
-    def rows(owner: Any, session_id: str):  # -> QuerySet[Event]
+    def rows(owner: Owner, session_id: str):  # -> QuerySet[Event]
         return Event.objects.filter(
             owner=owner, session_id=session_id, event_type__in=EventType.CONTENT
         )
 
-    def marker(self, owner: Any, session_id: str) -> tuple[int, int]:
+    def marker(self, owner: Owner, session_id: str) -> tuple[int, int]:
         found = self.rows(owner, session_id).aggregate(count=Count("id"), newest=Max("id"))
         return found["count"], found["newest"] or 0
 
-    def recent(self, owner: Any, session_id: str, limit: int) -> list[Event]:
+    def recent(self, owner: Owner, session_id: str, limit: int) -> list[Event]:
         """The session's last `limit` conversation events, oldest first."""
         marker = self.marker(owner, session_id)
         key = (owner.pk, session_id)

@@ -8,6 +8,7 @@ from django.http import HttpRequest
 
 from neotask_site import throttle
 from neotask_site.client_address import client_address
+from neotask_site.ownership import Owner
 
 
 class AdminAccountForm(UserCreationForm):
@@ -38,7 +39,7 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
 
     required_css_class = "required"  # as the admin's form has it
 
-    def __init__(self, user: Any, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
+    def __init__(self, user: Owner, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
         super().__init__(user, *args, **kwargs)
         self.address = client_address(request)
 

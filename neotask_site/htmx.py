@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
+
+from neotask_site.ownership import Owner
 
 FULL_BASE = "base.html"
 PARTIAL_BASE = "_partial.html"
@@ -28,7 +29,7 @@ class HtmxHttpRequest(HttpRequest):
     plain HttpRequest)."""
 
     htmx: HtmxDetails
-    user: User
+    user: Owner
 
 
 def render_page(

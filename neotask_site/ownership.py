@@ -7,20 +7,28 @@ hand-written `filter(owner=...)` in a view.
 
 from __future__ import annotations
 
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, TypeAlias, TypeVar, cast
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
 M = TypeVar("M", bound=models.Model)
 
+# Whom a row belongs to: a user, never an id (functions handed only the id take
+# `owner_id: int`). Neotask keeps Django's user model (AUTH_USER_MODEL is not
+# swapped), which is also what django-stubs resolves request.user to.
+Owner: TypeAlias = User
+# Who asks: a request's user, signed in or not, or nobody.
+Visitor: TypeAlias = User | AnonymousUser | None
+
 
 class OwnedQuerySet(models.QuerySet):
-    def owned_by(self, user: Any) -> Self:
+    def owned_by(self, user: Visitor) -> Self:
         """Rows of `user`; nothing at all for an anonymous or missing user."""
         if user is None or not getattr(user, "is_authenticated", False):
             return self.none()
@@ -36,7 +44,7 @@ class OwnedModel(models.Model):
         abstract = True
 
 
-def get_owned_or_404(model: type[M] | models.QuerySet[M], user: Any, **lookups: Any) -> M:
+def get_owned_or_404(model: type[M] | models.QuerySet[M], user: Visitor, **lookups: Any) -> M:
     """The row matching `lookups` if `user` owns it; 404 otherwise (never 403,
     so a guessed id does not reveal that someone else's row exists)."""
     queryset = model if isinstance(model, models.QuerySet) else model._default_manager.all()

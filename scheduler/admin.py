@@ -30,7 +30,6 @@ class ScheduledTaskAdmin(TerminalTrustAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         readonly = list(super().get_readonly_fields(request, obj))
-        # A trusted task's prompt and agent decide what runs unattended.
-        if obj is not None and obj.is_trusted and "is_trusted" in readonly:
-            readonly += ["prompt", "agent"]
+        if obj is not None and "is_trusted" in readonly:  # no terminal permission
+            readonly += [name for name in obj.trust_fields() if name not in readonly]
         return readonly

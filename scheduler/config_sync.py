@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.ownership import Owner
+from neotask_site.users import UnknownUser, find_user
 from scheduler.models import ScheduledTask
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, plan
 from scheduler.schedule import ScheduleError
@@ -33,7 +34,7 @@ class SyncError(Exception):
 
 @dataclass(frozen=True)
 class Wanted:
-    owner: Any
+    owner: Owner
     name: str
     prompt: str
     agent_name: str
@@ -81,9 +82,12 @@ def sync_config_tasks(
 def check_entry(number: int, entry: dict[str, Any], now: datetime) -> Wanted:
     where = f'[[scheduled_tasks]] #{number} "{entry.get("name", "")}"'
     username = entry["owner"].strip()
-    owner = get_user_model().objects.filter(username=username).first()
-    if owner is None:
-        raise SyncError(f'{where}: there is no user "{username}" (owner must be a username).')
+    try:
+        owner = find_user(username)
+    except UnknownUser:
+        raise SyncError(
+            f'{where}: there is no user "{username}" (owner must be a username).'
+        ) from None
     try:
         agent_name = check_agent_name(entry.get("agent", DEFAULT_AGENT).strip())
         name = check_name(entry["name"])

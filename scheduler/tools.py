@@ -10,16 +10,7 @@ from zoneinfo import ZoneInfo
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
 from scheduler.models import ScheduledTask
-from scheduler.planning import (
-    MAX_NAME_CHARS,
-    MAX_PROMPT_CHARS,
-    Plan,
-    TaskError,
-    cancel,
-    create_task,
-    find_task,
-    set_paused,
-)
+from scheduler.planning import MAX_NAME_CHARS, MAX_PROMPT_CHARS, Plan, TaskError
 from sessions_app.models import Agent
 
 MAX_LISTED = 50
@@ -41,7 +32,7 @@ def describe_plan(planned: Plan) -> str:
 def schedule_task(context: ToolContext, arguments: dict[str, Any]) -> str:
     agent = Agent.objects.owned_by(context.owner).filter(name=context.agent_name).first()
     try:
-        task, planned = create_task(
+        task, planned = ScheduledTask.objects.create_task(
             context.owner,
             arguments["schedule"],
             arguments["prompt"],
@@ -79,7 +70,7 @@ def change(
 ) -> Callable[[ToolContext, dict[str, Any]], str]:
     def run(context: ToolContext, arguments: dict[str, Any]) -> str:
         try:
-            task = find_task(context.owner, arguments["task"])
+            task = ScheduledTask.objects.owned_by(context.owner).find(arguments["task"])
             done = f'{verb} "{task.name}" (id {task.pk}).'  # before a delete clears the id
             apply(task)
         except TaskError as exc:
@@ -131,19 +122,19 @@ for tool in [
         name="pause_task",
         description="Pause a scheduled task until it is resumed.",
         parameters=TASK_REFERENCE,
-        run=change("Paused", lambda task: set_paused(task, True)),
+        run=change("Paused", ScheduledTask.pause),
     ),
     Tool(
         name="resume_task",
         description="Resume a paused scheduled task from its next scheduled time.",
         parameters=TASK_REFERENCE,
-        run=change("Resumed", lambda task: set_paused(task, False)),
+        run=change("Resumed", ScheduledTask.resume),
     ),
     Tool(
         name="cancel_task",
         description="Delete a scheduled task for good.",
         parameters=TASK_REFERENCE,
-        run=change("Cancelled", cancel),
+        run=change("Cancelled", ScheduledTask.cancel),
     ),
 ]:
     register(tool)

@@ -21,15 +21,7 @@ from neotask_site.ownership import get_owned_or_404
 from scheduler import runner
 from scheduler.forms import TaskEditForm, TaskForm
 from scheduler.models import ScheduledTask
-from scheduler.planning import (
-    TaskError,
-    cancel,
-    check_editable,
-    create_task,
-    edit_task,
-    plan,
-    set_paused,
-)
+from scheduler.planning import TaskError, plan
 from scheduler.schedule import ScheduleError
 
 log = logging.getLogger(__name__)
@@ -49,7 +41,9 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            created, _ = create_task(request.user, data["schedule"], data["prompt"], data["name"])
+            created, _ = ScheduledTask.objects.create_task(
+                request.user, data["schedule"], data["prompt"], data["name"]
+            )
         except TaskError as exc:  # e.g. a duplicate name
             form.add_error(None, str(exc))
         else:
@@ -83,7 +77,7 @@ def task_edit(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     otherwise; a valid POST saves them and answers with the changed row."""
     task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
     try:
-        check_editable(task)
+        task.check_editable()
     except TaskError as exc:
         return answer(request, task, error=str(exc))
     initial = {"schedule": task.original_schedule, "prompt": task.prompt}
@@ -92,7 +86,7 @@ def task_edit(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     form = TaskEditForm(data, initial=initial, auto_id=f"id_%s{key}")
     if form.is_valid():
         try:
-            edit_task(task, form.cleaned_data["schedule"], form.cleaned_data["prompt"])
+            task.edit(form.cleaned_data["schedule"], form.cleaned_data["prompt"])
         except TaskError as exc:
             form.add_error(None, str(exc))
         else:
@@ -145,12 +139,12 @@ def answer(
 
 
 def pause(task: ScheduledTask) -> str:
-    set_paused(task, True)
+    task.pause()
     return "Paused: it will not run until you resume it."
 
 
 def resume(task: ScheduledTask) -> str:
-    set_paused(task, False)
+    task.resume()
     return "Resumed from its next scheduled time."
 
 
@@ -182,13 +176,13 @@ def task_delete(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     """GET asks for confirmation (a row for htmx, a page otherwise); POST deletes."""
     task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
     try:
-        check_editable(task)
+        task.check_editable()
     except TaskError as exc:
         return answer(request, task, error=str(exc))
     if request.method != "POST":
         return render_page(request, "scheduler/task_delete.html", {"task": task})
     name = task.name
-    cancel(task)
+    task.cancel()
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f'Deleted "{name}".')

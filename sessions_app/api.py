@@ -26,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from memory.models import Event
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from neotask_site.ownership import get_owned_or_404
+from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.models import Agent, ApiToken, Session
@@ -39,6 +39,13 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="neotask"'}
 
 # A method's view: sync, or async (a chat turn waits in the event loop).
 Handler = Callable[..., Any]
+
+
+class ApiRequest(HttpRequest):
+    """A handler's request as the type checker should see it: `endpoint` has
+    authenticated it, so its user is a token's owner or the signed-in user."""
+
+    user: Owner
 
 
 class ApiError(Exception):
@@ -186,28 +193,17 @@ def session_id(pk: str) -> uuid.UUID:
         raise Http404 from None
 
 
-def owned_session(request: HttpRequest, pk: str) -> Session:
+def owned_session(request: ApiRequest, pk: str) -> Session:
     # run_chat_turn reads both in async code, where lazy loading is not allowed.
     sessions = Session.objects.select_related("agent", "owner")
     return get_owned_or_404(sessions, request.user, pk=session_id(pk))
 
 
 def session_dict(session: Session) -> dict[str, Any]:
-    return {
-        "id": str(session.pk),
-        "key": session.key,
-        "title": session.title,
-        "status": session.status,
-        "agent": session.agent.name,
-        "tokens": session.usage.as_dict(),
-        "compaction_count": session.compaction_count,
-        "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
-        "created_at": session.created_at.isoformat(),
-        "last_activity_at": session.last_activity_at.isoformat(),
-    }
+    return {"id": str(session.pk), "key": session.key, **session.as_dict()}
 
 
-def list_sessions(request: HttpRequest) -> HttpResponse:
+def list_sessions(request: ApiRequest) -> HttpResponse:
     sessions = (
         Session.objects.owned_by(request.user)
         .select_related("agent")
@@ -229,7 +225,7 @@ def list_sessions(request: HttpRequest) -> HttpResponse:
     )
 
 
-def start_session(request: HttpRequest) -> HttpResponse:
+def start_session(request: ApiRequest) -> HttpResponse:
     name = json_body(request).get("agent", DEFAULT_AGENT)
     try:
         check_agent_name(name)
@@ -247,7 +243,7 @@ def start_session(request: HttpRequest) -> HttpResponse:
     return JsonResponse(session_dict(session), status=201, headers={"Location": location})
 
 
-def read_session(request: HttpRequest, pk: str) -> HttpResponse:
+def read_session(request: ApiRequest, pk: str) -> HttpResponse:
     """The session and its events after `?after=<event id>`, oldest first."""
     session = owned_session(request, pk)
     after = int_param(request, "after", default=0, minimum=0)
@@ -268,17 +264,17 @@ def read_session(request: HttpRequest, pk: str) -> HttpResponse:
     )
 
 
-def delete_session(request: HttpRequest, pk: str) -> HttpResponse:
+def delete_session(request: ApiRequest, pk: str) -> HttpResponse:
     owned_session(request, pk).delete()
     return HttpResponse(status=204)
 
 
-def transcript(request: HttpRequest, pk: str) -> HttpResponseBase:
+def transcript(request: ApiRequest, pk: str) -> HttpResponseBase:
     """The chat page's download (sessions_app.transcripts), owner-scoped there too."""
     return views.session_transcript(request, session_id(pk))
 
 
-async def post_message(request: HttpRequest, pk: str) -> HttpResponse:
+async def post_message(request: ApiRequest, pk: str) -> HttpResponse:
     """One message, answered: waits for the turn (and any queued before it) in
     the event loop, holding no thread, however long the model takes."""
     session = await sync_to_async(owned_session)(request, pk)

@@ -19,7 +19,7 @@ from agent.llm import Usage
 from memory import recording
 from memory.models import Event, EventType
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
 TITLE_LENGTH = 60  # characters of the first message that name a chat
@@ -29,7 +29,7 @@ TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 
 class AgentQuerySet(OwnedQuerySet):
-    def default_for(self, owner: Any) -> Agent:
+    def default_for(self, owner: Owner) -> Agent:
         agent, _ = self.get_or_create(owner=owner, name=DEFAULT_AGENT)
         return agent
 
@@ -64,7 +64,7 @@ class Agent(OwnedModel):
 
 
 class SessionQuerySet(OwnedQuerySet):
-    def active(self, owner: Any, key: str) -> Session | None:
+    def active(self, owner: Owner, key: str) -> Session | None:
         """`owner`'s active session of the chat `key` (there is one at most)."""
         return (
             self.owned_by(owner)
@@ -137,7 +137,7 @@ class Session(OwnedModel):
         return title[:TITLE_LENGTH] + ("…" if len(title) > TITLE_LENGTH else "")
 
     @classmethod
-    def start(cls, owner: Any, agent: Agent, channel: str, chat: str, **fields: Any) -> Session:
+    def start(cls, owner: Owner, agent: Agent, channel: str, chat: str, **fields: Any) -> Session:
         key = SessionKey(agent=agent.name, channel=channel, chat=chat)
         return cls.objects.create(
             owner=owner, agent=agent, key=str(key), channel=channel, chat=chat, **fields
@@ -192,6 +192,20 @@ class Session(OwnedModel):
             self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the API and the sessions.json index both say of a session (each
+        adds its own id key and extras; their field names are stable interfaces)."""
+        return {
+            "title": self.title,
+            "status": self.status,
+            "agent": self.agent.name,
+            "tokens": self.usage.as_dict(),
+            "compaction_count": self.compaction_count,
+            "continues_from": str(self.continues_from_id) if self.continues_from_id else None,
+            "created_at": self.created_at.isoformat(),
+            "last_activity_at": self.last_activity_at.isoformat(),
+        }
+
     @staticmethod
     def adding(usage: Usage) -> dict[str, Any]:
         """The update that adds `usage` to the counters, in the database (no lost
@@ -244,7 +258,7 @@ class ApiToken(OwnedModel):
         return f"{TOKEN_SCHEME}_{self.prefix}_…"
 
     @classmethod
-    def issue(cls, owner: Any, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, owner: Owner, name: str) -> tuple[ApiToken, str]:
         """A new token and its full text, which is never available again."""
         prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         token = cls.objects.create(

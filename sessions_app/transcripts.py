@@ -90,15 +90,8 @@ def index_entry(session: Session) -> dict[str, Any]:
     return {
         "session_id": str(session.pk),
         "user": session.owner.get_username(),
-        "agent": session.agent.name,
-        "title": session.title,
-        "status": session.status,
-        "created_at": session.created_at.isoformat(),
+        **session.as_dict(),
         "updated_at": session.updated_at.isoformat(),
-        "last_activity_at": session.last_activity_at.isoformat(),
-        "tokens": session.usage.as_dict(),
-        "compaction_count": session.compaction_count,
-        "continues_from": str(session.continues_from_id) if session.continues_from_id else None,
         "transcript": f"{session.pk}.jsonl",
     }
 

@@ -187,6 +187,29 @@ def test_it_answers_405_for_wrong_methods(api, session):
 # Sessions
 
 
+def test_it_describes_a_session_in_its_stable_fields(alice, api):
+    old = chat.start_chat(alice)
+    session = rollover(old, "/new")
+    Session.objects.filter(pk=session.pk).update(
+        title="Trip", compaction_count=2, input_tokens=100, output_tokens=20
+    )
+    session.refresh_from_db()
+    body = api.get(f"/api/v1/sessions/{session.pk}/").json()["session"]
+    assert list(body.items()) == [
+        ("id", str(session.pk)),
+        ("key", session.key),
+        ("title", "Trip"),
+        ("status", "active"),
+        ("agent", "main"),
+        ("tokens", {"input": 100, "output": 20, "cache_read": 0, "cache_write": 0}),
+        ("compaction_count", 2),
+        ("continues_from", str(old.pk)),
+        ("created_at", session.created_at.isoformat()),
+        ("last_activity_at", session.last_activity_at.isoformat()),
+    ]
+    assert api.get("/api/v1/sessions/").json()["sessions"][0] == body
+
+
 def test_it_paginates_sessions_fifty_a_page(alice, api):
     agent = Agent.objects.default_for(alice)
     Session.objects.bulk_create(

@@ -116,7 +116,7 @@ def test_it_uses_the_configured_number_of_days(alice, configure):
         (["--days", "soon"], "invalid int value: 'soon'"),
         (["--days", "-3"], "--days must be at least 1, not -3"),
         (["--days", "0"], "--days must be at least 1"),
-        (["--user", "carol"], "No user named 'carol'"),
+        (["--user", "carol"], 'There is no user "carol"'),
     ],
 )
 def test_it_rejects_bad_options(db, args, message):

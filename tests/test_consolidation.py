@@ -131,7 +131,7 @@ def test_it_runs_from_the_command_line(alice, llm):
     out = StringIO()
     call_command("consolidate", "--user", "alice", stdout=out)
     assert "Consolidated 2 messages of 1 sessions into 1 summaries" in out.getvalue()
-    with pytest.raises(Exception, match="no user 'nobody'"):
+    with pytest.raises(Exception, match='no user "nobody"'):
         call_command("consolidate", "--user", "nobody")
 
 

@@ -52,3 +52,34 @@ def test_it_keeps_each_users_macros_apart(alice, bob, configure):
     observe(bob, SEARCH, GIT_STATUS)
     assert Macro.objects.get(owner=alice).confidence == pytest.approx(1.0)
     assert Macro.objects.get(owner=bob).confidence == pytest.approx(1.0)
+
+
+# The model's part: counting, shares and the confident chain -----------------------
+
+
+def test_it_counts_a_chain_and_shares_the_confidence_among_its_siblings(alice):
+    Macro.objects.observe(alice, "terminal", "git status", "terminal", {"command": "git diff"})
+    Macro.objects.observe(alice, "terminal", "git status", "read_file", {"path": "a"})
+    Macro.objects.observe(alice, "terminal", "git status", "terminal", {"command": "git add ."})
+    Macro.objects.observe(alice, "terminal", "ls", "read_file", {"path": "b"})
+    chains = {
+        (m.trigger_args_pattern, m.next_tool): (m.used_count, m.confidence, m.next_args)
+        for m in Macro.objects.filter(owner=alice)
+    }
+    assert chains == {
+        ("git status", "terminal"): (2, pytest.approx(2 / 3), {"command": "git add ."}),
+        ("git status", "read_file"): (1, pytest.approx(1 / 3), {"path": "a"}),
+        ("ls", "read_file"): (1, 1.0, {"path": "b"}),
+    }
+
+
+def test_it_offers_the_likeliest_chain_its_owner_has_not_turned_off(alice, bob, configure):
+    configure("macros", hint_confidence=0.3, min_uses=1)
+    for following in ("remember_fact", "remember_fact", "terminal"):
+        Macro.objects.observe(alice, "search_memory", None, following, {})
+    mine = Macro.objects.owned_by(alice)
+    assert mine.confident("search_memory", None).next_tool == "remember_fact"
+    mine.filter(next_tool="remember_fact").update(is_disabled=True)
+    assert mine.confident("search_memory", None).next_tool == "terminal"
+    assert Macro.objects.owned_by(bob).confident("search_memory", None) is None
+    assert mine.confident("search_memory", "query") is None  # another pattern, another chain

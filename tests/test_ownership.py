@@ -4,10 +4,12 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.management import CommandError
 from django.http import Http404
 
 from memory.models import Event
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
+from neotask_site.users import find_user
 from sessions_app.models import Session
 from tests.helpers import OWNED_MODELS, make_rows
 
@@ -81,3 +83,9 @@ def test_it_removes_a_users_data_with_the_user(alice, bob):
     for model in project_models():
         assert not model.objects.filter(owner_id=alice.pk).exists()
         assert model.objects.filter(owner=bob).exists()
+
+
+def test_it_finds_a_user_by_username_or_names_the_missing_one(alice):
+    assert find_user("alice") == alice
+    with pytest.raises(CommandError, match=r'^There is no user "Alice"\.$'):
+        find_user("Alice")  # as typed: usernames are case-sensitive

@@ -21,7 +21,7 @@ from memory.models import Event, EventType
 from scheduler import runner
 from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
-from scheduler.planning import MAX_PROMPT_CHARS
+from scheduler.planning import MAX_PROMPT_CHARS, TaskError
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
 from tests.helpers import (
@@ -373,6 +373,94 @@ def test_it_refuses_to_change_a_config_task(alice, tool):
     with pytest.raises(ToolError, match=r"comes from config.toml \(\[\[scheduled_tasks\]\]\)"):
         use_tool(alice, tool, task="Report")
     assert ScheduledTask.objects.get(pk=task.pk).is_paused is False
+
+
+# The task's own behaviour (ScheduledTask and its queryset) ------------------------
+
+
+def test_it_creates_a_task_untrusted_with_its_first_run(alice, berlin):
+    task, planned = ScheduledTask.objects.create_task(
+        alice, "every weekday at 9am", " todos ", now=FRIDAY
+    )
+    assert (task.name, task.prompt, task.source) == ("todos", "todos", ScheduledTask.Source.TOOL)
+    assert task.next_run_at == planned.runs[0] == MONDAY_9
+    assert not task.is_trusted and task.agent == Agent.objects.default_for(alice)
+
+
+def test_it_finds_a_task_by_id_or_name_among_the_owners_own(alice, bob):
+    task = make_task(alice)
+    make_task(bob)
+    owned = ScheduledTask.objects.owned_by(alice)
+    assert owned.find(str(task.pk)) == owned.find(" Report ") == task
+    with pytest.raises(TaskError, match='no scheduled task "Other"'):
+        owned.find("Other")
+    with pytest.raises(TaskError, match="no scheduled task"):
+        ScheduledTask.objects.owned_by(bob).find(str(task.pk))
+
+
+def test_it_resumes_from_the_next_slot_after_now(alice):
+    task = make_task(alice, is_paused=True)
+    task.resume(now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
+    task.refresh_from_db()
+    assert not task.is_paused and task.next_run_at == datetime(2026, 6, 11, 9, tzinfo=BERLIN)
+
+
+def test_it_resumes_a_oneshot_at_its_own_time(alice):
+    task = make_task(alice, is_oneshot=True, is_paused=True)
+    task.resume(now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
+    task.refresh_from_db()
+    assert not task.is_paused and task.next_run_at == MONDAY_9  # passed: runs once
+
+
+def test_it_keeps_a_task_paused_when_its_schedule_cannot_run_again(alice):
+    task = make_task(alice, cron_expr="0 9 30 2 *", is_paused=True)
+    with pytest.raises(TaskError, match='"Report" cannot run again'):
+        task.resume(now=FRIDAY)
+    assert ScheduledTask.objects.get(pk=task.pk).is_paused
+
+
+def test_it_edits_the_schedule_and_prompt_and_moves_the_next_run(alice, berlin):
+    task = make_task(alice)
+    task.edit("daily at 14:30", "water the plants", now=FRIDAY)
+    task.refresh_from_db()
+    assert (task.cron_expr, task.original_schedule, task.prompt) == (
+        "30 14 * * *",
+        "daily at 14:30",
+        "water the plants",
+    )
+    assert task.next_run_at == FRIDAY.replace(hour=14, minute=30)
+
+
+def test_it_changes_nothing_on_a_bad_edit(alice):
+    task = make_task(alice)
+    with pytest.raises(TaskError, match="never runs"):
+        task.edit("0 9 30 2 *", "water the plants")
+    with pytest.raises(TaskError, match="The prompt is empty"):
+        task.edit("daily", "  ")
+    assert ScheduledTask.objects.get(pk=task.pk).prompt == "summarise my open todos"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda task: task.edit("daily", "other"),
+        ScheduledTask.pause,
+        ScheduledTask.resume,
+        ScheduledTask.cancel,
+    ],
+)
+def test_it_leaves_a_config_task_to_config_toml(alice, change):
+    task = make_task(alice, source=ScheduledTask.Source.CONFIG, is_paused=True)
+    with pytest.raises(TaskError, match=r"comes from config\.toml"):
+        change(task)
+    kept = ScheduledTask.objects.get(pk=task.pk)
+    assert (kept.is_paused, kept.prompt) == (True, "summarise my open todos")
+
+
+def test_it_guards_a_trusted_tasks_prompt_and_agent_with_its_trust(alice):
+    assert make_task(alice).trust_fields() == ["is_trusted"]
+    trusted = make_task(alice, "Trusted", is_trusted=True)
+    assert trusted.trust_fields() == ["is_trusted", "prompt", "agent"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -230,7 +230,7 @@ def test_it_exports_only_the_chosen_user_or_session(alice, bob, tmp_path):
 
 def test_it_rejects_unknown_users_and_sessions_and_a_file_as_out_dir(alice, bob, tmp_path):
     bobs = chat.start_chat(bob)
-    with pytest.raises(CommandError, match="No user named 'carol'"):
+    with pytest.raises(CommandError, match='There is no user "carol"'):
         export(tmp_path, "--user", "carol")
     with pytest.raises(CommandError, match="No session has the key or id 'agent:main:web:nope'"):
         export(tmp_path, "--session", "agent:main:web:nope")

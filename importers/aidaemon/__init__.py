@@ -34,17 +34,17 @@ them and the rest; `import_aidaemon` runs the two.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from importers.aidaemon.reading import count_rows, open_database, usable_tables
 from importers.aidaemon.writing import DatabaseImport
 from importers.importer import Importer
 from importers.report import ImportReport
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 
 
 def run(
-    path: str | Path, owner: Any, agent_name: str, report: ImportReport, progress: Progress
+    path: str | Path, owner: Owner, agent_name: str, report: ImportReport, progress: Progress
 ) -> None:
     with open_database(path) as source:
         tables = usable_tables(source, report)

@@ -17,6 +17,7 @@ from importers.report import ImportRefused, ImportReport
 from importers.text import MAX_EVENT_BYTES, storable
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType, default_importance
+from neotask_site.ownership import Owner
 
 LEGACY_ID_LENGTH = 64  # Event.legacy_message_id
 MAX_ROWS = 5_000_000  # a table: a larger one is refused before anything is written
@@ -182,7 +183,7 @@ def openai_tool_call(call: Any) -> Any:
     }
 
 
-def message_event(row: dict[str, Any], owner: Any) -> Event:
+def message_event(row: dict[str, Any], owner: Owner) -> Event:
     """A `messages` row as an event, converted as the migration does, with its
     payload in the shape the chat and the agent read."""
     if cut := set(row[CUT]) - {"content", "embedding"}:
@@ -206,7 +207,7 @@ def message_event(row: dict[str, Any], owner: Any) -> Event:
     return event
 
 
-def payload_event(row: dict[str, Any], owner: Any) -> Event:
+def payload_event(row: dict[str, Any], owner: Owner) -> Event:
     """An `events` row as an event; its payload reshaped for the chat."""
     if row[CUT]:
         raise too_long(row[CUT])

@@ -36,6 +36,7 @@ from importers.report import ImportReport, ImportStopped
 from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.tasks import needs_embedding, queue_embeddings
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
@@ -86,7 +87,7 @@ class DatabaseImport:
 
     source: Database
     tables: dict[str, list[str]]  # the importable ones, with the columns to read
-    owner: Any
+    owner: Owner
     agent_name: str
     report: ImportReport
     progress: Progress
@@ -474,7 +475,7 @@ class DatabaseImport:
             )
 
 
-def task_id(raw: Any, owner: Any) -> uuid.UUID:
+def task_id(raw: Any, owner: Owner) -> uuid.UUID:
     """The aidaemon task's id, made the owner's own: stable across imports, and
     two users importing the same database do not collide."""
     return uuid.uuid5(TASK_NAMESPACE, f"{owner.pk}:{raw}")

@@ -35,18 +35,18 @@ How it maps:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from importers.importer import Importer
 from importers.openclaw.memory_files import copy_memory_files
 from importers.openclaw.reading import SESSIONS, Folder, find_sources
 from importers.openclaw.writing import import_session, imported_sessions
 from importers.report import ImportReport
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 
 
 def run(
-    path: str | Path, owner: Any, agent_name: str, report: ImportReport, progress: Progress
+    path: str | Path, owner: Owner, agent_name: str, report: ImportReport, progress: Progress
 ) -> None:
     folder = Folder.locate(path)
     for line in folder.notes:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from importers.openclaw.reading import Folder
 from importers.report import ImportReport
@@ -24,6 +23,7 @@ from memory.files.paths import (
 )
 from memory.files.workspace_fs import FileStat, WorkspaceFS
 from memory.workspace import workspace_dir
+from neotask_site.ownership import Owner
 from sessions_app.models import Agent
 
 MEMORY_FILES = "memory files"  # the report's kind
@@ -50,7 +50,7 @@ def imported_path(relative: str) -> str:
 
 
 def copy_memory_files(
-    folder: Folder, owner: Any, agent_name: str, report: ImportReport, dry_run: bool
+    folder: Folder, owner: Owner, agent_name: str, report: ImportReport, dry_run: bool
 ) -> None:
     if folder.memory_source is None:
         return

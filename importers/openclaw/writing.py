@@ -30,6 +30,7 @@ from importers.report import ImportReport
 from importers.text import cut, storable
 from memory.models import Event, EventType, default_importance
 from memory.tasks import queue_embeddings
+from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
@@ -98,7 +99,7 @@ class SessionImport:
 
     def __init__(
         self,
-        owner: Any,
+        owner: Owner,
         agent: Agent,
         source: Source,
         imported: dict[str, str],
@@ -374,7 +375,7 @@ class SessionImport:
         queue_embeddings(self.embed_ids)
 
 
-def imported_sessions(owner: Any, agent_name: str) -> dict[str, str]:
+def imported_sessions(owner: Owner, agent_name: str) -> dict[str, str]:
     """The OpenClaw sessions imported before: their mark → the Neotask session's id."""
     return dict(
         Event.objects.filter(
@@ -389,7 +390,7 @@ def imported_sessions(owner: Any, agent_name: str) -> dict[str, str]:
 
 
 def import_session(
-    owner: Any,
+    owner: Owner,
     agent_name: str,
     source: Source,
     imported: dict[str, str],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -25,6 +24,7 @@ from memory.files.workspace_fs import FileStat, LinkRefused, MemoryPathError, Wo
 from memory.models import MemoryChunk, MemoryFile
 from memory.vectors import pack
 from memory.workspace import DEFAULT_AGENT, check_agent_name, workspace_dir
+from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class IndexStats:
         return dict(self.__dict__)
 
 
-def index_workspace(owner: Any, agent: str = DEFAULT_AGENT) -> IndexStats:
+def index_workspace(owner: Owner, agent: str = DEFAULT_AGENT) -> IndexStats:
     """Bring the owner's chunks of `agent` in line with the workspace; cheap when nothing
     changed (a stat per file and one query)."""
     check_agent_name(agent)
@@ -83,7 +83,7 @@ class ListedFile:
     is_link: bool = False
 
 
-def list_files(owner: Any, agent: str) -> list[ListedFile]:
+def list_files(owner: Owner, agent: str) -> list[ListedFile]:
     """The workspace's memory files as they are on disk now, by path; what is not
     indexed yet the next write, search or watcher job indexes. A stat per file and
     one query: nothing is read or written."""
@@ -108,7 +108,7 @@ def list_files(owner: Any, agent: str) -> list[ListedFile]:
     return listed
 
 
-def index_path(owner: Any, agent: str, path: str) -> IndexStats:
+def index_path(owner: Owner, agent: str, path: str) -> IndexStats:
     """Index one file now (after a tool or the page wrote or deleted it)."""
     shown = memory_path(path)
     with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:

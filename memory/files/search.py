@@ -8,7 +8,7 @@ The chunk vectors of one owner and agent are held by the in-process index
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from django.conf import settings
@@ -16,6 +16,7 @@ from django.conf import settings
 from memory.models import MemoryChunk
 from memory.vector_index import CHUNKS, IndexCache, NumpyIndex
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 
 if TYPE_CHECKING:
     from memory.lancedb_index import LanceChunkIndex
@@ -58,7 +59,7 @@ def forget_chunk_indexes() -> None:
 
 
 def search_files(
-    owner: Any, agent: str, query_vector: np.ndarray, k: int, min_score: float = -1.0
+    owner: Owner, agent: str, query_vector: np.ndarray, k: int, min_score: float = -1.0
 ) -> list[FileHit]:
     """The `k` chunks of the owner's memory files most similar to the query, best first.
     A read only: what a write path or the minute's job indexed (memory.files)."""

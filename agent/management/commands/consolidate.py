@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from agent.consolidation import run
+from neotask_site.users import find_user
 
 
 class Command(BaseCommand):
@@ -17,13 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--user", help="only this user's conversations")
 
     def handle(self, *args: Any, user: str | None, **options: Any) -> None:
-        owner_id = None
-        if user:
-            try:
-                owner_id = get_user_model().objects.get(username=user).pk
-            except get_user_model().DoesNotExist:
-                raise CommandError(f"There is no user {user!r}.") from None
-        report = run(owner_id)
+        report = run(find_user(user).pk if user else None)
         self.stdout.write(
             f"Consolidated {report.events} messages of {report.sessions} sessions into "
             f"{report.summaries} summaries. Facts: {report.facts_added} added, "

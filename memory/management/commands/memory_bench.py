@@ -41,6 +41,7 @@ from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import pack
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 from neotask_site.progress import progress_bar
 
 POOL = 2000
@@ -220,7 +221,7 @@ class Command(BaseCommand):
 
     def build(
         self,
-        user: Any,
+        user: Owner,
         count: int,
         texts: list[str],
         vectors: np.ndarray,

@@ -29,6 +29,7 @@ from memory.files.search import forget_chunk_indexes, search_files
 from memory.management.commands.memory_bench import percentiles
 from memory.models import MemoryChunk
 from memory.workspace import DEFAULT_AGENT, workspace_dir
+from neotask_site.ownership import Owner
 
 FILE_BYTES = 5000
 SAMPLES = 200
@@ -83,7 +84,7 @@ class Command(BaseCommand):
         for name, value in results.items():
             self.stdout.write(f"{name:32} {value}")
 
-    def run(self, user: Any, count: int) -> dict[str, Any]:
+    def run(self, user: Owner, count: int) -> dict[str, Any]:
         rng = random.Random(7)
         workspace = workspace_dir(user.pk, DEFAULT_AGENT)
         (workspace / "memory").mkdir(exist_ok=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from neotask_site.users import find_user
 from sessions_app import cleanup
-from sessions_app.management.users import find_user
 from sessions_app.models import Session
 
 

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
 from neotask_site.progress import progress_bar
-from sessions_app.management.users import find_user
+from neotask_site.users import find_user
 from sessions_app.models import Session
 from sessions_app.transcripts import INDEX_NAME, export_session, write_index
 
