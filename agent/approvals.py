@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
@@ -14,18 +13,19 @@ from django.core.exceptions import ValidationError
 
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse, rule_for
+from neotask_site.ownership import Owner
 
 PERMISSION = "agent.use_terminal"
 
 
-def has_terminal_permission(user: Any) -> bool:
+def has_terminal_permission(user: Owner) -> bool:
     """Read afresh: the caller's user object may be hours old (a websocket's),
     and its permission cache with it."""
     fresh = get_user_model().objects.filter(pk=user.pk, is_active=True).first()
     return fresh is not None and fresh.has_perm(PERMISSION)
 
 
-def is_allowed(owner: Any, command: str) -> bool:
+def is_allowed(owner: Owner, command: str) -> bool:
     """Whether an active rule of the owner covers the command, checked against
     the allow-list now, whatever it was when the rule was stored."""
     try:
@@ -40,13 +40,13 @@ def is_allowed(owner: Any, command: str) -> bool:
     return any(covers(prefix, command) for prefix in prefixes)
 
 
-def create_request(owner: Any, session_id: str, command: str) -> ApprovalRequest:
+def create_request(owner: Owner, session_id: str, command: str) -> ApprovalRequest:
     return ApprovalRequest.objects.create(
         owner=owner, session_id=session_id, command=command, prefix=rule_for(command).prefix or ""
     )
 
 
-def decide(user: Any, request_id: str | uuid.UUID, decision: str) -> ApprovalRequest:
+def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalRequest:
     """Apply the user's click: only the owner's request, only with the permission,
     only once (ApprovalRequest.decide)."""
     try:

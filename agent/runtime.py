@@ -27,13 +27,14 @@ from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TurnRequest:
-    owner: Any
+    owner: Owner
     session_id: str
     agent_name: str = DEFAULT_AGENT
     agent_prompt: str = ""

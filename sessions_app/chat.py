@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from neotask_site.ownership import Owner
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
 
@@ -26,7 +27,7 @@ class ChatError(Exception):
 NO_SUCH_CHAT = 4404
 
 
-def find_chat(user: Any, key: str) -> Session:
+def find_chat(user: Owner, key: str) -> Session:
     """The user's active session for `key`, else 4404, whether the key is
     malformed, unknown or someone else's: which of them is nobody else's business."""
     try:
@@ -39,13 +40,13 @@ def find_chat(user: Any, key: str) -> Session:
     return session
 
 
-def start_chat(user: Any, agent: Agent | None = None) -> Session:
+def start_chat(user: Owner, agent: Agent | None = None) -> Session:
     agent = agent or Agent.objects.default_for(user)
     # A random chat id keeps keys unguessable and unique across users.
     return Session.start(user, agent, WEB, secrets.token_hex(6))
 
 
-def latest_chat(user: Any) -> Session | None:
+def latest_chat(user: Owner) -> Session | None:
     return (
         Session.objects.owned_by(user)
         .filter(channel=WEB, status=Session.Status.ACTIVE)
@@ -54,7 +55,7 @@ def latest_chat(user: Any) -> Session | None:
     )
 
 
-def sidebar_chats(user: Any, limit: int = 50) -> list[Session]:
+def sidebar_chats(user: Owner, limit: int = 50) -> list[Session]:
     return list(
         Session.objects.owned_by(user)
         .filter(status=Session.Status.ACTIVE)

@@ -24,6 +24,7 @@ from channels.db import database_sync_to_async
 
 from agent.frames import Error, Frame, Notice
 from agent.tools import ToolContext, call_tool
+from neotask_site.ownership import Owner
 from sessions_app.chat import ChatError, find_chat
 
 # A command's argument as its tool's arguments; None when it cannot be read.
@@ -154,7 +155,7 @@ def parse_command(text: str) -> Command | None:
     return Command(name, rest.strip()) if name in BY_NAME else None
 
 
-async def run_tool(owner: Any, key: str, command: Command) -> Frame:
+async def run_tool(owner: Owner, key: str, command: Command) -> Frame:
     """The command's tool run in the chat `key`: its answer as a notice, or
     what was wrong (the usage, or the tool's own error) as an error."""
     slash = command.slash

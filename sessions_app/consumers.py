@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import reprlib
-from typing import Any
+from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
+from neotask_site.ownership import Owner
 from sessions_app import broadcast, chat, deactivation, runner
 from sessions_app.turns import RetryError, check_retry
 
@@ -51,8 +52,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close(code=deactivation.NOT_ALLOWED)
             return
+        # Authenticated: channels' lazy user stands for the account itself.
+        self.owner = cast(Owner, self.user)
         try:
-            await database_sync_to_async(chat.find_chat)(self.user, self.key)
+            await database_sync_to_async(chat.find_chat)(self.owner, self.key)
         except chat.ChatError as exc:
             await self.close(code=exc.code)
             return
@@ -62,7 +65,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Deactivating the account closes this socket (sessions_app.deactivation).
         await self.channel_layer.group_add(deactivation.user_group(self.user_id), self.channel_name)
         # Inputs left queued by a process that went away run now.
-        runner.background(runner.resume(self.user, self.key))
+        runner.background(runner.resume(self.owner, self.key))
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -113,7 +116,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             text = chat.check_message(frame.get("text"))
         except ValueError as exc:
             return await self.reply(Error(str(exc)))
-        await runner.submit(self.user, self.key, text, self.reply)
+        await runner.submit(self.owner, self.key, text, self.reply)
 
     async def on_approval(self, frame: dict[str, Any]) -> None:
         request_id, decision = frame.get("request_id"), frame.get("decision")
@@ -123,7 +126,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
         try:
             await database_sync_to_async(runner.answer_approval)(
-                self.user, self.key, request_id, decision
+                self.owner, self.key, request_id, decision
             )
         except ApprovalError as exc:
             return await self.error(str(exc))
@@ -132,14 +135,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """A failed or stopped answer's Retry: its turn runs again, queued like a message."""
         event_id = frame.get("event_id")
         try:
-            message = await database_sync_to_async(check_retry)(self.user, self.key, event_id)
+            message = await database_sync_to_async(check_retry)(self.owner, self.key, event_id)
         except RetryError as exc:
             return await self.error(str(exc))
         assert isinstance(event_id, int)  # find_retry found it
-        await runner.retry(self.user, self.key, event_id, message.text)
+        await runner.retry(self.owner, self.key, event_id, message.text)
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
-        await runner.submit(self.user, self.key, "/stop", self.reply)
+        await runner.submit(self.owner, self.key, "/stop", self.reply)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels closes stale database connections before every handler: a

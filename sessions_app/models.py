@@ -313,13 +313,13 @@ class Then(enum.Enum):
 
 
 class ChatInputQuerySet(OwnedQuerySet):
-    def queued(self, owner: Any, key: str) -> ChatInputQuerySet:
-        return self.filter(owner=owner, key=key, status=ChatInput.Status.QUEUED)
+    def queued(self, owner_id: int, key: str) -> ChatInputQuerySet:
+        return self.filter(owner_id=owner_id, key=key, status=ChatInput.Status.QUEUED)
 
-    def next_for(self, owner: Any, key: str) -> ChatInput | None:
+    def next_for(self, owner_id: int, key: str) -> ChatInput | None:
         """The chat's oldest queued input, marked running; only the holder of the
         chat's claim calls this, so no other process starts it too."""
-        item = self.queued(owner, key).order_by("id").first()
+        item = self.queued(owner_id, key).order_by("id").first()
         if item is not None:
             ChatInput.objects.filter(pk=item.pk).update(status=ChatInput.Status.RUNNING)
             item.status = ChatInput.Status.RUNNING
@@ -397,13 +397,13 @@ class Abandoned:
 
 
 class ChatClaimQuerySet(OwnedQuerySet):
-    def take(self, owner: Any, key: str) -> ChatClaim | None:
+    def take(self, owner_id: int, key: str) -> ChatClaim | None:
         """The chat's claim, taken with a new token; None while another process
         holds it. A conditional UPDATE: of two processes that read the same free
         or expired claim, only one wins. `claim.abandoned` is what a dead holder
         left, if one did."""
         now = timezone.now()
-        claim, _ = self.get_or_create(owner=owner, key=key)
+        claim, _ = self.get_or_create(owner_id=owner_id, key=key)
         if claim.token and claim.lease_until is not None and claim.lease_until > now:
             return None
         token = secrets.token_hex(16)
@@ -424,9 +424,9 @@ class ChatClaimQuerySet(OwnedQuerySet):
         )
         return claim
 
-    def is_held(self, owner: Any, key: str) -> bool:
+    def is_held(self, owner_id: int, key: str) -> bool:
         return (
-            self.filter(owner=owner, key=key, lease_until__gt=timezone.now())
+            self.filter(owner_id=owner_id, key=key, lease_until__gt=timezone.now())
             .exclude(token="")
             .exists()
         )

@@ -48,6 +48,7 @@ from agent.frames import (
 )
 from agent.llm import Usage
 from memory.models import EventType
+from neotask_site.ownership import Owner
 from sessions_app import meter, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
 from sessions_app.chat import ChatError, find_chat
@@ -68,7 +69,7 @@ BACKGROUND: set[asyncio.Task] = set()
 
 
 async def submit(
-    owner: Any,
+    owner: Owner,
     key: str,
     text: str,
     reply: Emit | None = None,
@@ -102,22 +103,22 @@ async def submit(
     return await queue(owner, key, fields, wait=wait)
 
 
-async def retry(owner: Any, key: str, event_id: int, text: str) -> None:
+async def retry(owner: Owner, key: str, event_id: int, text: str) -> None:
     """The turn that ended with event `event_id` runs again from its message
     `text` (turns.check_retry checked it), in its turn like any input."""
     fields = {"kind": ChatInput.Kind.RETRY, "text": text, "retry_of": event_id}
     await queue(owner, key, fields)
 
 
-def enqueue(owner: Any, key: str, fields: dict[str, Any]) -> tuple[ChatInput, ChatClaim | None]:
+def enqueue(owner: Owner, key: str, fields: dict[str, Any]) -> tuple[ChatInput, ChatClaim | None]:
     """The input stored, and the chat's claim tried, in one database hop: the
     common case, a chat nobody is answering in, costs no more."""
     item = ChatInput.objects.create(owner=owner, key=key, **fields)
-    return item, ChatClaim.objects.take(owner, key)
+    return item, ChatClaim.objects.take(owner.pk, key)
 
 
 async def queue(
-    owner: Any, key: str, fields: dict[str, Any], *, wait: bool = False
+    owner: Owner, key: str, fields: dict[str, Any], *, wait: bool = False
 ) -> Outcome | None:
     """The input stored; run here if the chat's claim is free, else announced
     and left to its holder. With `wait`, its `Outcome` once it has run."""
@@ -132,14 +133,14 @@ async def queue(
     return await wait_for(owner, key, item.pk, outcome=True)
 
 
-async def start(owner: Any, key: str, item: ChatInput, claim: ChatClaim | None) -> None:
+async def start(owner: Owner, key: str, item: ChatInput, claim: ChatClaim | None) -> None:
     if claim is not None:
         return await Holder(owner, key, claim).drain()
     await announce(owner, key, item)
     await wait_for(owner, key, item.pk)
 
 
-async def answer_now(owner: Any, key: str, command: Command, reply: Emit | None) -> None:
+async def answer_now(owner: Owner, key: str, command: Command, reply: Emit | None) -> None:
     if reply is None:
         return
     if command.slash.tool:
@@ -152,12 +153,12 @@ async def answer_now(owner: Any, key: str, command: Command, reply: Emit | None)
         except ChatError as exc:
             return await reply(Error(str(exc)))
         return await reply(Notice(await meter.status(session)))
-    if not await database_sync_to_async(ChatClaim.objects.is_held)(owner, key):
+    if not await database_sync_to_async(ChatClaim.objects.is_held)(owner.pk, key):
         return await reply(Notice(NOTHING_RUNNING))
     await signal(owner.pk, key, STOP)
 
 
-def answer_approval(user: Any, key: str, request_id: str, decision: str) -> None:
+def answer_approval(user: Owner, key: str, request_id: str, decision: str) -> None:
     """A person's decision on a terminal command, from a click or a socket frame:
     applied (agent.approvals.decide: the owner's, with the permission, once), then
     the turn waiting for it told, in whichever process it runs, and every tab of
@@ -178,11 +179,13 @@ def background(coroutine: Awaitable[None]) -> None:
     task.add_done_callback(BACKGROUND.discard)
 
 
-async def announce(owner: Any, key: str, item: ChatInput) -> None:
+async def announce(owner: Owner, key: str, item: ChatInput) -> None:
     await broadcast(owner.pk, key, Queued(item.pk, item.shown))
 
 
-async def wait_for(owner: Any, key: str, input_id: int, *, outcome: bool = False) -> Outcome | None:
+async def wait_for(
+    owner: Owner, key: str, input_id: int, *, outcome: bool = False
+) -> Outcome | None:
     """Until input `input_id` has started — with `outcome`, until it has run, and
     its outcome, read — running the chat's queue here whenever nobody holds the
     claim (its holder died, or let go just as the input arrived)."""
@@ -201,15 +204,15 @@ async def wait_for(owner: Any, key: str, input_id: int, *, outcome: bool = False
                 await signals.next(WATCH_SECONDS)
 
 
-async def resume(owner: Any, key: str) -> None:
+async def resume(owner: Owner, key: str) -> None:
     """Run what waits in the chat, if nobody is running it (a page opened)."""
-    if await database_sync_to_async(ChatInput.objects.queued(owner, key).exists)():
+    if await database_sync_to_async(ChatInput.objects.queued(owner.pk, key).exists)():
         await take_over(owner, key)
 
 
-async def take_over(owner: Any, key: str) -> bool:
+async def take_over(owner: Owner, key: str) -> bool:
     """Run the chat's queue here if its claim is free or its holder died; whether it did."""
-    claim = await database_sync_to_async(ChatClaim.objects.take)(owner, key)
+    claim = await database_sync_to_async(ChatClaim.objects.take)(owner.pk, key)
     if claim is None:
         return False
     await Holder(owner, key, claim).drain()
@@ -224,7 +227,7 @@ class Holder:
     the chat's control group, and sends each input's frames to the chat's tabs;
     it lets go of the claim when the queue is empty."""
 
-    def __init__(self, owner: Any, key: str, claim: ChatClaim) -> None:
+    def __init__(self, owner: Owner, key: str, claim: ChatClaim) -> None:
         self.owner, self.key, self.claim = owner, key, claim
         self.session_id = ""  # where the running input writes
         self.partial = ""  # its answer streamed so far
@@ -234,7 +237,7 @@ class Holder:
         """Run the queue until it is empty, then let go; and again if an input
         arrived while letting go."""
         while await self.run_queue() is Then.RETAKE:
-            claim = await database_sync_to_async(ChatClaim.objects.take)(self.owner, self.key)
+            claim = await database_sync_to_async(ChatClaim.objects.take)(self.owner.pk, self.key)
             if claim is None:
                 return
             self.claim = claim
@@ -248,7 +251,7 @@ class Holder:
             try:
                 if self.claim.abandoned is not None:
                     await self.bury()
-                while item := await db(ChatInput.objects.next_for)(self.owner, self.key):
+                while item := await db(ChatInput.objects.next_for)(self.owner.pk, self.key):
                     # Its own task, so that /stop cancels the run and not this loop.
                     self.current = asyncio.create_task(self.run(item))
                     outcome, done = await self.current

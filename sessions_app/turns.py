@@ -38,6 +38,7 @@ from agent.llm import Usage
 from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
+from neotask_site.ownership import Owner
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.meter import TokenMeter, meter, read_meter
@@ -253,7 +254,7 @@ def is_retryable(event: Event) -> bool:
     return event.event_type == EventType.ASSISTANT_RESPONSE and bool(data.get("interrupted"))
 
 
-def check_retry(owner: Any, key: str, event_id: Any) -> Event:
+def check_retry(owner: Owner, key: str, event_id: Any) -> Event:
     """`find_retry` in the chat `key`, as a Retry button asks for it."""
     try:
         session = find_chat(owner, key)

@@ -30,7 +30,7 @@ class Frames:
     async def __call__(self, typed: Frame) -> None:
         frame = typed.as_json()
         self.frames.append(frame)
-        if frame["type"] == "approval_request" and self.decision:
+        if frame["type"] == "approval_request" and self.user and self.decision:
             click = sync_to_async(decide)(self.user, frame["request_id"], self.decision)
             self.clicks.append(asyncio.ensure_future(click))
 

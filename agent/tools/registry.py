@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from memory.workspace import workspace_dir
+from neotask_site.ownership import Owner
 
 
 class ToolError(Exception):
@@ -20,7 +21,7 @@ class ToolError(Exception):
 
 @dataclass(frozen=True)
 class ToolContext:
-    owner: Any
+    owner: Owner
     session_id: str
     agent_name: str
     workspace: Path
@@ -28,7 +29,7 @@ class ToolContext:
 
     @classmethod
     def for_session(
-        cls, owner: Any, session_id: str, agent_name: str, *, trusted: bool = False
+        cls, owner: Owner, session_id: str, agent_name: str, *, trusted: bool = False
     ) -> ToolContext:
         """The context of a tool called in a session of `agent_name`: its workspace made."""
         return cls(owner, session_id, agent_name, workspace_dir(owner.pk, agent_name), trusted)
