@@ -65,6 +65,8 @@ class Turn:
         self.pending_approval: approvals.ApprovalRequest | None = None
         self.query = ""
         self.query_vector: Any = None
+        self.user_event: Event  # the turn's message, stored first
+        self.closed = False  # the turn's usage is kept with its message
         # Deltas not sent yet, and the task sending them.
         self.unsent = ""
         self.sender: asyncio.Task | None = None
@@ -74,12 +76,11 @@ class Turn:
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
             message["retry_of"] = self.request.retry_of
-        user_event = await self.store(EventType.USER_MESSAGE, message, embed=False)
-        result = await self.answer(user_event)
-        result.user_event_id = user_event.pk
-        # The turn's usage (all its LLM calls) kept with the message that caused it.
-        user_event.data["turn_usage"] = result.usage.as_dict()
-        await database_sync_to_async(user_event.save)(update_fields=["data"])
+        self.user_event = await self.store(EventType.USER_MESSAGE, message, embed=False)
+        result = await self.answer(self.user_event)
+        result.user_event_id = self.user_event.pk
+        if not self.closed:  # the turn ended without its closing event (cancelled in it)
+            await database_sync_to_async(self.keep_usage)()
         return result
 
     async def answer(self, user_event: Event) -> TurnResult:
@@ -88,42 +89,43 @@ class Turn:
             # Once per turn: every round of tool calls recalls by the same question.
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
             self.query = text if self.query_vector is not None else ""
-            recalled = await database_sync_to_async(self.keep_and_recall)(user_event)
+            recalled, prompt, messages = await database_sync_to_async(self.start)(user_event)
             if recalled is not None:
                 await self.emit(EventFrame.of(recalled))
-            return await self.loop()
+            return await self.loop(prompt, messages)
         except asyncio.CancelledError:
             # /stop: keep what was said, mark it, and end the turn normally.
             await asyncio.shield(self.after_stop())
             return TurnResult("stopped", self.usage, answer=self.partial)
 
-    def keep_and_recall(self, user_event: Event) -> Event | None:
-        """The message's vector stored, and auto-recall by it: one database hop."""
+    def start(self, user_event: Event) -> tuple[Event | None, TurnPrompt, list[dict[str, Any]]]:
+        """In one trip to the database: the message's vector stored, auto-recall by
+        it, and the turn's prompt, its memory gathered once (agent.prompt)."""
+        request = self.request
         recording.keep_vector(user_event, self.query_vector)
-        return record_recall(
-            self.request.owner,
-            self.request.agent_name,
-            self.request.session_id,
+        recalled = record_recall(
+            request.owner,
+            request.agent_name,
+            request.session_id,
             user_event.text,
             self.query_vector,
         )
+        prompt, messages = start_turn(
+            request.owner,
+            request.session_id,
+            request.agent_prompt,
+            query=self.query,
+            agent=request.agent_name,
+            query_vector=self.query_vector,
+        )
+        return recalled, prompt, messages
 
-    async def loop(self) -> TurnResult:
+    async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
         tools = available_tools()  # settings only, no database
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
-        prompt: TurnPrompt | None = None
-        for _ in range(max_iterations):
-            if prompt is None:  # memory once per turn; later rounds re-read the exchange
-                prompt, messages = await database_sync_to_async(start_turn)(
-                    self.request.owner,
-                    self.request.session_id,
-                    self.request.agent_prompt,
-                    query=self.query,
-                    agent=self.request.agent_name,
-                    query_vector=self.query_vector,
-                )
-            else:
+        for round_number in range(max_iterations):
+            if round_number:  # memory once per turn; later rounds re-read the exchange
                 messages = await database_sync_to_async(prompt.messages)()
             self.partial = ""
             try:
@@ -141,6 +143,7 @@ class Turn:
                     "usage": completion.usage.as_dict(),
                     "finish_reason": completion.finish_reason,
                 },
+                closing=not completion.tool_calls,
             )
             self.partial = ""
             if not completion.tool_calls:
@@ -157,7 +160,9 @@ class Turn:
             f"The turn stopped after {max_iterations} rounds of tool calls without a final "
             "answer ([llm] max_iterations)."
         )
-        await self.store(EventType.SYSTEM, {"content": note, "kind": "max_iterations"})
+        await self.store(
+            EventType.SYSTEM, {"content": note, "kind": "max_iterations"}, closing=True
+        )
         return TurnResult("max_iterations", self.usage, error=note)
 
     async def on_delta(self, text: str) -> None:
@@ -187,7 +192,7 @@ class Turn:
                 {"content": self.partial, "interrupted": True, "reason": exc.kind},
             )
         message = str(exc)
-        await self.store(EventType.ERROR, {"content": message, "kind": exc.kind})
+        await self.store(EventType.ERROR, {"content": message, "kind": exc.kind}, closing=True)
         await self.emit(Error(message))
         return TurnResult("error", self.usage, answer=self.partial, error=message)
 
@@ -201,7 +206,8 @@ class Turn:
                 EventType.ASSISTANT_RESPONSE,
                 {"content": self.partial, "interrupted": True, "reason": "stopped"},
             )
-        await self.store(EventType.SYSTEM, {"content": "Stopped by the user.", "kind": "stopped"})
+        stopped = {"content": "Stopped by the user.", "kind": "stopped"}
+        await self.store(EventType.SYSTEM, stopped, closing=True)
 
     @cached_property
     def tools(self) -> ToolContext:
@@ -266,17 +272,36 @@ class Turn:
             await self.emit(Error(message))
             raise ToolError(message)
 
-    async def store(self, event_type: str, data: dict[str, Any], **fields: Any) -> Event:
-        event = await database_sync_to_async(recording.record)(
-            self.request.owner,
-            self.request.session_id,
-            event_type,
-            data,
-            agent=self.request.agent_name,
-            **fields,
-        )
+    async def store(
+        self, event_type: str, data: dict[str, Any], *, closing: bool = False, **fields: Any
+    ) -> Event:
+        """Record an event of the turn and send it. The `closing` one, which ends the
+        turn, also keeps the turn's usage with its message, in the same trip."""
+        event = await database_sync_to_async(self.record)(event_type, data, closing, fields)
         await self.emit(EventFrame.of(event))
         return event
+
+    def record(
+        self, event_type: str, data: dict[str, Any], closing: bool, fields: dict[str, Any]
+    ) -> Event:
+        request = self.request
+        event = recording.record(
+            request.owner,
+            request.session_id,
+            event_type,
+            data,
+            agent=request.agent_name,
+            **fields,
+        )
+        if closing:
+            self.keep_usage()
+        return event
+
+    def keep_usage(self) -> None:
+        """The turn's usage (all its LLM calls) kept with the message that caused it."""
+        self.user_event.data["turn_usage"] = self.usage.as_dict()
+        self.user_event.save(update_fields=["data"])
+        self.closed = True
 
 
 def embed_query(text: str) -> Any:

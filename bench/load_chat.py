@@ -257,7 +257,9 @@ def run(
     # One turn per worker first: each loads the embedding model on first use.
     warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
     servers = processes[1:]  # the daphne workers and the job cluster, not the LLM
+    daphnes = list(workers.values())
     cpu_before, services_before = cpu_seconds(servers), service_cpu_seconds()
+    workers_before = cpu_seconds(daphnes)
     busy_before, all_before = machine_busy_seconds()
     started = time.monotonic()
     results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
@@ -266,6 +268,10 @@ def run(
         # What a turn costs the server: its processes' CPU time (workers included).
         row["server_cpu_ms_per_turn"] = round(
             (cpu_seconds(servers) - cpu_before) * 1000 / row["turns"], 1
+        )
+        # Of which the web workers' (the rest is the job cluster's: the embeddings).
+        row["workers_cpu_ms_per_turn"] = round(
+            (cpu_seconds(daphnes) - workers_before) * 1000 / row["turns"], 1
         )
         row["services_cpu_ms_per_turn"] = round(
             (service_cpu_seconds() - services_before) * 1000 / row["turns"], 1

@@ -88,7 +88,7 @@ def print_table(row: dict) -> None:
     print(
         "profile   workers  chats x messages  messages/s  p50 ms  p95 ms  max ms  "
         "errors  stalls  frames lost  events lost  duplicated  server cpu ms/turn  "
-        "services  machine busy"
+        "of it workers  services  machine busy"
     )
     print(
         f"{row['profile']:<9} {row['workers']:>7}  "
@@ -96,6 +96,7 @@ def print_table(row: dict) -> None:
         f"{row['p50_ms']!s:>6}  {row['p95_ms']!s:>6}  {row['max_ms']!s:>6}  "
         f"{row['errors']:>6}  {row['stalls']:>6}  {row['frames_lost']:>11}  {row['lost']:>11}  "
         f"{row['duplicated']:>10}  {row.get('server_cpu_ms_per_turn')!s:>18}  "
+        f"{row.get('workers_cpu_ms_per_turn')!s:>13}  "
         f"{row.get('services_cpu_ms_per_turn')!s:>8}  {row.get('machine_busy_percent')!s:>11}%"
     )
     print(
@@ -104,7 +105,7 @@ def print_table(row: dict) -> None:
         f"{row['messages_per_s']} | {row['p50_ms']} ms | {row['p95_ms']} ms | {row['max_ms']} ms | "
         f"{row['errors']} | {row['stalls']} | {row['frames_lost']} | {row['lost']} | "
         f"{row['duplicated']} | {row.get('server_cpu_ms_per_turn')} ms | "
-        f"{row.get('services_cpu_ms_per_turn')} ms |"
+        f"{row.get('workers_cpu_ms_per_turn')} ms | {row.get('services_cpu_ms_per_turn')} ms |"
     )
     for sample in row["error_samples"]:
         print("  e.g.", sample, file=sys.stderr)

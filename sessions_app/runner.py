@@ -287,12 +287,12 @@ class Holder:
 
         await emit(Started(item.pk))
         try:
-            session = await database_sync_to_async(find_chat)(self.owner, self.key)
-            self.session_id = outcome.session_id = str(session.pk)
-            ended = await turns.run(session, item, emit)
+            opened = await database_sync_to_async(turns.open_input)(self.owner, self.key, item)
+            self.session_id = outcome.session_id = str(opened.session.pk)
+            ended = await turns.run(opened, item, emit)
             outcome.answer, outcome.error = ended.answer, ended.error or None
             return outcome, ended.done()
-        except ChatError as exc:  # the chat was deleted meanwhile
+        except (ChatError, turns.RetryError) as exc:  # deleted, or moved on, meanwhile
             outcome.error = str(exc)
             await emit(Error(str(exc)))
         except asyncio.CancelledError:  # /stop outside the agent's turn (which handles its own)

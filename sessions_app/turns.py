@@ -34,14 +34,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
-from agent.llm import Usage
+from agent.llm import Usage, configured_endpoint
+from agent.prompt import prompt_tokens
 from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.compaction import CompactionError, compact
-from sessions_app.meter import TokenMeter, meter, read_meter
+from sessions_app.meter import TokenMeter, meter, next_messages, read_meter
 from sessions_app.models import ChatInput, Session
 
 
@@ -61,35 +62,73 @@ class Ended:
         return Done(self.usage.as_dict(), self.status, meter)
 
 
-async def run(session: Session, item: ChatInput, emit: Emit) -> Ended:
-    """Run `item` in the chat whose active session is `session`."""
-    db = database_sync_to_async
+@dataclass
+class Opened:
+    """An input's chat, made ready in one trip to the database (`open_input`):
+    the session it runs in, and the sessions it moved to on the way."""
+
+    session: Session
+    changes: list[SessionChanged] = field(default_factory=list)
+    retry_of: int | None = None  # a retry's message, checked
+
+
+def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
+    """Find the chat and decide where `item` runs: a fresh session for /new and
+    /reset, or for a message to a stale one; a retry checked again (has the chat
+    moved on?). Raises ChatError or RetryError, having changed nothing."""
+    session = find_chat(owner, key)
     if item.kind == ChatInput.Kind.COMPACT:
-        return await compact_now(session, emit)
+        return Opened(session)
+    retry_of = None
+    if item.kind == ChatInput.Kind.RETRY:
+        retry_of = find_retry(session, item.retry_of).pk
+    changes = []
     if item.kind == ChatInput.Kind.RESET:
         reason = f"/{item.command}"
-        session = await db(rollover)(session, reason)
-        await emit(SessionChanged(str(session.pk), reason))
-        if not item.text:
-            return Ended("completed")
-    retry_of = None
-    if item.kind == ChatInput.Kind.RETRY:  # checked again: has the chat moved on?
-        try:
-            retry_of = (await db(find_retry)(session, item.retry_of)).pk
-        except RetryError as exc:
-            await emit(Error(str(exc)))
-            return Ended("error", error=str(exc))
-    return await converse(
-        session,
+        session = rollover(session, reason)
+        changes.append(SessionChanged(str(session.pk), reason))
+    if not item.text:
+        return Opened(session, changes)
+    opened = take_message(session, item.text)
+    opened.changes[:0] = changes
+    opened.retry_of = retry_of
+    return opened
+
+
+def take_message(session: Session, text: str) -> Opened:
+    """A message arrives in `session`: in a fresh one if it went stale."""
+    session, reason = ensure_fresh(session)
+    session.note_message(text)
+    return Opened(session, [SessionChanged(str(session.pk), reason)] if reason else [])
+
+
+async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
+    """Run `item` in its chat, `opened` by `open_input`."""
+    for change in opened.changes:
+        await emit(change)
+    if item.kind == ChatInput.Kind.COMPACT:
+        return await compact_now(opened.session, emit)
+    if not item.text:
+        return Ended("completed")
+    return await respond(
+        opened.session,
         item.text,
         emit,
         trusted=item.trusted,
         approval_timeout=item.approval_timeout,
-        retry_of=retry_of,
+        retry_of=opened.retry_of,
     )
 
 
-async def converse(
+async def converse(session: Session, text: str, emit: Emit) -> Ended:
+    """A message's turn in `session`, or in its successor if it went stale."""
+    opened = await database_sync_to_async(take_message)(session, text)
+    for change in opened.changes:
+        await emit(change)
+    return await respond(opened.session, text, emit)
+
+
+async def respond(
     session: Session,
     text: str,
     emit: Emit,
@@ -98,15 +137,10 @@ async def converse(
     approval_timeout: float | None = None,
     retry_of: int | None = None,
 ) -> Ended:
-    """A message's turn in `session`, or in its successor if it went stale: the
-    agent answers, the usage is added, the meter read, and the session compacted
-    if the context is nearly full. Scheduled runs pass `trusted` and a short
-    `approval_timeout`: nobody is watching them."""
-    db = database_sync_to_async
-    session, reason = await db(ensure_fresh)(session)
-    if reason is not None:
-        await emit(SessionChanged(str(session.pk), reason))
-    await db(session.note_message)(text)
+    """The agent answers the message `text` in `session`; then the usage is added,
+    the meter read, and the session compacted if the context is nearly full.
+    Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
+    watching them."""
     request = TurnRequest(
         owner=session.owner,
         session_id=str(session.pk),
@@ -117,9 +151,10 @@ async def converse(
         retry_of=retry_of,
     )
     result = await run_turn(request, text, emit)
-    await db(session.add_usage)(result.usage)
-    readings = await read_meter(session, result.next_prompt)
-    if await db(should_compact)(readings, session):
+    prompt = result.next_prompt or await database_sync_to_async(next_messages)(session)
+    counted = await prompt_tokens(prompt, configured_endpoint())
+    readings, full = await database_sync_to_async(account)(session, result.usage, prompt, counted)
+    if full:
         try:
             done = await compact(session, f"context {readings.share:.0%} full")
         except CompactionError as exc:
@@ -128,6 +163,17 @@ async def converse(
             await emit(SessionChanged(str(done.session.pk), "compacted"))
             readings = await read_meter(done.session)
     return Ended(result.status, result.usage, result.answer, result.error, readings)
+
+
+def account(
+    session: Session, usage: Usage, prompt: list[dict[str, Any]], counted: int
+) -> tuple[TokenMeter, bool]:
+    """After a turn, in one trip to the database: its usage added to the session's,
+    the meter read (the next prompt, `counted` tokens), and whether it is full
+    enough to compact."""
+    session.add_usage(usage)
+    readings = meter(session, prompt, counted)
+    return readings, should_compact(readings, session)
 
 
 async def compact_now(session: Session, emit: Emit) -> Ended:
