@@ -54,7 +54,13 @@ def meter(
     # Only the counters: a full refresh would also drop the cached agent and owner,
     # which async callers (compaction) read next.
     session.refresh_from_db(fields=Session.TOKEN_FIELDS)
-    messages = next_prompt or next_messages(session)
+    return reading(session, next_prompt or next_messages(session), context_tokens)
+
+
+def reading(
+    session: Session, messages: list[dict[str, Any]], context_tokens: int | None = None
+) -> TokenMeter:
+    """The meter of `session` as it is in memory, with `messages` as the next prompt."""
     endpoint = configured_endpoint()
     usage = session.usage
     return TokenMeter(

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import secrets
@@ -11,7 +10,7 @@ from typing import Any, ClassVar
 
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from agent.frames import Outcome
@@ -218,7 +217,13 @@ class Session(OwnedModel):
         }
 
     def add_usage(self, usage: Usage) -> None:
+        """Add `usage` to the counters, in the database and in this instance (which
+        then holds them as they are, unless another process added to them too)."""
         Session.objects.filter(pk=self.pk).update(**Session.adding(usage))
+        self.input_tokens += usage.input
+        self.output_tokens += usage.output
+        self.cache_read_tokens += usage.cache_read
+        self.cache_write_tokens += usage.cache_write
 
     def note_message(self, text: str) -> None:
         """A message arrived: the chat is active now, and named by its first message."""
@@ -301,15 +306,6 @@ class ApiToken(OwnedModel):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
-
-
-# What the holder of a chat's claim does after an input: run the next one
-# (another waits; the claim is kept), stop (the claim let go, nothing waits), or
-# take the claim again (let go, but an input arrived meanwhile).
-class Then(enum.Enum):
-    NEXT = "next"
-    STOP = "stop"
-    RETAKE = "retake"
 
 
 class ChatInputQuerySet(OwnedQuerySet):
@@ -403,10 +399,14 @@ class ChatClaimQuerySet(OwnedQuerySet):
         or expired claim, only one wins. `claim.abandoned` is what a dead holder
         left, if one did."""
         now = timezone.now()
+        token = secrets.token_hex(16)
+        # Mostly the claim is free: taken in one statement, with nothing to bury.
+        lease = {"token": token, "lease_until": now + CLAIM_LEASE}
+        if self.filter(owner_id=owner_id, key=key, token="").update(**lease):
+            return ChatClaim(owner_id=owner_id, key=key, **lease)
         claim, _ = self.get_or_create(owner_id=owner_id, key=key)
         if claim.token and claim.lease_until is not None and claim.lease_until > now:
             return None
-        token = secrets.token_hex(16)
         won = (
             self.filter(pk=claim.pk, token=claim.token)
             .filter(Q(token="") | Q(lease_until__lt=now))
@@ -463,7 +463,7 @@ class ChatClaim(OwnedModel):
 
     def mine(self) -> ChatClaimQuerySet:
         """The claim while this process still holds it (its token unchanged)."""
-        return ChatClaim.objects.filter(pk=self.pk, token=self.token)
+        return ChatClaim.objects.filter(owner_id=self.owner_id, key=self.key, token=self.token)
 
     def renew(self, session_id: str, partial: str) -> bool:
         """Extend the lease, saving where the turn writes and what it streamed;
@@ -474,16 +474,24 @@ class ChatClaim(OwnedModel):
             )
         )
 
-    def release(self) -> None:
-        self.mine().update(token="", lease_until=None, session_id="", partial="")
+    def release(self, *, unless_queued: bool = False) -> bool:
+        """Let the claim go; with `unless_queued`, only if no input waits (in the
+        same statement, so none is left behind without a holder). Whether it did."""
+        claim = self.mine()
+        if unless_queued:
+            queued = ChatInput.objects.filter(
+                owner_id=OuterRef("owner_id"), key=OuterRef("key"), status=ChatInput.Status.QUEUED
+            )
+            claim = claim.exclude(Exists(queued))
+        return bool(claim.update(token="", lease_until=None, session_id="", partial=""))
 
-    def then(self) -> Then:
-        """After an input ran: keep the claim if another waits, else let it go."""
-        queued = ChatInput.objects.queued(self.owner_id, self.key)
-        if queued.exists():
-            return Then.NEXT
-        self.release()
-        return Then.RETAKE if queued.exists() else Then.STOP
+    def hand_on(self) -> ChatInput | None:
+        """After an input ran: the next one, started, keeping the claim; None once
+        the claim is let go with nothing waiting."""
+        while (item := ChatInput.objects.next_for(self.owner_id, self.key)) is None:
+            if self.release(unless_queued=True):
+                return None
+        return item
 
     def bury(self) -> list[ChatInput]:
         """End what the dead holder left (`abandoned`): its streamed text stored as

@@ -53,7 +53,7 @@ from sessions_app import meter, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.commands import HELP, Command, parse_command, run_tool
-from sessions_app.models import LOST, ChatClaim, ChatInput, Then
+from sessions_app.models import LOST, ChatClaim, ChatInput
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +110,17 @@ async def retry(owner: Owner, key: str, event_id: int, text: str) -> None:
     await queue(owner, key, fields)
 
 
-def enqueue(owner: Owner, key: str, fields: dict[str, Any]) -> tuple[ChatInput, ChatClaim | None]:
-    """The input stored, and the chat's claim tried, in one database hop: the
-    common case, a chat nobody is answering in, costs no more."""
+def enqueue(owner: Owner, key: str, fields: dict[str, Any]) -> tuple[ChatInput, Holder | None]:
+    """The input stored, and the chat's claim tried, in one trip to the database:
+    the common case, a chat nobody is answering in, costs no more. The holder
+    that took it, with the first input of the queue started."""
     item = ChatInput.objects.create(owner=owner, key=key, **fields)
-    return item, ChatClaim.objects.take(owner.pk, key)
+    claim = ChatClaim.objects.take(owner.pk, key)
+    if claim is None:
+        return item, None
+    if claim.abandoned is not None:  # what a dead holder left is buried first
+        return item, Holder(owner, key, claim)
+    return item, Holder(owner, key, claim, ChatInput.objects.next_for(owner.pk, key))
 
 
 async def queue(
@@ -122,20 +128,20 @@ async def queue(
 ) -> Outcome | None:
     """The input stored; run here if the chat's claim is free, else announced
     and left to its holder. With `wait`, its `Outcome` once it has run."""
-    item, claim = await database_sync_to_async(enqueue)(owner, key, fields)
+    item, holder = await database_sync_to_async(enqueue)(owner, key, fields)
     if not wait:
-        background(start(owner, key, item, claim))
+        background(start(owner, key, item, holder))
         return None
-    if claim is not None:
-        await Holder(owner, key, claim).drain()
+    if holder is not None:
+        await holder.run_queue()
     else:
         await announce(owner, key, item)
     return await wait_for(owner, key, item.pk, outcome=True)
 
 
-async def start(owner: Owner, key: str, item: ChatInput, claim: ChatClaim | None) -> None:
-    if claim is not None:
-        return await Holder(owner, key, claim).drain()
+async def start(owner: Owner, key: str, item: ChatInput, holder: Holder | None) -> None:
+    if holder is not None:
+        return await holder.run_queue()
     await announce(owner, key, item)
     await wait_for(owner, key, item.pk)
 
@@ -215,7 +221,7 @@ async def take_over(owner: Owner, key: str) -> bool:
     claim = await database_sync_to_async(ChatClaim.objects.take)(owner.pk, key)
     if claim is None:
         return False
-    await Holder(owner, key, claim).drain()
+    await Holder(owner, key, claim).run_queue()
     return True
 
 
@@ -227,56 +233,49 @@ class Holder:
     the chat's control group, and sends each input's frames to the chat's tabs;
     it lets go of the claim when the queue is empty."""
 
-    def __init__(self, owner: Owner, key: str, claim: ChatClaim) -> None:
+    def __init__(
+        self, owner: Owner, key: str, claim: ChatClaim, first: ChatInput | None = None
+    ) -> None:
         self.owner, self.key, self.claim = owner, key, claim
+        self.first = first  # the queue's first input, already started (enqueue)
         self.session_id = ""  # where the running input writes
         self.partial = ""  # its answer streamed so far
         self.current: asyncio.Task | None = None
 
-    async def drain(self) -> None:
-        """Run the queue until it is empty, then let go; and again if an input
-        arrived while letting go."""
-        while await self.run_queue() is Then.RETAKE:
-            claim = await database_sync_to_async(ChatClaim.objects.take)(self.owner.pk, self.key)
-            if claim is None:
-                return
-            self.claim = claim
-
-    async def run_queue(self) -> Then:
+    async def run_queue(self) -> None:
+        """Run the chat's inputs, one at a time, until none waits; then let go."""
         db = database_sync_to_async
         async with Signals(self.owner.pk, self.key) as signals:
             renewing = asyncio.create_task(self.renew())
             listening = asyncio.create_task(self.listen(signals))
-            held = True
+            item = self.first
             try:
                 if self.claim.abandoned is not None:
                     await self.bury()
-                while item := await db(ChatInput.objects.next_for)(self.owner.pk, self.key):
+                if item is None:
+                    item = await db(self.claim.hand_on)()
+                while item is not None:
                     # Its own task, so that /stop cancels the run and not this loop.
                     self.current = asyncio.create_task(self.run(item))
                     outcome, done = await self.current
+                    self.current = None
                     outcome.take(done)
                     # Finished and, if nothing waits, let go before `done` goes out: a
                     # client that sends its next message on `done` then finds the chat
                     # free, and a /stop after `done` finds nothing running.
-                    then = await db(self.end)(item, outcome)
-                    held = then is Then.NEXT
+                    item = await db(self.end)(item, outcome)
                     await broadcast(self.owner.pk, self.key, done)
                     await signal(self.owner.pk, self.key, INPUT)
-                    if not held:
-                        return then
-                return Then.STOP
             finally:
-                self.current = None
                 renewing.cancel()
                 listening.cancel()
-                if held:
+                if item is not None:  # left early (a failure): nothing more runs here
                     await db(self.claim.release)()
                     await signal(self.owner.pk, self.key, INPUT)
 
-    def end(self, item: ChatInput, outcome: Outcome) -> Then:
+    def end(self, item: ChatInput, outcome: Outcome) -> ChatInput | None:
         item.finish(outcome)
-        return self.claim.then()
+        return self.claim.hand_on()
 
     async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
         """One input, to the frame that ends it; never raises."""

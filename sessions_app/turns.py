@@ -42,7 +42,7 @@ from memory.models import Event, EventType
 from neotask_site.ownership import Owner
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.compaction import CompactionError, compact
-from sessions_app.meter import TokenMeter, meter, next_messages, read_meter
+from sessions_app.meter import TokenMeter, meter, next_messages, read_meter, reading
 from sessions_app.models import ChatInput, Session
 
 
@@ -171,8 +171,8 @@ def account(
     """After a turn, in one trip to the database: its usage added to the session's,
     the meter read (the next prompt, `counted` tokens), and whether it is full
     enough to compact."""
-    session.add_usage(usage)
-    readings = meter(session, prompt, counted)
+    session.add_usage(usage)  # one turn at a time per chat: nobody else adds to it
+    readings = reading(session, prompt, counted)
     return readings, should_compact(readings, session)
 
 
