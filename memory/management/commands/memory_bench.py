@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
@@ -250,6 +251,10 @@ class Command(BaseCommand):
                     batch.append(event)
                 record_many(batch)
                 bar.update(len(batch))
+        # Stamped as if each was embedded when it was said: what is timed is a settled
+        # memory, not the minute after a bulk write, in which every query re-reads the
+        # stamps of all that was just stored (memory/vector_sync.py).
+        Event.objects.filter(owner=user).update(embedded_at=F("created_at"))
 
     def print_table(self, report: dict[str, Any]) -> None:
         self.stdout.write(
