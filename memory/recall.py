@@ -13,13 +13,13 @@ from django.conf import settings
 from memory import recording
 from memory.files.search import FileHit
 from memory.models import Event, EventType
-from memory.retrieval import RECALLED_CHARS
+from memory.retrieval import RECALLED_CHARS, RecalledItem
 from memory.search import search_memory
 
 
 def recall(
     owner: Any, agent: str, session_id: str, query: str, query_vector: np.ndarray
-) -> list[dict[str, Any]]:
+) -> list[RecalledItem]:
     """The best memories from other sessions and from the memory files by the
     fused memory search, best first: events sharing a word with the message or
     at least `recall_min_score` similar to it, file chunks at least that similar."""
@@ -28,7 +28,7 @@ def recall(
     if not limit:
         return []
     floor = options["recall_min_score"]
-    items = []
+    items: list[RecalledItem] = []
     for hit in search_memory(owner, query, k=limit * 3, agent=agent, query_vector=query_vector):
         if isinstance(hit, FileHit):
             if hit.score < floor:
