@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, Self
 
 from django.conf import settings
@@ -188,15 +189,21 @@ class Event(OwnedModel):
         return turns.order_by("-id").values_list("text", flat=True).first()
 
     @classmethod
-    def set_keys_in_order(cls, events: list[Event]) -> None:
-        """Key new events of one session (bulk writers), in the order they are written."""
-        if not events:
-            return
-        previous = cls.last_turn_text(events[0].owner_id, events[0].session_id)
+    def set_keys_in_order(cls, events: Sequence[Event]) -> None:
+        """Key new events (bulk writers) as `set_keys(previous_turn_text())` keys
+        each one written alone, in this order: a session's last stored turn is
+        asked once, when its first recallable event needs it, then carried."""
+        last_turn: dict[tuple[int, str], str | None] = {}
         for event in events:
+            session = (event.owner_id, event.session_id)
+            previous = None
+            if event.event_type in EventType.RECALLABLE:
+                if session not in last_turn:
+                    last_turn[session] = cls.last_turn_text(*session)
+                previous = last_turn[session]
             event.set_keys(previous)
             if event.event_type in EventType.TURNS and event.text:
-                previous = event.text
+                last_turn[session] = event.text
 
     @property
     def is_pinned(self) -> bool:

@@ -5,22 +5,20 @@ is stable for the session and /status can list it)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from django.conf import settings
 
 from memory import recording
 from memory.files.search import FileHit
 from memory.models import Event, EventType
-from memory.retrieval import RECALLED_CHARS
+from memory.retrieval import RECALLED_CHARS, RecalledItem
 from memory.search import search_memory
 from neotask_site.ownership import Owner
 
 
 def recall(
     owner: Owner, agent: str, session_id: str, query: str, query_vector: np.ndarray
-) -> list[dict[str, Any]]:
+) -> list[RecalledItem]:
     """The best memories from other sessions and from the memory files by the
     fused memory search, best first: events sharing a word with the message or
     at least `recall_min_score` similar to it, file chunks at least that similar."""
@@ -29,7 +27,7 @@ def recall(
     if not limit:
         return []
     floor = options["recall_min_score"]
-    items = []
+    items: list[RecalledItem] = []
     for hit in search_memory(owner, query, k=limit * 3, agent=agent, query_vector=query_vector):
         if isinstance(hit, FileHit):
             if hit.score < floor:

@@ -1,6 +1,8 @@
-"""Writing an event, the one way: stored with its default importance and its
-search keys, kept in its session's working memory, and embedded — with the
+"""Writing events, the one way: stored with their default importance and their
+search keys, kept in their session's working memory, and embedded — with the
 vector the caller already has, or by a job once the transaction commits.
+`record` writes one event (a chat turn's), `record_many` the drafts of a bulk
+writer (an import, the benchmark) in batches, each stored as `record` would.
 
 models.py does not import this module (nor jobs or working memory): the
 event log's table knows nothing of what is done with a new row.
@@ -8,15 +10,30 @@ event log's table knows nothing of what is done with a new row.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.utils import timezone
 
 from memory.models import Event, default_importance
-from memory.tasks import queue_embedding
+from memory.tasks import request_embeddings
 from memory.vectors import pack
 from memory.working import working_memory
 from neotask_site.ownership import Owner
+
+BATCH = 500  # rows per INSERT: a bulk writer's batch stays one statement of bounded size
+
+
+def draft(
+    owner: Any, session_id: str, event_type: str, data: dict[str, Any] | None = None, **fields: Any
+) -> Event:
+    """An unsaved event with `record`'s defaults: its type's importance, its
+    content as its text. A bulk writer drafts its events with this and stores
+    them with `record_many`; `embedding` (packed) is a vector it already has."""
+    data = data or {}
+    fields.setdefault("importance", default_importance(event_type))
+    fields.setdefault("text", data.get("content") or "")
+    return Event(owner=owner, session_id=session_id, event_type=event_type, data=data, **fields)
 
 
 def record(
@@ -32,26 +49,51 @@ def record(
     """Store an event. `vector`: the embedding of its text, already computed
     (stored with the row); `embed=False`: the caller stores one later
     (`keep_vector`); otherwise a job embeds it."""
-    data = data or {}
-    fields.setdefault("importance", default_importance(event_type))
-    fields.setdefault("text", data.get("content") or "")
-    event = Event(owner=owner, session_id=session_id, event_type=event_type, data=data, **fields)
+    event = draft(owner, session_id, event_type, data, **fields)
+    if vector is not None:
+        event.embedding = pack(vector)
     event.set_keys(event.previous_turn_text())
-    if vector is not None and event.key_text == event.text:
-        event.embedding, event.embedded_at = pack(vector), timezone.now()
+    keep_given_vector(event)
     event.save(force_insert=True)
     working_memory.remember(event)
-    if embed and event.embedding is None:
-        queue_embedding(event)
+    if embed:
+        request_embeddings([event])
     return event
+
+
+def record_many(events: Sequence[Event]) -> None:
+    """Store drafted events (`draft`) in bulk, in this order, each as `record`
+    stores one: keyed by the turn before it in its session, a vector it came
+    with kept if it is its key's, remembered by its session's working memory,
+    and the others' vectors requested. Inserted BATCH rows at a time; `record`
+    costs an insert and a query or two per event."""
+    Event.set_keys_in_order(events)
+    for event in events:
+        keep_given_vector(event)
+    Event.objects.bulk_create(events, batch_size=BATCH)
+    for event in events:
+        working_memory.remember(event)
+    request_embeddings(events)
+
+
+def keep_given_vector(event: Event) -> None:
+    """A vector given with a new event is kept only if it is the embedding of
+    the event's key (the key is its bare text unless a speaker is named);
+    otherwise it is dropped and the key is embedded by a job."""
+    if event.embedding is None:
+        return
+    if event.key_text == event.text:
+        event.embedded_at = timezone.now()
+    else:
+        event.embedding = None
 
 
 def keep_vector(event: Event, vector: Any) -> None:
     """Store a vector computed for `event`'s text after it was stored (a chat
     message's, embedded for recall) so that no job embeds it again; without
-    one, or if the event's key is not its bare text, queue the job."""
+    one, or if the event's key is not its bare text, request the job."""
     if vector is None or event.key_text != event.text:
-        return queue_embedding(event)
+        return request_embeddings([event])
     Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
         embedding=pack(vector), embedded_at=timezone.now()
     )

@@ -16,7 +16,7 @@ de-duplicated by event id, each tagged with the branch that brought it (so
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from django.conf import settings
@@ -37,6 +37,17 @@ def estimate_tokens(text: str) -> int:
     """~4 characters per token for English text with the usual BPE tokenizers,
     plus the per-message overhead of the chat format."""
     return len(text) // 4 + 4
+
+
+class RecalledItem(TypedDict):
+    """A memory auto-recall brought in when the session started, as the session's
+    `recall` event keeps it (JSON in its data: a dict, not an object)."""
+
+    source: str  # what the search cites: "session <id>, event <id>" or "<file>:<lines>"
+    date: str  # the event's day, or "memory file"
+    text: str  # clipped, after its speaker's name when it has one
+    score: float
+    event_id: NotRequired[int]  # an event's, not a file chunk's
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,7 @@ class Context:
         return found[0].event if found else None
 
     @property
-    def session_recall(self) -> list[dict[str, Any]]:
+    def session_recall(self) -> list[RecalledItem]:
         """What auto-recall brought in when the session started."""
         found = self.branch("recall")
         return found[0].event.data.get("items", []) if found else []

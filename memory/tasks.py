@@ -1,10 +1,10 @@
 """Background jobs of the memory: embedding every stored message.
 
-Each stored message asks for its embedding (django-q2); the requests a
-process makes within half a second go out as one job. A sweep every minute
-embeds whatever is still missing, so nothing is lost when a worker dies or
-the broker is down. Failures are recorded on the event and retried with
-exponential backoff.
+Each stored message asks for its embedding through one entrance,
+`request_embeddings` (django-q2); the requests a process makes within half a
+second go out as one job. A sweep every minute embeds whatever is still
+missing, so nothing is lost when a worker dies or the broker is down. Failures
+are recorded on the event and retried with exponential backoff.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,8 +148,9 @@ _local = threading.local()
 
 @contextmanager
 def embedding_queue_paused() -> Iterator[None]:
-    """For bulk writers (evaluation, benchmark, imports) that embed in batches
-    themselves: one queued job per event would only flood the broker."""
+    """For tools that embed what they write themselves, right after it
+    (`memory_eval`, benchmarks: `embed_missing`): `request_embeddings` asks
+    nothing meanwhile, or the job cluster would embed it all a second time."""
     _local.paused = True
     try:
         yield
@@ -223,21 +224,22 @@ def send_embedding_job(ids: list[int]) -> None:
 EMBEDDING_REQUESTS = EmbeddingRequests(window=0.5)
 
 
-def queue_embeddings(ids: list[int]) -> None:
-    """After the transaction commits, ask the job cluster to embed these events
-    (with the other requests of the moment, BATCH_SIZE to a job): for one new
-    message, and for the importers' bulk writes."""
-    if ids:
-        transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(*ids))
-
-
-def queue_embedding(event: Event) -> None:
-    """After the transaction commits, ask the job cluster to embed `event`."""
-    if event.event_type not in EventType.CONTENT or not event.text:
-        return
+def request_embeddings(events: Iterable[Event]) -> None:
+    """The one way to ask for the vectors of stored events: those that need one
+    (content with text and no vector yet) go to the job cluster after the
+    transaction commits, with the other requests of the moment (BATCH_SIZE to a
+    job). Only their ids wait for the commit: an import's events, texts and
+    all, are not held until then. The sweep embeds whatever a lost request
+    missed."""
     if getattr(_local, "paused", False):
         return
-    queue_embeddings([event.pk])
+    ids = [
+        event.pk
+        for event in events
+        if event.embedding is None and event.event_type in EventType.CONTENT and event.text
+    ]
+    if ids:
+        transaction.on_commit(lambda: EMBEDDING_REQUESTS.add(*ids))
 
 
 def analyze_database() -> None:

@@ -332,7 +332,7 @@ def test_a_failing_session_is_rolled_back_whole_and_the_others_import(alice, fol
     assert len(events_of(main)) == 8 and main.input_tokens == 250
 
 
-def test_it_streams_a_huge_transcript_in_bounded_memory(alice, tmp_path, monkeypatch):
+def test_it_streams_a_huge_transcript_in_bounded_memory(alice, tmp_path):
     root = tmp_path / "huge"
     (root / "sessions").mkdir(parents=True)
     path = root / "sessions" / "big.jsonl"
@@ -344,7 +344,6 @@ def test_it_streams_a_huge_transcript_in_bounded_memory(alice, tmp_path, monkeyp
             lines += 1
             role = "user" if lines % 2 else "assistant"
             handle.write(json.dumps(message(f"e{lines}", 1, role, f"{lines} {words}")) + "\n")
-    monkeypatch.setattr(writing, "queue_embeddings", lambda ids: None)
 
     tracemalloc.start()
     try:

@@ -16,7 +16,8 @@ from importers.aidaemon.database import open_database as open_file
 from importers.report import ImportRefused, ImportReport
 from importers.text import MAX_EVENT_BYTES, storable
 from memory.legacy import event_for, parse_timestamp
-from memory.models import Event, EventType, default_importance
+from memory.models import Event, EventType
+from memory.recording import draft
 from neotask_site.ownership import Owner
 
 LEGACY_ID_LENGTH = 64  # Event.legacy_message_id
@@ -228,16 +229,15 @@ def payload_event(row: dict[str, Any], owner: Owner) -> Event:
     else:
         legacy_id = f"event:{row['id']}"
     task_id = row.get("task_id")
-    return Event(
-        owner=owner,
-        event_type=event_type,
-        data=storable(data),
-        text=storable(data.get("content") or ""),
+    return draft(
+        owner,
+        "",  # the Neotask session's id, set by the writer
+        event_type,
+        storable(data),
         created_at=created_at,
         consolidated_at=optional_timestamp(row.get("consolidated_at")),
         task_id=str(task_id)[:64] if task_id else None,
         tool_name=(row.get("tool_name") or tool_name or None),
-        importance=default_importance(event_type),
         legacy_message_id=legacy_id,
     )
 

@@ -35,7 +35,7 @@ from importers.aidaemon.reading import (
 from importers.report import ImportReport, ImportStopped
 from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
-from memory.tasks import needs_embedding, queue_embeddings
+from memory.recording import record_many
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
@@ -246,8 +246,6 @@ class DatabaseImport:
                     shortened[kind] += 1
                 event.session_id = neotask_id
                 event.agent = self.agent_name
-                if event.embedding is not None:
-                    event.embedded_at = now
                 if first is None or event.created_at < first.created_at:
                     first = event
                 if not title and event.event_type == EventType.USER_MESSAGE and event.text:
@@ -256,11 +254,9 @@ class DatabaseImport:
                 batch_bytes += len(event.text)
                 added[kind] += 1
                 if len(batch) >= BATCH or batch_bytes >= BATCH_BYTES:
-                    Event.set_keys_in_order(batch)
-                    Event.objects.bulk_create(batch)
+                    record_many(batch)
                     batch, batch_bytes = [], 0
-        Event.set_keys_in_order(batch)
-        Event.objects.bulk_create(batch)
+        record_many(batch)
         if first is None:
             if created:
                 transaction.set_rollback(True)  # no empty session left behind
@@ -271,15 +267,6 @@ class DatabaseImport:
         if not session.title:
             changes["title"] = title or f"Imported from aidaemon: {stored_id}"[:200]
         Session.objects.filter(pk=session.pk).update(**changes)
-        # After commit: the events that came without a vector.
-        queue_embeddings(
-            list(
-                needs_embedding()
-                .filter(owner=self.owner, session_id=neotask_id)
-                .order_by("id")
-                .values_list("id", flat=True)
-            )
-        )
 
     # Facts, macros, tasks, prefixes ----------------------------------------------
 

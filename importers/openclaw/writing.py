@@ -28,8 +28,8 @@ from importers.openclaw.reading import (
 )
 from importers.report import ImportReport
 from importers.text import cut, storable
-from memory.models import Event, EventType, default_importance
-from memory.tasks import queue_embeddings
+from memory.models import Event, EventType
+from memory.recording import draft, record_many
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
@@ -130,7 +130,6 @@ class SessionImport:
         self.turn_event: Event | None = None  # the user message that opened the current turn
         self.turn_usage = Usage()
         self.title = ""
-        self.embed_ids: list[int] = []
 
     # The session
 
@@ -193,14 +192,12 @@ class SessionImport:
         created_at: datetime,
         tool_name: str | None = None,
     ) -> Event:
-        return Event(
-            owner=self.owner,
-            session_id=str(self.target.pk),
+        return draft(
+            self.owner,
+            str(self.target.pk),
+            event_type,
+            data,
             agent=self.agent.name,
-            event_type=event_type,
-            data=data,
-            text=data.get("content") or "",
-            importance=default_importance(event_type),
             created_at=created_at,
             tool_name=tool_name[:128] if tool_name else None,
             legacy_message_id=legacy,
@@ -317,11 +314,7 @@ class SessionImport:
             if (smaller := cut(event.data)) is not None:
                 event.data, event.text = smaller, str(smaller.get("content") or "")
                 self.report.cut_short(EVENTS)
-        Event.set_keys_in_order(events)
-        Event.objects.bulk_create(events)
-        self.embed_ids += [
-            event.pk for event in events if event.event_type in EventType.CONTENT and event.text
-        ]
+        record_many(events)
 
     def count(self, pending: Pending) -> None:
         self.report.added(LINES)
@@ -372,7 +365,6 @@ class SessionImport:
         if not session.title and self.title:
             fields["title"] = self.title
         Session.objects.filter(pk=session.pk).update(**fields)
-        queue_embeddings(self.embed_ids)
 
 
 def imported_sessions(owner: Owner, agent_name: str) -> dict[str, str]:

@@ -27,14 +27,15 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
 from memory import fulltext
 from memory.embeddings import embed_text, embed_texts, get_model
 from memory.evaluation import DatasetError, load_dataset, throwaway_user
-from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
+from memory.recording import draft, record_many
 from memory.retrieval import get_context
 from memory.search import CANDIDATES, search_memory
 from memory.tasks import analyze_database
@@ -237,28 +238,24 @@ class Command(BaseCommand):
                     pick = rng.randrange(len(texts))
                     vector = vectors[pick] + noise.normal(0, 0.02, vectors.shape[1])
                     vector /= np.linalg.norm(vector)
-                    when = start + timedelta(minutes=number)
-                    previous = batch[-1].text if batch and number % 50 else ""
-                    batch.append(
-                        Event(
-                            owner=user,
-                            session_id=f"bench:{number // 50 * 50 + 49}",
-                            event_type=EventType.USER_MESSAGE
-                            if number % 2 == 0
-                            else EventType.ASSISTANT_RESPONSE,
-                            data={"content": texts[pick]},
-                            text=texts[pick],
-                            search_key=texts[pick],
-                            search_context=previous,
-                            key_version=KEY_VERSION,
-                            created_at=when,
-                            importance=0.9 if number % 997 == 0 else 0.5,
-                            embedding=pack(vector),
-                            embedded_at=when,
-                        )
+                    kind = EventType.ASSISTANT_RESPONSE if number % 2 else EventType.USER_MESSAGE
+                    event = draft(
+                        user,
+                        f"bench:{number // 50 * 50 + 49}",
+                        kind,
+                        {"content": texts[pick]},
+                        created_at=start + timedelta(minutes=number),
+                        embedding=pack(vector),
                     )
-                Event.objects.bulk_create(batch)
+                    if number % 997 == 0:
+                        event.importance = 0.9  # a few for the relevance branch
+                    batch.append(event)
+                record_many(batch)
                 bar.update(len(batch))
+        # Stamped as if each was embedded when it was said: what is timed is a settled
+        # memory, not the minute after a bulk write, in which every query re-reads the
+        # stamps of all that was just stored (memory/vector_sync.py).
+        Event.objects.filter(owner=user).update(embedded_at=F("created_at"))
 
     def print_table(self, report: dict[str, Any]) -> None:
         self.stdout.write(
