@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
 
-    from tests.processes import app_env, free_port, start_daphne
+    from tests.support.processes import app_env, free_port, start_daphne
 
     # The scripted LLM runs in a process of its own, answering every request
     # with the same stamped stream.
@@ -114,7 +114,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "tests.scripted_llm",
+            "tests.support.scripted_llm",
             "--deltas",
             str(options.deltas),
             "--interval",

@@ -98,7 +98,7 @@ def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
-    from tests.processes import stop_process, stop_process_group
+    from tests.support.processes import stop_process, stop_process_group
 
     for process in reversed(processes):  # the servers before the LLM they call
         if cast(list[str], process.args)[-1] == "qcluster":  # always started with a list
@@ -220,12 +220,18 @@ def run(
 ) -> tuple[int, dict]:
     """Start everything (each process appended to `processes` at once, for
     the caller to stop), load it, count, report; the exit code."""
-    from tests.processes import app_env, free_port, spawn_daphne, start_qcluster, wait_for_health
+    from tests.support.processes import (
+        app_env,
+        free_port,
+        spawn_daphne,
+        start_qcluster,
+        wait_for_health,
+    )
 
     with (data_dir / "llm.log").open("w") as log:
         llm = subprocess.Popen(
             [
-                *(sys.executable, "-m", "tests.scripted_llm"),
+                *(sys.executable, "-m", "tests.support.scripted_llm"),
                 *("--deltas", str(options.deltas), "--interval", str(options.interval)),
             ],
             cwd=ROOT,

@@ -96,7 +96,7 @@ def costs(lengths: tuple[int, int] = (5_000, 20_000)) -> list[dict[str, Any]]:
 
 def serve_llm(pattern: str, length: int, deltas: int, interval: float) -> None:
     """The scripted LLM of the `healthz` part: every request gets the same answer."""
-    from tests.scripted_llm import Reply, ScriptedLLM
+    from tests.support.scripted_llm import Reply, ScriptedLLM
 
     text = PATTERNS[pattern](length)
     size = -(-len(text) // deltas)
@@ -137,7 +137,7 @@ def poll_health(port: int, stop: threading.Event, samples: list[float], failed: 
 async def answer_while_polling(port: int, cookie: str, key: str) -> dict[str, Any]:
     """One answer, /healthz polled from the message to the answer's `done` (or
     to the socket's failure, which is reported)."""
-    from tests.processes import chat_socket, until_done
+    from tests.support.processes import chat_socket, until_done
 
     samples: list[float] = []
     failed: list[str] = []
@@ -161,7 +161,13 @@ async def answer_while_polling(port: int, cookie: str, key: str) -> dict[str, An
 
 
 def healthz(answers: list[str], deltas: int, interval: float) -> list[dict[str, Any]]:
-    from tests.processes import app_env, free_port, logged_in_chat, start_daphne, stop_process
+    from tests.support.processes import (
+        app_env,
+        free_port,
+        logged_in_chat,
+        start_daphne,
+        stop_process,
+    )
 
     rows = []
     for answer in answers:
@@ -214,7 +220,7 @@ def fetch(request: urllib.request.Request) -> bytes:
 
 def page(answers: list[str], opens: int) -> list[dict[str, Any]]:
     """Each answer in a chat of its own, stored as an import stores it (no embedding)."""
-    from tests.processes import (
+    from tests.support.processes import (
         app_env,
         free_port,
         logged_in_chat,

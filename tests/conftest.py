@@ -11,7 +11,7 @@ from memory import tasks
 from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 
 def forget_process_state() -> None:

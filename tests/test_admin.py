@@ -12,7 +12,7 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
-from tests.helpers import OWNED_MODELS, allow_terminal, make_rows
+from tests.support.records import OWNED_MODELS, allow_terminal, make_rows
 from tests.test_ownership import PROJECT_APPS
 
 

@@ -30,7 +30,7 @@ from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, ApiToken, Session
-from tests.helpers import config_task
+from tests.support.records import config_task
 from tests.test_import_aidaemon import build_db
 
 # Valid for the memory files' old rule, not for the session keys' one.

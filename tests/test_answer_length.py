@@ -15,7 +15,7 @@ from memory import recording
 from memory.models import Event, EventType
 from neotask_site.config import ConfigError, load_config
 from sessions_app.broadcast import render_event
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 

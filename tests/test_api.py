@@ -17,7 +17,7 @@ from sessions_app import chat
 from sessions_app.lifecycle import rollover
 from sessions_app.models import Agent, ApiToken, Session, hash_secret
 from sessions_app.transcripts import event_record
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 
 
 def bearer(secret: str) -> dict[str, str]:

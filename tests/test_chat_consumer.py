@@ -19,7 +19,7 @@ from neotask_site.asgi import application
 from sessions_app import chat
 from sessions_app.models import Session
 from sessions_app.routing import websocket_urlpatterns
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 router = URLRouter(websocket_urlpatterns)

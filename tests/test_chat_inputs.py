@@ -19,7 +19,7 @@ from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat, claims, inputs
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 from tests.test_chat_consumer import connect
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,8 @@ from memory import recording
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.models import Agent, Session
-from tests.helpers import HTMX, allow_terminal, text
+from tests.support.records import allow_terminal
+from tests.support.web import HTMX, text
 
 
 def test_it_opens_the_latest_chat_or_offers_to_start_one(alice, alice_client):

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from memory.models import Event
 from sessions_app import chat
 from sessions_app.retries import NO_SUCH, NOT_FAILED, NOT_LATEST
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 from tests.test_chat_consumer import connect, receive, send, stored, streamed, until
 
 pytestmark = pytest.mark.django_db(transaction=True)

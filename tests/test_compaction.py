@@ -11,7 +11,7 @@ from memory.search import search_memory
 from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.models import Session
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from agent.consolidation import SCHEDULE, run
 from memory import recording
 from memory.consolidation import claim
 from memory.models import Event, Fact
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 
 YESTERDAY = timezone.now() - timedelta(days=1)
 

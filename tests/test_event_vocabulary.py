@@ -21,7 +21,7 @@ from memory.working import working_memory
 from sessions_app.compaction import split
 from sessions_app.models import Agent, Session
 from sessions_app.transcripts import transcript_chunks
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 
 WORD = "quokka"
 CALL = {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}

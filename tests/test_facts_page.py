@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from memory.models import Fact
-from tests.helpers import ESCAPED, HTMX, XSS, text
+from tests.support.web import ESCAPED, HTMX, XSS, text
 
 
 def make_fact(owner: User, category: str = "preference", key: str = "color", **fields: Any) -> Fact:

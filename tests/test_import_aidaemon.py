@@ -27,7 +27,7 @@ from memory.vectors import pack
 from scheduler.models import ScheduledTask
 from scheduler.schedule import next_run
 from sessions_app.models import Agent, Session
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 
 SCHEMA = """
 CREATE TABLE messages (

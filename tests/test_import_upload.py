@@ -22,7 +22,7 @@ from importers.models import ImportJob
 from importers.report import ImportRefused
 from memory.models import Event
 from sessions_app.models import Session
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 from tests.test_import_aidaemon import CAT, TELEGRAM, build_db
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -9,7 +9,7 @@ from django.http import Http404
 from memory.models import Event
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
 from sessions_app.models import Session
-from tests.helpers import OWNED_MODELS, make_rows
+from tests.support.records import OWNED_MODELS, make_rows
 
 PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
 

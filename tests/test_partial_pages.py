@@ -16,7 +16,7 @@ from memory.models import Fact
 from memory.workspace import DEFAULT_AGENT, workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent
-from tests.helpers import HTMX, text
+from tests.support.web import HTMX, text
 
 CHROME = '<header class="topbar">'
 

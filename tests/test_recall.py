@@ -9,7 +9,7 @@ from memory import recording
 from memory.models import Event
 from memory.tasks import embed_missing
 from sessions_app import chat
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,15 +24,8 @@ from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
-from tests.helpers import (
-    BERLIN,
-    FRIDAY,
-    MONDAY_9,
-    allow_terminal,
-    config_task,
-    make_task,
-)
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.records import BERLIN, FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 TUESDAY_9 = datetime(2026, 6, 9, 9, 0, tzinfo=BERLIN)
 

@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from scheduler.models import ScheduledTask
-from tests.helpers import BERLIN, FRIDAY, HTMX, make_task, text
+from tests.support.records import BERLIN, FRIDAY, make_task
+from tests.support.web import HTMX, text
 
 
 @pytest.fixture

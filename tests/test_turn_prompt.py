@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from agent.runtime import TurnRequest, run_turn
 from memory import recall, recording, retrieval
 from memory.models import EventType
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

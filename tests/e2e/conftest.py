@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, app_env, free_port, start_daphne
-from tests.scripted_llm import ScriptedLLM
+from tests.support.processes import ROOT, app_env, free_port, start_daphne
+from tests.support.scripted_llm import ScriptedLLM
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -36,7 +36,7 @@ def e2e_llm() -> Iterator[ScriptedLLM]:
 @pytest.fixture(scope="session")
 def live_env(e2e_llm, tmp_path_factory) -> dict[str, str]:
     """The environment of the live app: tests that seed its database run
-    `manage.py` in it (tests.processes.manage_json)."""
+    `manage.py` in it (tests.support.processes.manage_json)."""
     return app_env(
         tmp_path_factory.mktemp("e2e-data"),
         NEOTASK_LLM_BASE_URL=e2e_llm.url,

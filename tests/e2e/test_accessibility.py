@@ -10,8 +10,8 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.e2e.conftest import log_in
-from tests.processes import manage_json
-from tests.scripted_llm import Reply
+from tests.support.processes import manage_json
+from tests.support.scripted_llm import Reply
 
 # One of each row the pages list, owned by the e2e user, in the app's own database.
 SEED = """
@@ -23,7 +23,7 @@ from memory import recording
 from memory.files.paths import write_memory_file
 from memory.workspace import workspace_dir
 from memory.models import Event, Fact, Macro, MemoryFile, MemoryChunk
-from tests.helpers import make_rows
+from tests.support.records import make_rows
 
 user = get_user_model().objects.get(username="tester")
 rows = {model.__name__: row for model, row in make_rows(user, "-a11y").items()}
@@ -66,7 +66,7 @@ from django.contrib.auth import get_user_model
 from memory.files.indexing import index_workspace
 from memory.workspace import workspace_dir
 from sessions_app.models import Agent, ChatClaim, Session
-from tests.helpers import OWNED_MODELS
+from tests.support.records import OWNED_MODELS
 
 user = get_user_model().objects.get(username="tester")
 made = list(Session.objects.filter(created_at__gte=SINCE).values_list("key", flat=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from tests.e2e.conftest import ARTIFACTS, log_in
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 
 def send(page, text: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.e2e import test_chat_e2e as chat_e2e
 from tests.e2e.conftest import log_in
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 
 
 def test_it_shows_a_message_typed_during_an_answer_as_queued_then_answers_it(page, e2e_llm):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.e2e.conftest import PASSWORD, log_in
-from tests.processes import ROOT, app_env, free_port, wait_for_health
+from tests.support.processes import ROOT, app_env, free_port, wait_for_health
 
 
 def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):

@@ -12,8 +12,8 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import ARTIFACTS, PASSWORD
-from tests.processes import manage_json
-from tests.scripted_llm import Reply
+from tests.support.processes import manage_json
+from tests.support.scripted_llm import Reply
 
 PHONE: dict[str, Any] = {
     "viewport": {"width": 390, "height": 844},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.e2e.conftest import log_in
 from tests.e2e.test_chat_e2e import send
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 
 
 def test_it_remembers_and_searches_from_the_chat(page, e2e_llm):

@@ -30,7 +30,7 @@ from memory import recording
 from memory.models import Event, EventType
 from sessions_app.chat import start_chat
 from sessions_app.routing import websocket_urlpatterns
-from tests.processes import (
+from tests.support.processes import (
     ROOT,
     app_env,
     chat_socket,
@@ -43,7 +43,7 @@ from tests.processes import (
     start_qcluster,
     until_done,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 USERNAME = "faults"
 
@@ -70,7 +70,7 @@ print(json.dumps(chats))
 # An LLM endpoint that starts an answer and then stalls, until it is killed.
 STALLING_LLM = """
 import threading
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 def stalled():
     yield from ["Once ", "upon ", "a "]

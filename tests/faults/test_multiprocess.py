@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from memory.consolidation import PROMPT as CONSOLIDATION_PROMPT
-from tests.processes import (
+from tests.support.processes import (
     ROOT,
     app_env,
     chat_socket,
@@ -34,7 +34,7 @@ from tests.processes import (
     until_done,
     wait_for_health,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = [
     pytest.mark.slow,

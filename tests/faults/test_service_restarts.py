@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.processes import (
+from tests.support.processes import (
     PrivatePostgres,
     PrivateRedis,
     app_env,
@@ -40,7 +40,7 @@ from tests.processes import (
     until_done,
     wait_for_health,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from memory.models import Event
 from sessions_app import chat
 from sessions_app.consumers import MAX_FRAME_BYTES
 from sessions_app.models import Session
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
 from tests.test_chat_consumer import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -30,7 +30,7 @@ from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.broadcast import render_event
 from sessions_app.models import Agent, ApiToken, Session
-from tests.helpers import OWNED_MODELS
+from tests.support.records import OWNED_MODELS
 from tests.test_memory_files import CountingEmbed
 
 PAYLOADS = [

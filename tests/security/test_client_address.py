@@ -20,7 +20,15 @@ from django.test import Client
 from neotask_site import throttle
 from neotask_site.client_address import refuse_rewriting_server, resolve, trusted_proxies
 from neotask_site.config import ConfigError
-from tests.processes import MIGRATE, ROOT, app_env, free_port, manage, stop_process, wait_for_health
+from tests.support.processes import (
+    MIGRATE,
+    ROOT,
+    app_env,
+    free_port,
+    manage,
+    stop_process,
+    wait_for_health,
+)
 
 REFUSED = "Too many failed logins"
 PROXY = [ipaddress.ip_network("127.0.0.1"), ipaddress.ip_network("10.0.0.0/8")]

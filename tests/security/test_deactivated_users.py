@@ -16,8 +16,8 @@ from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import ApiToken, Session
 from sessions_app.routing import websocket_urlpatterns
-from tests.helpers import MONDAY_9, make_task
-from tests.scripted_llm import Reply
+from tests.support.records import MONDAY_9, make_task
+from tests.support.scripted_llm import Reply
 from tests.test_chat_consumer import connect, receive, send
 
 router = URLRouter(websocket_urlpatterns)

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from neotask_site import first_run, profiles, throttle
-from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
+from tests.support.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
 
 
 def mode(path: Path) -> int:

@@ -22,7 +22,7 @@ from importers.jobs import run_import
 from importers.models import ImportJob
 from memory.models import Event
 from sessions_app.models import Session
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 from tests.test_import_aidaemon import SCHEMA
 from tests.test_import_upload import upload, zipped
 

@@ -18,12 +18,8 @@ from memory.models import Event
 from scheduler.models import ScheduledTask
 from scheduler.runner import run_due_tasks, run_now
 from sessions_app.models import Agent, Session
-from tests.scripted_llm import Reply
-from tests.security.world import (
-    leaks,
-    secret,
-    snapshot,
-)
+from tests.support.scripted_llm import Reply
+from tests.support.world import leaks, secret, snapshot
 from tests.test_scheduler import use_tool
 from tests.test_transcripts import export
 

@@ -29,14 +29,9 @@ from django.utils.http import urlsafe_base64_encode
 
 from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import ApiToken
-from tests.helpers import HTMX, OWNED_MODELS, take_queued_tasks
-from tests.security.world import (
-    MARK,
-    World,
-    leaks,
-    secret,
-    snapshot,
-)
+from tests.support.records import OWNED_MODELS, take_queued_tasks
+from tests.support.web import HTMX
+from tests.support.world import MARK, World, leaks, secret, snapshot
 
 
 @dataclass(frozen=True)

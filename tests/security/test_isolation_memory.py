@@ -26,8 +26,8 @@ from memory.search import BRANCHES, search_memory
 from memory.workspace import workspace_dir
 from sessions_app import chat
 from sessions_app.models import Session
-from tests.scripted_llm import Reply
-from tests.security.world import (
+from tests.support.scripted_llm import Reply
+from tests.support.world import (
     MEMORY_MD,
     SISTER,
     VAULT,

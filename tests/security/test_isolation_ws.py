@@ -15,8 +15,8 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from neotask_site.asgi import application
 from sessions_app import chat
 from sessions_app.routing import websocket_urlpatterns
-from tests.scripted_llm import Reply
-from tests.security.world import MARK, build_alice, leaks, snapshot
+from tests.support.scripted_llm import Reply
+from tests.support.world import MARK, build_alice, leaks, snapshot
 from tests.test_chat_consumer import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from agent.models import TerminalAllowedPrefix
 from agent.safe_git import config_problem, hardened
 from agent.tools import ToolContext, ToolError, get_tool
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
+from tests.support.records import allow_terminal
 
 pytestmark = pytest.mark.django_db
 

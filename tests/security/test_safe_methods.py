@@ -20,9 +20,10 @@ from django.urls import reverse
 
 from sessions_app import chat
 from sessions_app.routing import websocket_urlpatterns
-from tests.helpers import HTMX, take_queued_tasks
 from tests.security.test_isolation_http import project_urls, uid
-from tests.security.world import World, build_alice
+from tests.support.records import take_queued_tasks
+from tests.support.web import HTMX
+from tests.support.world import World, build_alice
 
 # URL name → the GETs tried on it for a user (their own ids where it takes one);
 # POST-only URLs are listed with none.

@@ -28,9 +28,9 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
-from tests.processes import ROOT
-from tests.security.world import MARK
+from tests.support.processes import ROOT
+from tests.support.records import allow_terminal
+from tests.support.world import MARK
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from agent import cgroups, sandbox
 from agent.tools import ToolContext, ToolError, get_tool
 from memory.files import quota
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
+from tests.support.records import allow_terminal
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

@@ -25,8 +25,8 @@ from memory.files.indexing import index_path, index_workspace
 from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
-from tests.security.world import secret as marker
+from tests.support.records import allow_terminal
+from tests.support.world import secret as marker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

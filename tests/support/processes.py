@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from neotask_site.ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 __all__ = [
     "ROOT",
     "PrivatePostgres",

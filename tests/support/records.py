@@ -1,5 +1,6 @@
-"""One row of every owned model, for tests that must cover them all; granting the
-terminal; what the page tests send and read."""
+"""What tests put in the database: one row of every owned model (for tests that
+must cover them all), scheduled tasks and their dates, the terminal permission;
+and the jobs those writes queued."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from django.contrib.auth.models import Permission, User
 from django.db import models
-from django.http import HttpResponse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
@@ -19,11 +19,6 @@ from memory import recording
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
-
-# The header htmx sends: the view answers with a partial.
-HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
-XSS = "<script>alert(1)</script>"
-ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
 OWNED_MODELS = [
     Agent,
@@ -112,10 +107,6 @@ def allow_terminal(user: User) -> User:
     """Give `user` the permission to run and approve terminal commands."""
     user.user_permissions.add(Permission.objects.get(codename="use_terminal"))
     return user
-
-
-def text(response: HttpResponse) -> str:
-    return response.content.decode()
 
 
 # A scheduled task's dates: the server in Berlin, a Friday morning, and the
