@@ -8,15 +8,8 @@ import pytest
 from django.urls import reverse
 
 from scheduler.models import ScheduledTask
-from tests.support.records import BERLIN, FRIDAY, make_task
+from tests.support.records import BERLIN, make_task
 from tests.support.web import HTMX, text
-
-
-@pytest.fixture
-def berlin_friday(configure, monkeypatch):
-    """The server's zone is Berlin and it is Friday 10:00 there."""
-    configure("server", time_zone="Europe/Berlin")
-    monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
 
 
 def edit(client, task, **fields):

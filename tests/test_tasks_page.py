@@ -17,14 +17,6 @@ from tests.support.records import BERLIN, FRIDAY, MONDAY_9, make_task, take_queu
 from tests.support.scripted_llm import Reply
 from tests.support.web import ESCAPED, HTMX, XSS, text
 
-
-@pytest.fixture
-def berlin_friday(configure, monkeypatch):
-    """The server's zone is Berlin and it is Friday 10:00 there."""
-    configure("server", time_zone="Europe/Berlin")
-    monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
-
-
 # The page and the live preview -------------------------------------------------
 
 

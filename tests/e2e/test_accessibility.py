@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.e2e.conftest import log_in
+from tests.support.browser import log_in, new_chat
 from tests.support.processes import manage_json
 from tests.support.scripted_llm import Reply
 
@@ -178,13 +178,8 @@ RECORD_ANNOUNCEMENTS = """() => {
 }"""
 
 
-def new_chat(page) -> None:
-    log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
-
-
 def test_it_announces_a_finished_answer_once_and_focuses_the_message_box(page, e2e_llm):
+    log_in(page)
     new_chat(page)
     assert page.get_attribute("#events", "aria-live") is None  # the deltas are not announced
     assert page.get_attribute("#announcer", "aria-live") == "polite"
@@ -206,6 +201,7 @@ def test_it_announces_a_finished_answer_once_and_focuses_the_message_box(page, e
 
 
 def test_it_stops_an_answer_with_escape(page, e2e_llm):
+    log_in(page)
     new_chat(page)
     e2e_llm.script(Reply(deltas=[f"word{number} " for number in range(80)], delay=0.2))
     send_by_click(page, "Tell me a very long story")

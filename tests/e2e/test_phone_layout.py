@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import ARTIFACTS, PASSWORD
+from tests.support.browser import ARTIFACTS, log_in
 from tests.support.processes import manage_json
 from tests.support.scripted_llm import Reply
 
@@ -165,11 +165,7 @@ def signed_in(browser, live_app) -> dict[str, Any]:
     """The cookies of a signed-in tester, for each new context."""
     context = browser.new_context(base_url=live_app)
     page = context.new_page()
-    page.goto("/accounts/login/")
-    page.fill("input[name=username]", "tester")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#new-chat")
+    log_in(page)
     state = context.storage_state()
     context.close()
     return state

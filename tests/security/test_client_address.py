@@ -29,6 +29,7 @@ from tests.support.processes import (
     stop_process,
     wait_for_health,
 )
+from tests.support.web import client_for
 
 REFUSED = "Too many failed logins"
 PROXY = [ipaddress.ip_network("127.0.0.1"), ipaddress.ip_network("10.0.0.0/8")]
@@ -139,13 +140,11 @@ def change_password(client: Client, old: str, path: str = "/accounts/password_ch
 def test_it_throttles_guessing_the_current_password(alice, path):
     alice.is_staff = True  # the admin's page too
     alice.save()
-    client = Client(REMOTE_ADDR="198.51.100.7")
-    client.force_login(alice)
+    client = client_for(alice, REMOTE_ADDR="198.51.100.7")
     for _ in range(throttle.PER_USERNAME):
         assert "Your old password was entered incorrectly" in change_password(client, "guess", path)
     # Now even the right password is refused, from anywhere, and says why.
-    elsewhere = Client(REMOTE_ADDR="198.51.100.8")
-    elsewhere.force_login(alice)
+    elsewhere = client_for(alice, REMOTE_ADDR="198.51.100.8")
     assert "Too many wrong passwords" in change_password(elsewhere, "alice-password", path)
     alice.refresh_from_db()
     assert alice.check_password("alice-password")
@@ -156,11 +155,9 @@ def test_it_throttles_guessing_the_current_password(alice, path):
 def test_it_throttles_one_address_guessing_many_current_passwords(db):
     users = [User.objects.create_user(f"user{n}", password=f"pass-{n}") for n in range(21)]
     for user in users[: throttle.PER_ADDRESS]:
-        client = Client(REMOTE_ADDR="198.51.100.9")
-        client.force_login(user)
+        client = client_for(user, REMOTE_ADDR="198.51.100.9")
         change_password(client, "password1")
-    last = Client(REMOTE_ADDR="198.51.100.9")
-    last.force_login(users[-1])
+    last = client_for(users[-1], REMOTE_ADDR="198.51.100.9")
     assert "Too many wrong passwords" in change_password(last, "pass-20")
     users[-1].refresh_from_db()
     assert users[-1].check_password("pass-20")

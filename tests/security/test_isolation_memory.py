@@ -26,6 +26,7 @@ from memory.search import BRANCHES, search_memory
 from memory.workspace import workspace_dir
 from sessions_app import chat
 from sessions_app.models import Session
+from tests.support.consolidation import answer, chat_yesterday
 from tests.support.scripted_llm import Reply
 from tests.support.world import (
     MEMORY_MD,
@@ -38,7 +39,6 @@ from tests.support.world import (
     secret,
     snapshot,
 )
-from tests.test_consolidation import answer, chat_yesterday
 
 # Bob's questions, and alice's very words: her memories are the best match for each.
 QUESTIONS = [

@@ -30,6 +30,7 @@ from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 from tests.support.processes import ROOT
 from tests.support.records import allow_terminal
+from tests.support.tools import run_terminal
 from tests.support.world import MARK
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -61,10 +62,7 @@ def run(context: ToolContext, command: str) -> str:
     tool = get_tool("terminal")
     assert tool.approval_subject is not None
     assert tool.approval_subject(context, {"command": command}) == command
-    try:
-        return tool.run(context, {"command": command})
-    except ToolError as exc:
-        return f"stopped: {exc}"
+    return run_terminal(context, command)
 
 
 def host_paths(world) -> dict[str, Path]:

@@ -1,6 +1,6 @@
 """What tests put in the database: one row of every owned model (for tests that
-must cover them all), scheduled tasks and their dates, the terminal permission;
-and the jobs those writes queued."""
+must cover them all), scheduled tasks and their dates, facts, the terminal
+permission; and the jobs those writes queued."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
+# Neotask's own apps; every model of theirs that holds user data is in OWNED_MODELS.
+PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
 OWNED_MODELS = [
     Agent,
     Session,
@@ -140,3 +142,8 @@ def config_task(**fields: Any) -> dict[str, Any]:
         "trusted": False,
     }
     return {**values, **fields}
+
+
+def make_fact(owner: User, category: str = "preference", key: str = "color", **fields: Any) -> Fact:
+    values = {"value": "green", "source": Fact.Source.AGENT, **fields}
+    return Fact.objects.create(owner=owner, category=category, key=key, **values)
