@@ -73,23 +73,19 @@ def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
 
     django.setup()
     from django.conf import settings
-    from django.contrib.auth import SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connections
 
     from sessions_app.chat import start_chat
+    from tests.support.records import login_session
 
     call_command("migrate", verbosity=0)
 
     def chat_for(name: str) -> Chat:
         user = get_user_model().objects.create_user(name)  # no password: no slow hashing
-        store = SessionStore()
-        store[SESSION_KEY] = str(user.pk)
-        store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-        store["_auth_user_hash"] = user.get_session_auth_hash()
-        store.create()
-        return Chat(f"{settings.SESSION_COOKIE_NAME}={store.session_key}", start_chat(user).key)
+        cookie = f"{settings.SESSION_COOKIE_NAME}={login_session(user)}"
+        return Chat(cookie, start_chat(user).key)
 
     load = [chat_for(f"load{number}") for number in range(chats)]
     warm = [chat_for(f"warmup{number}") for number in range(warmups)]

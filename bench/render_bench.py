@@ -197,20 +197,22 @@ def healthz(answers: list[str], deltas: int, interval: float) -> list[dict[str, 
     return rows
 
 
-STORE_ANSWER = """
-import json
-from django.contrib.auth import get_user_model
-from bench.render_bench import PATTERNS
-from memory import recording
-from memory.models import EventType
-from sessions_app.chat import start_chat
-user = get_user_model().objects.get(username="bench")
-session = start_chat(user)
-text = PATTERNS[{pattern!r}]({length})
-for kind, data in [(EventType.USER_MESSAGE, "import"), (EventType.ASSISTANT_RESPONSE, text)]:
-    recording.record(user, str(session.pk), kind, {{"content": data}}, embed=False)
-print(json.dumps(session.key))
-"""
+def store_answer(pattern: str, length: int) -> str:
+    """An answer of `pattern` and `length` in a new chat of the user `bench`, stored as
+    an import stores it (no embedding): the chat's key. Run in the app's Django
+    (tests.support.processes.run_program)."""
+    from django.contrib.auth import get_user_model
+
+    from memory import recording
+    from memory.models import EventType
+    from sessions_app.chat import start_chat
+
+    user = get_user_model().objects.get(username="bench")
+    session = start_chat(user)
+    text = PATTERNS[pattern](length)
+    for kind, data in [(EventType.USER_MESSAGE, "import"), (EventType.ASSISTANT_RESPONSE, text)]:
+        recording.record(user, str(session.pk), kind, {"content": data}, embed=False)
+    return session.key
 
 
 def fetch(request: urllib.request.Request) -> bytes:
@@ -224,7 +226,7 @@ def page(answers: list[str], opens: int) -> list[dict[str, Any]]:
         app_env,
         free_port,
         logged_in_chat,
-        manage_json,
+        run_program,
         start_daphne,
         stop_process,
     )
@@ -238,7 +240,7 @@ def page(answers: list[str], opens: int) -> list[dict[str, Any]]:
         try:
             for answer in answers:
                 pattern, _, length = answer.partition(":")
-                key = manage_json(env, STORE_ANSWER.format(pattern=pattern, length=length))
+                key = run_program(env, "bench.render_bench:store_answer", pattern, int(length))
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{port}/chat/{key}/",
                     headers={"Cookie": f"sessionid={cookie}"},

@@ -21,7 +21,7 @@ def e2e_llm() -> Iterator[ScriptedLLM]:
 @pytest.fixture(scope="session")
 def live_env(e2e_llm, tmp_path_factory) -> dict[str, str]:
     """The environment of the live app: tests that seed its database run
-    `manage.py` in it (tests.support.processes.manage_json)."""
+    programs in it (tests.support.processes.run_program)."""
     return app_env(
         tmp_path_factory.mktemp("e2e-data"),
         NEOTASK_LLM_BASE_URL=e2e_llm.url,

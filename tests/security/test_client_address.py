@@ -20,12 +20,12 @@ from django.test import Client
 from neotask_site import throttle
 from neotask_site.client_address import refuse_rewriting_server, resolve, trusted_proxies
 from neotask_site.config import ConfigError
+from tests.programs import accounts
 from tests.support.processes import (
-    MIGRATE,
     ROOT,
     app_env,
     free_port,
-    manage,
+    run_program,
     stop_process,
     wait_for_health,
 )
@@ -180,9 +180,6 @@ def test_it_still_changes_a_password(alice, alice_client):
 # Through daphne, as docs/deploy.md runs it --------------------------------------------
 
 
-BOB = "User.objects.create_user('bob')"
-
-
 def documented_daphne(port: int) -> list[str]:
     """The web worker's command line from docs/deploy.md, on `port`."""
     docs = (ROOT / "docs" / "deploy.md").read_text()
@@ -224,7 +221,7 @@ def log_in(port: int, username: str, source: str, forwarded: str) -> str:
 def test_it_throttles_forged_addresses_through_the_documented_daphne(tmp_path):
     env = app_env(tmp_path, NEOTASK_TRUSTED_PROXIES=documented_trusted_proxies())
     # A user: with none, every page leads to the first-run page.
-    manage(env, "shell", "-c", MIGRATE + "from django.contrib.auth.models import User\n" + BOB)
+    run_program(env, accounts.add_user, "bob", True)
     port = free_port()
     server = subprocess.Popen(
         documented_daphne(port),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 from tests.support.files import file_hashes
+from tests.support.processes import PROGRAMS
 from tests.support.records import allow_terminal
 from tests.support.tools import run_terminal
 from tests.support.web import client_for
@@ -33,42 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ATTEMPTS = 10_000
 SERVER_SECRET = "server-secret-key-9e41"
-
-# Runs in bob's sandbox under the system's python3: swaps names with links in a loop
-# (rename over a name, and renameat2's RENAME_EXCHANGE) until the test leaves a stop file.
-SWAPPER = r"""
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-EXCHANGE = 2
-AT = -100
-def exchange(a, b):
-    libc.renameat2(AT, a.encode(), AT, b.encode(), EXCHANGE)
-alice_file, alice_memory, secret = sys.argv[1:4]
-os.chdir("/workspace/memory")
-os.symlink(alice_file, ".to-alice")
-os.symlink(secret, ".to-secret")
-os.symlink(alice_memory, ".to-alice-dir")
-print("ready", flush=True)
-n = 0
-while not os.path.exists("/workspace/stop"):
-    n += 1
-    exchange("race.md", ".to-alice")
-    exchange("race.md", ".to-alice")
-    exchange("race.md", ".to-secret")
-    exchange("race.md", ".to-secret")
-    exchange("sub", ".to-alice-dir")
-    exchange("sub", ".to-alice-dir")
-    # A plain rename: a fresh link over the name, then a regular file back over it.
-    try:
-        os.symlink(alice_file if n % 2 else secret, ".new-link")
-        os.rename(".new-link", "swapped.md")
-        with open(".new-file", "w") as handle:
-            handle.write("bob's swapped note\n")
-        os.rename(".new-file", "swapped.md")
-    except OSError:
-        pass
-print("swaps", n)
-"""
 
 
 @pytest.fixture
@@ -88,7 +54,7 @@ def race(world, bob, configure):
     (workspace / "memory" / "race.md").write_text("bob's note\n")
     (workspace / "memory" / "swapped.md").write_text("bob's swapped note\n")
     (workspace / "memory" / "sub" / alice_file.name).write_text("bob's sub note\n")
-    (workspace / "swapper.py").write_text(SWAPPER)
+    shutil.copy(PROGRAMS / "swapper.py", workspace / "swapper.py")
     before = {"alice": file_hashes(world.workspace), "secret": secret.read_text()}
     context = ToolContext(bob, "s1", "main", workspace)
     output: list[str] = []

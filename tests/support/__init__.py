@@ -6,7 +6,8 @@ other (a test module holds tests; tests/conftest.py holds the shared fixtures).
 - web: what page tests send and read, a logged-in client, the project's URLs
 - websocket: the chat socket in process (channels' communicator)
 - processes: real Neotask processes (daphne, serve, the job cluster), their
-  environments, live sockets, private PostgreSQL and Redis servers
+  environments, live sockets, private PostgreSQL and Redis servers, and
+  run_program, which runs tests/programs/ in the app's own Django
 - browser: Chromium and the steps of the browser tests
 - scripted_llm: the scripted OpenAI-compatible server
 - tools, commands: the agent's tools and the management commands, run as a test runs them

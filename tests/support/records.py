@@ -1,6 +1,6 @@
 """What tests put in the database: one row of every owned model (for tests that
-must cover them all), scheduled tasks and their dates, facts, the terminal
-permission; and the jobs those writes queued."""
+must cover them all), scheduled tasks and their dates, facts, a logged-in
+session, the terminal permission; and the jobs those writes queued."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import Permission, User
+from django.contrib.sessions.backends.db import SessionStore
 from django.db import models
 from django.utils import timezone
 
@@ -103,6 +105,18 @@ def take_queued_tasks() -> list[dict]:
                 tasks.append(SignedPackage.loads(payload))
     broker.purge_queue()
     return tasks
+
+
+def login_session(user: User) -> str:
+    """A new browser session of `user`'s, logged in as the login page logs in: its
+    key, the session cookie's value."""
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    assert store.session_key is not None
+    return store.session_key
 
 
 def allow_terminal(user: User) -> User:
