@@ -35,21 +35,16 @@ def prepare(data_dir: str, chats: int) -> tuple[str, list[str]]:
 
     django.setup()
     from django.conf import settings
-    from django.contrib.auth import SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
     from sessions_app.chat import start_chat
+    from tests.support.records import login_session
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench", password="bench-password-1")
-    store = SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    store["_auth_user_hash"] = user.get_session_auth_hash()
-    store.create()
     keys = [start_chat(user).key for _ in range(chats)]
-    return f"{settings.SESSION_COOKIE_NAME}={store.session_key}", keys
+    return f"{settings.SESSION_COOKIE_NAME}={login_session(user)}", keys
 
 
 async def one_chat(url: str, cookie: str, key: str, deltas: int) -> tuple[list[float], int, int]:
@@ -106,7 +101,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
 
-    from tests.processes import app_env, free_port, start_daphne
+    from tests.support.processes import app_env, free_port, start_daphne
 
     # The scripted LLM runs in a process of its own, answering every request
     # with the same stamped stream.
@@ -114,7 +109,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "tests.scripted_llm",
+            "tests.support.scripted_llm",
             "--deltas",
             str(options.deltas),
             "--interval",

@@ -34,7 +34,7 @@ def main() -> None:
             NEOTASK_CONFIG="",
             DJANGO_SETTINGS_MODULE="neotask_site.settings",
         )
-        from tests.scripted_llm import Reply, ScriptedLLM
+        from tests.support.scripted_llm import Reply, ScriptedLLM
 
         with ScriptedLLM() as llm:
             os.environ.update(NEOTASK_LLM_BASE_URL=llm.url, NEOTASK_LLM_API_KEY=llm.api_key)

@@ -82,7 +82,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "tests.scripted_llm",
+            "tests.support.scripted_llm",
             "--deltas",
             str(options.deltas),
             "--interval",

@@ -73,23 +73,19 @@ def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
 
     django.setup()
     from django.conf import settings
-    from django.contrib.auth import SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connections
 
     from sessions_app.chat import start_chat
+    from tests.support.records import login_session
 
     call_command("migrate", verbosity=0)
 
     def chat_for(name: str) -> Chat:
         user = get_user_model().objects.create_user(name)  # no password: no slow hashing
-        store = SessionStore()
-        store[SESSION_KEY] = str(user.pk)
-        store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-        store["_auth_user_hash"] = user.get_session_auth_hash()
-        store.create()
-        return Chat(f"{settings.SESSION_COOKIE_NAME}={store.session_key}", start_chat(user).key)
+        cookie = f"{settings.SESSION_COOKIE_NAME}={login_session(user)}"
+        return Chat(cookie, start_chat(user).key)
 
     load = [chat_for(f"load{number}") for number in range(chats)]
     warm = [chat_for(f"warmup{number}") for number in range(warmups)]
@@ -98,7 +94,7 @@ def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
-    from tests.processes import stop_process, stop_process_group
+    from tests.support.processes import stop_process, stop_process_group
 
     for process in reversed(processes):  # the servers before the LLM they call
         if cast(list[str], process.args)[-1] == "qcluster":  # always started with a list
@@ -220,12 +216,18 @@ def run(
 ) -> tuple[int, dict]:
     """Start everything (each process appended to `processes` at once, for
     the caller to stop), load it, count, report; the exit code."""
-    from tests.processes import app_env, free_port, spawn_daphne, start_qcluster, wait_for_health
+    from tests.support.processes import (
+        app_env,
+        free_port,
+        spawn_daphne,
+        start_qcluster,
+        wait_for_health,
+    )
 
     with (data_dir / "llm.log").open("w") as log:
         llm = subprocess.Popen(
             [
-                *(sys.executable, "-m", "tests.scripted_llm"),
+                *(sys.executable, "-m", "tests.support.scripted_llm"),
                 *("--deltas", str(options.deltas), "--interval", str(options.interval)),
             ],
             cwd=ROOT,

@@ -96,7 +96,7 @@ def costs(lengths: tuple[int, int] = (5_000, 20_000)) -> list[dict[str, Any]]:
 
 def serve_llm(pattern: str, length: int, deltas: int, interval: float) -> None:
     """The scripted LLM of the `healthz` part: every request gets the same answer."""
-    from tests.scripted_llm import Reply, ScriptedLLM
+    from tests.support.scripted_llm import Reply, ScriptedLLM
 
     text = PATTERNS[pattern](length)
     size = -(-len(text) // deltas)
@@ -137,7 +137,7 @@ def poll_health(port: int, stop: threading.Event, samples: list[float], failed: 
 async def answer_while_polling(port: int, cookie: str, key: str) -> dict[str, Any]:
     """One answer, /healthz polled from the message to the answer's `done` (or
     to the socket's failure, which is reported)."""
-    from tests.processes import chat_socket, until_done
+    from tests.support.processes import chat_socket, until_done
 
     samples: list[float] = []
     failed: list[str] = []
@@ -161,7 +161,13 @@ async def answer_while_polling(port: int, cookie: str, key: str) -> dict[str, An
 
 
 def healthz(answers: list[str], deltas: int, interval: float) -> list[dict[str, Any]]:
-    from tests.processes import app_env, free_port, logged_in_chat, start_daphne, stop_process
+    from tests.support.processes import (
+        app_env,
+        free_port,
+        logged_in_chat,
+        start_daphne,
+        stop_process,
+    )
 
     rows = []
     for answer in answers:
@@ -191,20 +197,21 @@ def healthz(answers: list[str], deltas: int, interval: float) -> list[dict[str, 
     return rows
 
 
-STORE_ANSWER = """
-import json
-from bench.render_bench import PATTERNS
-from memory import recording
-from memory.models import EventType
-from neotask_site.users import find_user
-from sessions_app.chat import start_chat
-user = find_user("bench")
-session = start_chat(user)
-text = PATTERNS[{pattern!r}]({length})
-for kind, data in [(EventType.USER_MESSAGE, "import"), (EventType.ASSISTANT_RESPONSE, text)]:
-    recording.record(user, str(session.pk), kind, {{"content": data}}, embed=False)
-print(json.dumps(session.key))
-"""
+def store_answer(pattern: str, length: int) -> str:
+    """An answer of `pattern` and `length` in a new chat of the user `bench`, stored as
+    an import stores it (no embedding): the chat's key. Run in the app's Django
+    (tests.support.processes.run_program)."""
+    from memory import recording
+    from memory.models import EventType
+    from neotask_site.users import find_user
+    from sessions_app.chat import start_chat
+
+    user = find_user("bench")
+    session = start_chat(user)
+    text = PATTERNS[pattern](length)
+    for kind, data in [(EventType.USER_MESSAGE, "import"), (EventType.ASSISTANT_RESPONSE, text)]:
+        recording.record(user, str(session.pk), kind, {"content": data}, embed=False)
+    return session.key
 
 
 def fetch(request: urllib.request.Request) -> bytes:
@@ -214,11 +221,11 @@ def fetch(request: urllib.request.Request) -> bytes:
 
 def page(answers: list[str], opens: int) -> list[dict[str, Any]]:
     """Each answer in a chat of its own, stored as an import stores it (no embedding)."""
-    from tests.processes import (
+    from tests.support.processes import (
         app_env,
         free_port,
         logged_in_chat,
-        manage_json,
+        run_program,
         start_daphne,
         stop_process,
     )
@@ -232,7 +239,7 @@ def page(answers: list[str], opens: int) -> list[dict[str, Any]]:
         try:
             for answer in answers:
                 pattern, _, length = answer.partition(":")
-                key = manage_json(env, STORE_ANSWER.format(pattern=pattern, length=length))
+                key = run_program(env, "bench.render_bench:store_answer", pattern, int(length))
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{port}/chat/{key}/",
                     headers={"Cookie": f"sessionid={cookie}"},

@@ -11,7 +11,11 @@ from memory import tasks
 from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
-from tests.scripted_llm import ScriptedLLM
+from sessions_app import chat
+from sessions_app.models import Session
+from tests.support.records import FRIDAY
+from tests.support.scripted_llm import ScriptedLLM
+from tests.support.web import client_for
 
 
 def forget_process_state() -> None:
@@ -52,16 +56,24 @@ def bob(db) -> User:
 
 @pytest.fixture
 def alice_client(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
+    return client_for(alice)
 
 
 @pytest.fixture
 def bob_client(bob) -> Client:
-    client = Client()
-    client.force_login(bob)
-    return client
+    return client_for(bob)
+
+
+@pytest.fixture
+def owner(db) -> User:
+    """A superuser: may approve terminal commands and walk the admin."""
+    return User.objects.create_superuser("owner", password="owner-password")
+
+
+@pytest.fixture
+def session(owner) -> Session:
+    """A web chat of `owner`'s."""
+    return chat.start_chat(owner)
 
 
 @pytest.fixture
@@ -74,6 +86,13 @@ def configure(settings):
         settings.NEOTASK = neotask
 
     return change
+
+
+@pytest.fixture
+def berlin_friday(configure, monkeypatch):
+    """The server's zone is Berlin and it is Friday 10:00 there."""
+    configure("server", time_zone="Europe/Berlin")
+    monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from memory.models import Event, Fact
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
-from tests.helpers import OWNED_MODELS, allow_terminal, make_rows
-from tests.test_ownership import PROJECT_APPS
+from tests.support.records import OWNED_MODELS, PROJECT_APPS, allow_terminal, make_rows
+from tests.support.web import client_for
 
 
 @pytest.fixture
@@ -23,9 +23,7 @@ def root(db) -> User:
 
 @pytest.fixture
 def root_client(root) -> Client:
-    client = Client()
-    client.force_login(root)
-    return client
+    return client_for(root)
 
 
 def changelist(model) -> str:
@@ -105,8 +103,7 @@ def test_it_shows_staff_only_their_own_rows(alice, bob):
     alice.is_staff = True
     alice.save()
     alice.user_permissions.set(Permission.objects.filter(codename__in=["view_fact"]))
-    client = Client()
-    client.force_login(alice)
+    client = client_for(alice)
     content = client.get(changelist(Fact)).content.decode()
     assert "color-alice-row" in content and "color-bob-row" not in content
 
@@ -118,9 +115,7 @@ def staff(user: User, *codenames: str) -> Client:
     user.is_staff = True
     user.save()
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client
+    return client_for(user)
 
 
 def change_form(model_admin, request_user: User, obj, **changes):

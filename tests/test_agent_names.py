@@ -30,8 +30,9 @@ from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, ApiToken, Session
-from tests.helpers import config_task
-from tests.test_import_aidaemon import build_db
+from tests.support.imports import build_db
+from tests.support.records import config_task
+from tests.support.web import client_for
 
 # Valid for the memory files' old rule, not for the session keys' one.
 LEADING_MARKS = ["_notes", "-notes"]
@@ -55,8 +56,7 @@ def test_it_refuses_other_agent_names_and_says_the_rule(name):
 @pytest.mark.parametrize("name", LEADING_MARKS)
 def test_it_refuses_the_name_in_the_admin_form(db, name):
     root = User.objects.create_superuser("root", password="root-password")
-    client = Client()
-    client.force_login(root)
+    client = client_for(root)
     response = client.post(
         "/admin/sessions_app/agent/add/", {"owner": root.pk, "name": name, "system_prompt": ""}
     )

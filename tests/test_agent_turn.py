@@ -13,7 +13,8 @@ from agent.frames import Frame
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.runtime import TurnRequest, run_turn
 from memory.models import Event, Fact
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.records import take_queued_tasks
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,11 +40,6 @@ class Frames:
 
     def event_types(self) -> list[str]:
         return [f["event"]["event_type"] for f in self.of("event")]
-
-
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_superuser("owner", password="owner-password")
 
 
 @pytest.fixture
@@ -268,7 +264,6 @@ async def test_it_expires_a_pending_approval_when_stopped(owner, llm, terminal_o
 async def test_it_keeps_the_recall_vector_as_the_messages_embedding(owner, llm):
     from memory.embeddings import embed_text
     from memory.vectors import unpack
-    from tests.helpers import take_queued_tasks
 
     await sync_to_async(take_queued_tasks)()
     llm.script(Reply(text="Noted."))

@@ -15,13 +15,10 @@ from memory import recording
 from memory.models import Event, EventType
 from neotask_site.config import ConfigError, load_config
 from sessions_app.broadcast import render_event
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
+from tests.support.websocket import ignore
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
-
-
-async def ignore(frame) -> None:
-    pass
 
 
 def test_it_defaults_to_2048_answer_tokens():

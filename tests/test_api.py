@@ -17,7 +17,8 @@ from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, Session, hash_secret
 from sessions_app.transcripts import event_record
 from sessions_app.turns import rollover
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
+from tests.support.web import client_for
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -142,8 +143,7 @@ def test_it_notes_when_a_token_was_last_used_at_most_once_a_minute(alice, api):
 
 
 def test_it_checks_csrf_for_the_browser_session_but_not_for_tokens(alice, alice_token):
-    browser = Client(enforce_csrf_checks=True)
-    browser.force_login(alice)
+    browser = client_for(alice, enforce_csrf_checks=True)
     response = post_json(browser, "/api/v1/sessions/", {})
     assert response.status_code == 403 and "CSRF" in response.json()["error"]
     browser.get("/settings/tokens/")  # sets the CSRF cookie, as any page does
@@ -158,8 +158,7 @@ def test_it_checks_csrf_for_the_browser_session_but_not_for_tokens(alice, alice_
 
 def test_it_answers_404_for_another_users_session_on_every_endpoint(bob, session):
     bobs_token = ApiToken.issue(bob, "bob's script")[1]
-    bob_browser = Client()
-    bob_browser.force_login(bob)
+    bob_browser = client_for(bob)
     for client in (Client(headers=bearer(bobs_token)), bob_browser):
         for method, path in endpoints(session):
             response = getattr(client, method)(path)

@@ -5,7 +5,7 @@ import pytest
 from agent.approvals import ApprovalError, create_request, decide, is_allowed
 from agent.models import TerminalAllowedPrefix
 from agent.rules import NotCovered, rule_for, rule_problem, words_of
-from tests.helpers import allow_terminal
+from tests.support.records import allow_terminal
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import redis.asyncio
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
 from neotask_site.channel_layer import RedisChannelLayer
-from tests.processes import PrivateRedis
+from tests.support.processes import PrivateRedis
 
 
 @pytest.fixture(scope="module")

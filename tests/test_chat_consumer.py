@@ -2,83 +2,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
 
 from agent.models import TerminalAllowedPrefix
 from agent.prompt import message_tokens
 from memory.models import Event
 from neotask_site.asgi import application
-from sessions_app import chat
 from sessions_app.models import Session
-from sessions_app.routing import websocket_urlpatterns
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
+from tests.support.web import client_for, session_cookie
+from tests.support.websocket import (
+    communicator,
+    connect,
+    kinds,
+    receive,
+    send,
+    stored,
+    streamed,
+    until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-router = URLRouter(websocket_urlpatterns)
-
-
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_superuser("owner", password="owner-password")
-
-
-@pytest.fixture
-def session(owner) -> Session:
-    return chat.start_chat(owner)
-
-
-async def connect(user: User, key: str) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-    # AuthMiddleware's key, which the stubs' test scope leaves out.
-    communicator.scope["user"] = user  # type: ignore[typeddict-unknown-key]
-    connected, _ = await communicator.connect()
-    assert connected
-    return communicator
-
-
-async def receive(communicator: WebsocketCommunicator, timeout: float = 10) -> dict[str, Any]:
-    return json.loads(await communicator.receive_from(timeout=timeout))
-
-
-async def until(communicator: WebsocketCommunicator, kind: str = "done") -> list[dict]:
-    frames = []
-    while True:
-        frame = await receive(communicator)
-        frames.append(frame)
-        if frame["type"] == kind:
-            return frames
-
-
-async def send(communicator: WebsocketCommunicator, **frame: Any) -> None:
-    await communicator.send_to(text_data=json.dumps(frame))
-
-
-def kinds(frames: list[dict]) -> list[str]:
-    """Frame types, events by their type; a run of deltas counts once, since
-    deltas that arrive together may be sent as one."""
-    names: list[str] = []
-    for frame in frames:
-        name = frame["event"]["event_type"] if frame["type"] == "event" else frame["type"]
-        if not (name == "delta" and names and names[-1] == "delta"):
-            names.append(name)
-    return names
-
-
-def streamed(frames: list[dict]) -> str:
-    return "".join(f["text"] for f in frames if f["type"] == "delta")
-
-
-def stored(frames: list[dict], event_type: str) -> dict:
-    events = [f["event"] for f in frames if f["type"] == "event"]
-    return next(event for event in events if event["event_type"] == event_type)
 
 
 async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
@@ -120,9 +69,7 @@ async def test_it_fans_out_to_every_tab_of_the_chat(owner, session, llm):
 
 
 async def test_it_authenticates_with_the_browser_session_cookie(owner, session):
-    client = Client()
-    await sync_to_async(client.force_login)(owner)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    cookie = session_cookie(await sync_to_async(client_for)(owner))
     headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
     headers.append((b"cookie", cookie.encode()))
     ws = WebsocketCommunicator(application, f"/ws/chat/{session.key}/", headers=headers)
@@ -150,8 +97,7 @@ async def test_it_closes_for_anonymous_users(session):
 )
 async def test_it_closes_for_foreign_or_unknown_chats(owner, session, key, code):
     bob = await User.objects.acreate(username="bob")
-    ws = WebsocketCommunicator(router, f"/ws/chat/{key or session.key}/")
-    ws.scope["user"] = bob
+    ws = communicator(bob, key or session.key)
     await ws.connect()
     assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": code}
 
@@ -281,8 +227,7 @@ async def test_it_shows_a_queued_message_in_every_tab_until_it_starts(owner, ses
     queued = (await until(other, "queued"))[-1]
     assert queued["text"] == "second"
     # A tab opened meanwhile shows it too, from the page.
-    client = Client()
-    await sync_to_async(client.force_login)(owner)
+    client = await sync_to_async(client_for)(owner)
     page = await sync_to_async(client.get)(f"/chat/{session.key}/")
     assert f'id="queued-{queued["input_id"]}"' in page.content.decode()
     await until(other)

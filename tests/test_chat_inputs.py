@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import HttpCommunicator, WebsocketCommunicator
+from channels.testing import HttpCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
@@ -19,8 +19,8 @@ from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat, runner
 from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session
-from tests.scripted_llm import Reply
-from tests.test_chat_consumer import connect
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,19 +28,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def owner(db) -> User:
     return User.objects.create_user("owner")
-
-
-@pytest.fixture
-def session(owner) -> Session:
-    return chat.start_chat(owner)
-
-
-async def until(ws: WebsocketCommunicator, kind: str = "done") -> list[dict]:
-    frames = []
-    while True:
-        frames.append(json.loads(await ws.receive_from(timeout=20)))
-        if frames[-1]["type"] == kind:
-            return frames
 
 
 def turns(session: Session) -> list[tuple[str, str, str | None]]:
@@ -68,11 +55,11 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
     await sync_to_async(crashed_holder)(owner, session, "The first half of")
     llm.script(Reply(text="Back again."))
     ws = await connect(owner, session.key)
-    await ws.send_to(text_data=json.dumps({"type": "message", "text": "hello?"}))
-    buried = await until(ws)
+    await send(ws, type="message", text="hello?")
+    buried = await until(ws, timeout=20)
     assert [f["type"] for f in buried] == ["error", "done"]
     assert "stopped while answering" in buried[0]["message"] and buried[1]["status"] == "error"
-    answered = await until(ws)
+    answered = await until(ws, timeout=20)
     assert answered[-1]["status"] == "completed"
     assert await sync_to_async(turns)(session) == [
         ("user_message", "tell me everything", None),
@@ -100,8 +87,8 @@ async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs
     )
     llm.script(Reply(text="Finally."))
     ws = await connect(owner, session.key)
-    await ws.send_to(text_data=json.dumps({"type": "message", "text": "anyone?"}))
-    queued = json.loads(await ws.receive_from(timeout=10))
+    await send(ws, type="message", text="anyone?")
+    queued = await receive(ws)
     assert queued["type"] == "queued" and queued["text"] == "anyone?"
     await asyncio.sleep(0.6)  # the holder is alive: the message waits
     assert await ws.receive_nothing(timeout=0.1)
@@ -110,7 +97,7 @@ async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs
     await ChatClaim.objects.filter(key=session.key).aupdate(
         lease_until=timezone.now() - timedelta(seconds=1)
     )
-    frames = await until(ws)
+    frames = await until(ws, timeout=20)
     assert frames[0] == {"type": "started", "input_id": queued["input_id"]}
     assert frames[-1]["status"] == "completed"
     assert len(llm.requests) == 1
@@ -122,16 +109,16 @@ async def test_it_runs_an_api_message_after_the_turn_before_it(owner, session, l
     release = threading.Event()
     llm.script(Reply(text="First answer.", hold=release), Reply(text="API answer."))
     ws = await connect(owner, session.key)
-    await ws.send_to(text_data=json.dumps({"type": "message", "text": "from the page"}))
-    await until(ws, "started")
+    await send(ws, type="message", text="from the page")
+    await until(ws, "started", timeout=20)
     api = asyncio.ensure_future(post(token, session, "from a script"))
-    await until(ws, "queued")
+    await until(ws, "queued", timeout=20)
     release.set()
     response = await api
     assert response["status"] == "completed" and response["answer"] == "API answer."
     # The page saw the API's turn too.
-    frames = await until(ws)
-    frames += await until(ws)
+    frames = await until(ws, timeout=20)
+    frames += await until(ws, timeout=20)
     assert [f["event"]["text"] for f in frames if f["type"] == "event"][-2:] == [
         "from a script",
         "API answer.",

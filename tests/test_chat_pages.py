@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.test import Client
 
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
@@ -12,7 +11,8 @@ from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.meter import meter, status_text
 from sessions_app.models import Agent, Session
-from tests.helpers import HTMX, allow_terminal, text
+from tests.support.records import allow_terminal
+from tests.support.web import HTMX, client_for, text
 
 
 def test_it_opens_the_latest_chat_or_offers_to_start_one(alice, alice_client):
@@ -132,8 +132,7 @@ def test_it_takes_an_approval_only_from_its_owner_with_a_csrf_token(alice, bob, 
     answer = {"request_id": str(approval.pk), "decision": "once"}
     assert bob_client.post("/chat/approval/", answer, **HTMX).status_code == 404
     assert bob_client.post("/chat/approval/", {**answer, "request_id": "nope"}).status_code == 404
-    forged = Client(enforce_csrf_checks=True)
-    forged.force_login(alice)
+    forged = client_for(alice, enforce_csrf_checks=True)
     assert forged.post("/chat/approval/", answer, **HTMX).status_code == 403
     assert forged.get("/chat/approval/").status_code == 405
     approval.refresh_from_db()

@@ -9,20 +9,10 @@ from django.contrib.auth.models import User
 from memory.models import Event
 from sessions_app import chat
 from sessions_app.turns import NO_SUCH, NOT_FAILED, NOT_LATEST
-from tests.scripted_llm import Reply
-from tests.test_chat_consumer import connect, receive, send, stored, streamed, until
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import connect, receive, send, stored, streamed, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_superuser("owner", password="owner-password")
-
-
-@pytest.fixture
-def session(owner):
-    return chat.start_chat(owner)
 
 
 async def turn_texts(session) -> list[tuple[str, str]]:

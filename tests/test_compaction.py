@@ -13,7 +13,7 @@ from sessions_app.compaction import CompactionError, compact
 from sessions_app.meter import meter, status
 from sessions_app.models import Session
 from sessions_app.turns import converse
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

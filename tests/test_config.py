@@ -9,14 +9,8 @@ import pytest
 
 from neotask_site import profiles
 from neotask_site.config import SCHEMA, ConfigError, config_path, load_config
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(text)
-    return path
+from tests.support.files import write_config
+from tests.support.processes import ROOT
 
 
 def test_it_uses_the_documented_defaults():
@@ -46,14 +40,16 @@ def test_it_documents_every_key_with_its_default_in_the_example():
 
 
 def test_it_reads_values_from_the_file(tmp_path):
-    path = write(tmp_path, '[memory]\nworking_memory_cap = 80\n[llm]\nbase_url = "http://x/v1"\n')
+    path = write_config(
+        tmp_path, '[memory]\nworking_memory_cap = 80\n[llm]\nbase_url = "http://x/v1"\n'
+    )
     config = load_config(path, {})
     assert config["memory"]["working_memory_cap"] == 80
     assert config["llm"]["base_url"] == "http://x/v1"
 
 
 def test_it_lets_environment_variables_win(tmp_path):
-    path = write(tmp_path, "[llm]\ncontext_window = 4096\n")
+    path = write_config(tmp_path, "[llm]\ncontext_window = 4096\n")
     env = {
         "NEOTASK_LLM_CONTEXT_WINDOW": "32768",
         "NEOTASK_LLM_BASE_URL": "https://api.example.org/v1",
@@ -70,7 +66,7 @@ def test_it_lets_environment_variables_win(tmp_path):
 
 
 def test_it_accepts_whole_numbers_for_float_keys(tmp_path):
-    path = write(tmp_path, "[memory]\nconsolidation_interval_hours = 12\n")
+    path = write_config(tmp_path, "[memory]\nconsolidation_interval_hours = 12\n")
     assert load_config(path, {})["memory"]["consolidation_interval_hours"] == 12.0
 
 
@@ -109,7 +105,7 @@ def test_it_accepts_whole_numbers_for_float_keys(tmp_path):
     ],
 )
 def test_it_names_the_bad_key_and_why(tmp_path, text, message):
-    path = write(tmp_path, text)
+    path = write_config(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path, {})
     assert message in str(info.value)
@@ -117,7 +113,7 @@ def test_it_names_the_bad_key_and_why(tmp_path, text, message):
 
 
 def test_it_names_the_line_of_malformed_toml(tmp_path):
-    path = write(tmp_path, "[memory]\nworking_memory_cap = 50\nrecency_limit = = 3\n")
+    path = write_config(tmp_path, "[memory]\nworking_memory_cap = 50\nrecency_limit = = 3\n")
     with pytest.raises(ConfigError, match=r"not valid TOML: .*line 3"):
         load_config(path, {})
 
@@ -142,7 +138,7 @@ def test_it_names_the_bad_environment_variable(variable, value, message):
 
 
 def test_it_reads_scheduled_tasks(tmp_path):
-    path = write(
+    path = write_config(
         tmp_path,
         '[[scheduled_tasks]]\nname = "Brief"\nschedule = "weekdays at 9am"\n'
         'prompt = "Summarise"\nowner = "alice"\ntrusted = true\n',
@@ -173,7 +169,7 @@ def test_it_reports_a_missing_config_file(tmp_path):
 
 @pytest.mark.slow
 def test_it_stops_start_up_with_one_line_and_no_traceback(tmp_path):
-    path = write(tmp_path, "[sessions]\ndaily_reset_hour = 99\n")
+    path = write_config(tmp_path, "[sessions]\ndaily_reset_hour = 99\n")
     env = {**os.environ, "NEOTASK_CONFIG": str(path), "NEOTASK_DATA_DIR": str(tmp_path / "data")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     result = subprocess.run(

@@ -5,16 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from memory.models import Fact
-from tests.helpers import ESCAPED, HTMX, XSS, text
-
-
-def make_fact(owner: User, category: str = "preference", key: str = "color", **fields: Any) -> Fact:
-    values = {"value": "green", "source": Fact.Source.AGENT, **fields}
-    return Fact.objects.create(owner=owner, category=category, key=key, **values)
+from tests.support.records import make_fact
+from tests.support.web import ESCAPED, HTMX, XSS, text
 
 
 def test_it_lists_facts_on_a_full_page_linked_from_memory_search(alice_client, alice):

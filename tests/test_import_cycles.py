@@ -8,7 +8,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import ROOT
+
 APPS = ("agent", "importers", "memory", "neotask_site", "scheduler", "sessions_app")
 
 

@@ -21,7 +21,7 @@ from memory.search import search_memory
 from memory.tasks import embed_missing
 from memory.workspace import workspace_dir
 from sessions_app.models import Agent, Session
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 MAIN, TELEGRAM, DISCORD, OLD = "3f1c9a52-main", "77ab01-tg", "c0ffee-dc", "0a0a-old"

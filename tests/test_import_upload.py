@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from importers import uploads
@@ -22,25 +21,9 @@ from importers.models import ImportJob
 from importers.report import ImportRefused
 from memory.models import Event
 from sessions_app.models import Session
-from tests.helpers import take_queued_tasks
-from tests.test_import_aidaemon import CAT, TELEGRAM, build_db
-
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def upload(client, kind: str, name: str, content: bytes, **fields: str):
-    data = {"kind": kind, f"{kind}-file": SimpleUploadedFile(name, content)}
-    data.update({f"{kind}-{key}": value for key, value in fields.items()})
-    data.setdefault(f"{kind}-agent", "main")
-    return client.post("/import/", data)
-
-
-def zipped(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, content in files.items():
-            archive.writestr(name, content)
-    return buffer.getvalue()
+from tests.support.imports import CAT, TELEGRAM, build_db, upload, zipped
+from tests.support.records import take_queued_tasks
+from tests.support.web import HTMX
 
 
 def imports_dir() -> Path:

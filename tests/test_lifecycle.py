@@ -99,7 +99,7 @@ async def test_it_tells_the_chat_about_the_reset(llm, configure):
     from asgiref.sync import sync_to_async
     from django.contrib.auth.models import User
 
-    from tests.scripted_llm import Reply
+    from tests.support.scripted_llm import Reply
 
     configure("sessions", idle_minutes=1)
     owner = await User.objects.acreate(username="owner")

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from agent.llm import LLMClient, LLMError, Usage, configured_endpoint
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from channels.layers import channel_layers
 
-from tests.processes import ROOT
+from tests.support.processes import ROOT
 
 TEAM = bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
 

@@ -8,7 +8,7 @@ import pytest
 
 from agent.llm import LOCAL_MODEL_LABEL, Endpoint, LLMClient, LLMError
 from agent.local_model import LocalModelError, bundled_model_path, model_path, start_server
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from agent.macros import hint
 from memory.models import Macro
-from tests.helpers import ESCAPED, HTMX, XSS, text
+from tests.support.web import ESCAPED, HTMX, XSS, text
 
 
 def make_macro(owner: User, trigger: str = "search_memory", **fields: Any) -> Macro:

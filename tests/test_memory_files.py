@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 from django_q.models import Schedule
 
@@ -19,34 +17,9 @@ from memory.files.search import forget_chunk_indexes, search_files
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
 from memory.tasks import FILES_SCHEDULE, install_schedules
-from memory.vectors import EMBEDDING_DIM
 from memory.workspace import workspace_dir
-
-
-def fake_vector(text: str) -> np.ndarray:
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(EMBEDDING_DIM).astype(np.float32)
-    return vector / np.linalg.norm(vector)
-
-
-class CountingEmbed:
-    """Stands in for `embed_texts`: deterministic vectors, and a record of every call."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def __call__(self, texts, batch_size: int = 32) -> np.ndarray:
-        self.calls.append(list(texts))
-        if not texts:
-            return np.empty((0, EMBEDDING_DIM), dtype=np.float32)
-        return np.stack([fake_vector(text) for text in texts])
-
-    @property
-    def texts(self) -> int:
-        return sum(len(call) for call in self.calls)
-
-    def reset(self) -> None:
-        self.calls.clear()
+from tests.support.embeddings import CountingEmbed, fake_vector
+from tests.support.files import write
 
 
 @pytest.fixture(params=["numpy", "lancedb"])
@@ -73,16 +46,6 @@ def workspace(alice) -> Path:
 @pytest.fixture
 def context(alice, workspace) -> ToolContext:
     return ToolContext(owner=alice, session_id="s1", agent_name="main", workspace=workspace)
-
-
-def write(workspace: Path, path: str, text: str | bytes) -> Path:
-    full = workspace / path
-    full.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        full.write_bytes(text)
-    else:
-        full.write_text(text, encoding="utf-8")
-    return full
 
 
 def run_tool(context: ToolContext, name: str, **arguments: str) -> str:

@@ -14,7 +14,7 @@ from django_q.models import Schedule
 from memory import recording, tasks
 from memory.models import Event
 from memory.vectors import unpack
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 
 
 def record(owner, text, event_type="user_message", session="s1"):

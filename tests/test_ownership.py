@@ -11,9 +11,7 @@ from memory.models import Event
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
 from neotask_site.users import find_user
 from sessions_app.models import Session
-from tests.helpers import OWNED_MODELS, make_rows
-
-PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
+from tests.support.records import OWNED_MODELS, PROJECT_APPS, make_rows
 
 
 def project_models():

@@ -9,28 +9,13 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
-from django.utils import timezone
 
 from importers.models import ImportJob
-from memory.models import Fact
 from memory.workspace import DEFAULT_AGENT, workspace_dir
-from scheduler.models import ScheduledTask
-from sessions_app.models import Agent
-from tests.helpers import HTMX, text
+from tests.support.records import make_fact, make_task
+from tests.support.web import HTMX, text
 
 CHROME = '<header class="topbar">'
-
-
-def make_task(owner: User) -> ScheduledTask:
-    return ScheduledTask.objects.create(
-        owner=owner,
-        name="Report",
-        cron_expr="0 9 * * 1-5",
-        original_schedule="every weekday at 9am",
-        prompt="summarise my open todos",
-        next_run_at=timezone.now(),
-        agent=Agent.objects.default_for(owner),
-    )
 
 
 def make_memory_file(owner: User) -> str:
@@ -38,10 +23,6 @@ def make_memory_file(owner: User) -> str:
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "MEMORY.md").write_text("Prefers tea.\n")
     return f"{reverse('memory-file')}?path=MEMORY.md"
-
-
-def make_fact(owner: User) -> Fact:
-    return Fact.objects.create(owner=owner, category="drink", key="morning", value="tea")
 
 
 @dataclass(frozen=True)

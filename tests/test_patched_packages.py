@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import tomllib
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 
 from agent import transport
 from neotask_site import channel_layer
+from tests.support.processes import ROOT
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+PYPROJECT = ROOT / "pyproject.toml"
 PATCHES = [channel_layer, transport]
 
 

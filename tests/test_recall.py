@@ -10,13 +10,10 @@ from memory.models import Event
 from memory.tasks import embed_missing
 from sessions_app import chat, meter
 from sessions_app.turns import converse
-from tests.scripted_llm import Reply
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import ignore
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def ignore(frame: dict) -> None:
-    pass
 
 
 def past(owner: User, text: str, session: str = "old") -> None:

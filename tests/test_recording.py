@@ -13,7 +13,7 @@ from memory.embeddings import embed_text
 from memory.models import Event
 from memory.vectors import pack
 from memory.working import working_memory
-from tests.helpers import take_queued_tasks
+from tests.support.records import take_queued_tasks
 
 WHEN = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], bool]] = {

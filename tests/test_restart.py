@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from tests.processes import app_env, free_port, logged_in_chat, say, start_daphne
-from tests.scripted_llm import Reply
+from tests.support.processes import app_env, free_port, logged_in_chat, say, start_daphne
+from tests.support.scripted_llm import Reply
 
 pytestmark = pytest.mark.slow
 

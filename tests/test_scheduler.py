@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django_q.models import Schedule
 
 from agent.models import ApprovalRequest
-from agent.tools import ToolContext, ToolError, available_tools, get_tool, parse_arguments
+from agent.tools import ToolError, available_tools, get_tool
 from memory.models import Event, EventType
 from scheduler import runner
 from scheduler.config_sync import SyncError, sync_config_tasks
@@ -24,15 +21,10 @@ from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS, TaskError
 from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
-from tests.helpers import (
-    BERLIN,
-    FRIDAY,
-    MONDAY_9,
-    allow_terminal,
-    config_task,
-    make_task,
-)
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.records import BERLIN, FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
+from tests.support.scripted_llm import Reply, reply_with_tool
+from tests.support.tools import context_for, use_tool
+from tests.support.websocket import ignore
 
 TUESDAY_9 = datetime(2026, 6, 9, 9, 0, tzinfo=BERLIN)
 
@@ -50,15 +42,6 @@ def frozen(monkeypatch):
         monkeypatch.setattr("django.utils.timezone.now", lambda: moment)
 
     return freeze
-
-
-def context_for(user: User) -> ToolContext:
-    return ToolContext(owner=user, session_id="s1", agent_name="main", workspace=Path("/tmp"))
-
-
-def use_tool(user: User, tool_name: str, /, **arguments: Any) -> str:
-    tool = get_tool(tool_name)
-    return tool.run(context_for(user), parse_arguments(tool, json.dumps(arguments)))
 
 
 def cron_events(task_id: Any) -> list[Event]:
@@ -477,9 +460,6 @@ def test_it_lets_the_agent_schedule_a_task_in_a_chat(alice, llm):
         ),
         Reply(text="Scheduled."),
     )
-
-    async def ignore(frame: dict[str, Any]) -> None:
-        pass
 
     async_to_sync(converse)(session, "every weekday at 9am summarise my todos", ignore)
     task = ScheduledTask.objects.get(owner=alice)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
+from tests.support.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
 
 pytestmark = pytest.mark.slow
 

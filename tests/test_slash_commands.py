@@ -16,9 +16,9 @@ from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.commands import HELP, TABLE, parse_command
 from sessions_app.models import Session
-from tests.helpers import make_task
-from tests.scripted_llm import Reply
-from tests.test_chat_consumer import connect, receive, send, until
+from tests.support.records import make_task
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,14 +8,8 @@ import pytest
 from django.urls import reverse
 
 from scheduler.models import ScheduledTask
-from tests.helpers import BERLIN, FRIDAY, HTMX, make_task, text
-
-
-@pytest.fixture
-def berlin_friday(configure, monkeypatch):
-    """The server's zone is Berlin and it is Friday 10:00 there."""
-    configure("server", time_zone="Europe/Berlin")
-    monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
+from tests.support.records import BERLIN, make_task
+from tests.support.web import HTMX, text
 
 
 def edit(client, task, **fields):

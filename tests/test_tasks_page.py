@@ -13,26 +13,9 @@ from scheduler import runner
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from sessions_app.models import Session
-from tests.helpers import (
-    BERLIN,
-    ESCAPED,
-    FRIDAY,
-    HTMX,
-    MONDAY_9,
-    XSS,
-    make_task,
-    take_queued_tasks,
-    text,
-)
-from tests.scripted_llm import Reply
-
-
-@pytest.fixture
-def berlin_friday(configure, monkeypatch):
-    """The server's zone is Berlin and it is Friday 10:00 there."""
-    configure("server", time_zone="Europe/Berlin")
-    monkeypatch.setattr("django.utils.timezone.now", lambda: FRIDAY)
-
+from tests.support.records import BERLIN, FRIDAY, MONDAY_9, make_task, take_queued_tasks
+from tests.support.scripted_llm import Reply
+from tests.support.web import ESCAPED, HTMX, XSS, text
 
 # The page and the live preview -------------------------------------------------
 

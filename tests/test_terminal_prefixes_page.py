@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from agent import cgroups
 from agent.models import TerminalAllowedPrefix
-from tests.helpers import ESCAPED, HTMX, XSS, allow_terminal, text
+from tests.support.records import allow_terminal
+from tests.support.web import ESCAPED, HTMX, XSS, text
 
 
 def test_it_lists_and_revokes_terminal_prefixes(alice_client, alice):

@@ -9,8 +9,8 @@ import pytest
 from agent import sandbox
 from agent.safe_git import GIT_SAFE_ENV
 from agent.tools import ToolContext, ToolError, get_tool
-from tests.helpers import allow_terminal
-from tests.processes import ROOT
+from tests.support.processes import ROOT
+from tests.support.records import allow_terminal
 
 
 @pytest.fixture

@@ -15,12 +15,7 @@ from memory.models import Event
 from sessions_app import chat, transcripts
 from sessions_app.models import Session
 from sessions_app.turns import rollover
-
-
-def export(out_dir: Path, *args: str) -> str:
-    stdout = StringIO()
-    call_command("export_transcripts", str(out_dir), *args, stdout=stdout, stderr=StringIO())
-    return stdout.getvalue()
+from tests.support.commands import export
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from memory import recording
 from memory.models import EventType
 from sessions_app import chat, runner
 from sessions_app.models import Session
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from agent.runtime import TurnRequest, run_turn
 from memory import recall, recording, retrieval
 from memory.models import EventType
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.scripted_llm import Reply, reply_with_tool
+from tests.support.websocket import ignore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,9 +51,6 @@ def searches(monkeypatch) -> Counter:
 
 
 def turn(owner: User, text: str) -> None:
-    async def ignore(frame: Any) -> None:
-        return None
-
     result = async_to_sync(run_turn)(TurnRequest(owner=owner, session_id="s1"), text, ignore)
     assert result.status == "completed", result.error
 

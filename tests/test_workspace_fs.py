@@ -20,6 +20,7 @@ from memory.files.paths import (
 from memory.files.workspace_fs import LinkRefused, WorkspaceFS, atomic_write
 from memory.models import MemoryFile
 from memory.workspace import workspace_dir
+from tests.support.files import write
 
 LINK = "links in a workspace are not followed"
 
@@ -27,13 +28,6 @@ LINK = "links in a workspace are not followed"
 @pytest.fixture
 def workspace(alice) -> Path:
     return workspace_dir(alice.pk, "main")
-
-
-def write(root: Path, path: str, text: str) -> Path:
-    full = root / path
-    full.parent.mkdir(parents=True, exist_ok=True)
-    full.write_text(text)
-    return full
 
 
 def test_it_reads_writes_and_deletes_plain_files(workspace):

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, app_env, free_port, start_daphne
-from tests.scripted_llm import ScriptedLLM
-
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-PASSWORD = "e2e-password-123"
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, PASSWORD, add_tester
+from tests.support.processes import app_env, free_port, start_daphne
+from tests.support.scripted_llm import ScriptedLLM
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +21,7 @@ def e2e_llm() -> Iterator[ScriptedLLM]:
 @pytest.fixture(scope="session")
 def live_env(e2e_llm, tmp_path_factory) -> dict[str, str]:
     """The environment of the live app: tests that seed its database run
-    `manage.py` in it (tests.processes.manage_json)."""
+    programs in it (tests.support.processes.run_program)."""
     return app_env(
         tmp_path_factory.mktemp("e2e-data"),
         NEOTASK_LLM_BASE_URL=e2e_llm.url,
@@ -52,15 +37,7 @@ def live_app(live_env) -> Iterator[str]:
     """daphne serving Neotask on a free port, with a user `tester`."""
     env = live_env
     data = Path(env["NEOTASK_DATA_DIR"])
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run(
-        [*manage, "createsuperuser", "--noinput", "--username", "tester", "--email", "t@x.org"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    add_tester(env)
     port = free_port()
     log = open(data / "daphne.log", "w")  # noqa: SIM115  (closed below)
     server = start_daphne(env, port, log)
@@ -93,11 +70,3 @@ def page(browser, live_app):
     page.set_default_timeout(30_000)  # generous: CI machines are sometimes busy
     yield page
     context.close()
-
-
-def log_in(page) -> None:
-    page.goto("/accounts/login/")
-    page.fill("input[name=username]", "tester")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#new-chat")  # a chat, or the button that starts the first

@@ -4,95 +4,34 @@ Esc, focus and the skip link, in Chromium."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.e2e.conftest import log_in
-from tests.processes import manage_json
-from tests.scripted_llm import Reply
-
-# One of each row the pages list, owned by the e2e user, in the app's own database.
-SEED = """
-import json
-from django.contrib.auth import get_user_model
-from django.utils import timezone
-from importers.models import ImportJob
-from memory import recording
-from memory.files.paths import write_memory_file
-from memory.workspace import workspace_dir
-from memory.models import Event, Fact, Macro, MemoryFile, MemoryChunk
-from tests.helpers import make_rows
-
-user = get_user_model().objects.get(username="tester")
-rows = {model.__name__: row for model, row in make_rows(user, "-a11y").items()}
-session = rows["Session"]
-# Not a turn in progress: nothing may run, and take a reply scripted for another test.
-rows["ChatInput"].delete()
-rows["ChatClaim"].delete()
-recording.record(
-    user, str(session.pk), "assistant_response",
-    {"content": "Your favourite colour is **blue**, noted in your facts."},
-)
-recording.record(user, str(session.pk), "tool_call", {"name": "search_memory", "arguments": "{}"})
-write_memory_file(workspace_dir(user.pk, "main"), rows["MemoryFile"].path, "# Notes\\n\\nhello\\n")
-Fact.objects.create(owner=user, category="person", key="name", value="Ada")
-done = ImportJob.objects.create(
-    owner=user, kind="openclaw", filename="openclaw.tar.gz", status="done",
-    started_at=timezone.now(), finished_at=timezone.now(),
-    report={"dry_run": False, "rows": [["messages", 10, 9, 1, "empty"]], "notes": ["One note"]},
-)
-print(json.dumps({
-    "session": str(session.pk),
-    "chat": session.key,
-    "fact": rows["Fact"].pk,
-    "task": str(rows["ScheduledTask"].pk),
-    "file": rows["MemoryFile"].path,
-    "import_job": str(done.pk),
-}))
-"""
+from tests.programs import seeds
+from tests.support.browser import log_in, new_chat
+from tests.support.processes import run_program
+from tests.support.scripted_llm import Reply
 
 
-# The live app is shared with the other browser tests: what this module made
-# goes when it ends (its chats would be the latest, its rows in their lists).
-NOW = """
-import json
-from django.utils import timezone
-print(json.dumps(timezone.now().isoformat()))
-"""
-TAKE_AWAY = """
-from django.contrib.auth import get_user_model
-from memory.files.indexing import index_workspace
-from memory.workspace import workspace_dir
-from sessions_app.models import Agent, ChatClaim, Session
-from tests.helpers import OWNED_MODELS
-
-user = get_user_model().objects.get(username="tester")
-made = list(Session.objects.filter(created_at__gte=SINCE).values_list("key", flat=True))
-ChatClaim.objects.filter(key__in=made).delete()
-for model in reversed(OWNED_MODELS):
-    if model is not Agent and model is not ChatClaim:
-        model.objects.filter(created_at__gte=SINCE).delete()
-(workspace_dir(user.pk, "main") / FILE).unlink(missing_ok=True)
-index_workspace(user, "main")
-print("null")
-"""
-
-
-def in_live_app(live_env, code: str):
+def in_live_app(live_env, program: Callable[..., Any], *arguments: Any) -> Any:
     try:
-        return manage_json(live_env, code)
+        return run_program(live_env, program, *arguments)
     except subprocess.CalledProcessError as error:
-        pytest.fail(f"manage.py shell in the live app failed:\n{error.stderr}")
+        pytest.fail(f"{program.__name__} in the live app failed:\n{error.stderr}")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def seeded(live_app, live_env) -> Iterator[dict]:
-    since = in_live_app(live_env, NOW)
-    ids = in_live_app(live_env, SEED)
+    """One of each row the pages list, owned by the e2e user, in the app's own
+    database; the live app is shared with the other browser tests: what this module
+    made goes when it ends (its chats would be the latest, its rows in their lists)."""
+    since = in_live_app(live_env, seeds.now)
+    ids = in_live_app(live_env, seeds.one_of_each)
     yield ids
-    in_live_app(live_env, f"SINCE = {since!r}; FILE = {ids['file']!r}\n{TAKE_AWAY}")
+    in_live_app(live_env, seeds.remove_made_since, since, ids["file"])
 
 
 def page_paths(seeded: dict) -> list[str]:
@@ -178,13 +117,8 @@ RECORD_ANNOUNCEMENTS = """() => {
 }"""
 
 
-def new_chat(page) -> None:
-    log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
-
-
 def test_it_announces_a_finished_answer_once_and_focuses_the_message_box(page, e2e_llm):
+    log_in(page)
     new_chat(page)
     assert page.get_attribute("#events", "aria-live") is None  # the deltas are not announced
     assert page.get_attribute("#announcer", "aria-live") == "polite"
@@ -206,6 +140,7 @@ def test_it_announces_a_finished_answer_once_and_focuses_the_message_box(page, e
 
 
 def test_it_stops_an_answer_with_escape(page, e2e_llm):
+    log_in(page)
     new_chat(page)
     e2e_llm.script(Reply(deltas=[f"word{number} " for number in range(80)], delay=0.2))
     send_by_click(page, "Tell me a very long story")

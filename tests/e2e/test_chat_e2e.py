@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.e2e.conftest import ARTIFACTS, log_in
-from tests.scripted_llm import Reply, reply_with_tool
-
-
-def send(page, text: str) -> None:
-    page.fill("#input", text)
-    page.press("#input", "Enter")
+from tests.support.browser import ARTIFACTS, log_in, new_chat, send
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 
 def test_it_chats_streams_approves_and_keeps_history(page, e2e_llm):
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     log_in(page)
-    page.click("#new-chat")  # a first chat starts with a click: a GET creates nothing
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
 
     # A streamed answer: the partial text shows before the answer is complete.
     e2e_llm.script(Reply(deltas=["Hello ", "from ", "a ", "**streamed** ", "answer."], delay=0.25))
@@ -82,8 +76,7 @@ def test_it_chats_streams_approves_and_keeps_history(page, e2e_llm):
 
 def test_it_shows_slash_command_answers_and_errors(page, e2e_llm):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
     send(page, "/help")
     page.locator(".note.notice:has-text('/compact')").wait_for()
     # The scripted server has no reply queued: it answers 500, shown in the pane.
@@ -106,8 +99,7 @@ def drop_connections(port: int) -> None:
 
 def test_it_reconnects_after_a_dropped_socket_without_losing_or_repeating(page, e2e_llm, live_app):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
     e2e_llm.script(Reply(deltas=[f"part{n} " for n in range(12)], delay=0.25))
     send(page, "tell me a long story")
     page.wait_for_selector(".streaming .bubble:has-text('part1')")
@@ -124,8 +116,7 @@ def test_it_reconnects_after_a_dropped_socket_without_losing_or_repeating(page, 
 
 def test_it_compacts_from_the_chat_and_the_meter_shows_it(page, e2e_llm):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
     for number in range(7):
         e2e_llm.script(Reply(text=f"Answer {number}: " + "details " * 40))
         send(page, f"Question {number}: " + "context " * 40)

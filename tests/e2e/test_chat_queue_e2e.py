@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from tests.e2e import test_chat_e2e as chat_e2e
-from tests.e2e.conftest import log_in
-from tests.scripted_llm import Reply
+from tests.support.browser import log_in, new_chat, send
+from tests.support.scripted_llm import Reply
 
 
 def test_it_shows_a_message_typed_during_an_answer_as_queued_then_answers_it(page, e2e_llm):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
     other = page.context.new_page()
     other.goto(page.url)
     other.locator(".empty-chat").wait_for()
     slow = [f"slow{n} " for n in range(8)]
     e2e_llm.script(Reply(deltas=slow, delay=0.3), Reply(text="Second answer."))
-    chat_e2e.send(page, "first question")
+    send(page, "first question")
     page.wait_for_selector(".streaming .bubble:has-text('slow1')")
-    chat_e2e.send(page, "second question")
+    send(page, "second question")
     for tab in (page, other):
         queued = tab.locator(".queued-input:has-text('second question')")
         queued.wait_for()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from tests.e2e import test_chat_e2e as chat_e2e
-from tests.e2e.conftest import log_in
-from tests.scripted_llm import Reply
+from tests.support.browser import log_in, new_chat, send
+from tests.support.scripted_llm import Reply
 
 
 def test_it_retries_a_failed_answer_with_its_button(page, e2e_llm):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
-    chat_e2e.send(page, "what is the plan?")  # nothing scripted: the model answers 500
+    new_chat(page)
+    send(page, "what is the plan?")  # nothing scripted: the model answers 500
     retry = page.locator(".event.error button.retry")
     retry.wait_for()
     page.locator("#chat:not(.busy)").wait_for()

@@ -7,26 +7,18 @@ import signal
 import subprocess
 import sys
 
-from tests.e2e.conftest import PASSWORD, log_in
-from tests.processes import ROOT, app_env, free_port, wait_for_health
+from tests.support.browser import PASSWORD, add_tester, log_in, new_chat, send
+from tests.support.processes import ROOT, app_env, free_port, wait_for_health
 
 
 def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
     env = app_env(tmp_path, DJANGO_SUPERUSER_PASSWORD=PASSWORD)
     env.pop("NEOTASK_LLM_BASE_URL", None)  # no LLM configured: the embedded one
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run(
-        [*manage, "createsuperuser", "--noinput", "--username", "tester", "--email", "t@x.org"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    add_tester(env)
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
-        [*manage, "serve", "--port", str(port), "--no-jobs"],
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -39,10 +31,8 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
         page = context.new_page()
         page.set_default_timeout(120_000)
         log_in(page)
-        page.click("#new-chat")
-        page.locator(".empty-chat").wait_for()
-        page.fill("#input", "Hello! Who are you?")
-        page.press("#input", "Enter")
+        new_chat(page)
+        send(page, "Hello! Who are you?")
         answer = page.locator(".assistant_response .bubble.markdown").first
         answer.wait_for()
         assert answer.inner_text().strip()  # the wording is the model's business

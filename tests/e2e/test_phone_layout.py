@@ -3,7 +3,6 @@ screen, the navigation and the chat list behind their buttons, a chat that works
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -11,9 +10,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import ARTIFACTS, PASSWORD
-from tests.processes import manage_json
-from tests.scripted_llm import Reply
+from tests.programs import seeds
+from tests.support.browser import ARTIFACTS, log_in
+from tests.support.processes import run_program
+from tests.support.scripted_llm import Reply
 
 PHONE: dict[str, Any] = {
     "viewport": {"width": 390, "height": 844},
@@ -34,78 +34,6 @@ print("a line of code far longer than any phone is wide, so its box scrolls: {"0
 | Name | Kind | Where | When | Size | Notes | Owner | State |
 |------|------|-------|------|------|-------|-------|-------|
 | notes.md | file | memory/notes.md | 2026-06-01 10:00 | 1.2 kB | {LONG_WORD} | tester | indexed |
-"""
-
-# What every page needs to show something: a chat with long content, a fact, a
-# macro, a memory file, a task, a prefix, a token, a finished import.
-SEED = """
-import json
-from django.contrib.auth.models import User
-from agent.models import TerminalAllowedPrefix
-from importers.models import ImportJob
-from importers.report import ImportReport
-from memory import recording
-from memory.files.indexing import index_workspace
-from memory.files.paths import write_memory_file
-from memory.models import Fact, Macro
-from memory.workspace import workspace_dir
-from scheduler.models import ScheduledTask
-from sessions_app.models import Agent, ApiToken, Session
-from django.utils import timezone
-
-owner = User.objects.get(username="tester")
-agent = Agent.objects.default_for(owner)
-session = Session.start(
-    owner, agent, "web", "phone-layout", title="Plans for a long trip to Lisbon")
-for kind, text in [("user_message", QUESTION), ("assistant_response", ANSWER)]:
-    recording.record(owner, str(session.pk), kind, {"content": text})
-recording.record(owner, str(session.pk), "tool_call",
-                 {"name": "search_memory", "arguments": json.dumps({"query": LONG_WORD})})
-fact = Fact.objects.create(owner=owner, category="preference", key="favourite_site", value=LONG_URL)
-macro = Macro.objects.create(owner=owner, trigger_tool="search_memory", next_tool="remember_fact",
-                     trigger_args_pattern="query=*", confidence=0.8, used_count=4)
-write_memory_file(workspace_dir(owner.pk, agent.name), "memory/trips.md",
-                  "# Trips\\n\\nLisbon in June. " + LONG_URL + "\\n")
-index_workspace(owner, agent.name)
-task = ScheduledTask.objects.create(
-    owner=owner, agent=agent, name="Water the plants", cron_expr="0 9 * * 1-5",
-    original_schedule="every weekday at 9am",
-    prompt="Remind me to water the plants, as the guide says: " + LONG_URL,
-    next_run_at=timezone.now() + timezone.timedelta(days=1))
-prefix = TerminalAllowedPrefix.objects.create(
-    owner=owner, prefix="git log --oneline --graph --decorate")
-token, _ = ApiToken.issue(owner, "Backup script on the home server")
-report = ImportReport()
-report.saw("events", 120); report.added("events", 118); report.skip("events", "empty text", 2)
-report.note("Imported 3 sessions from " + LONG_URL)
-job = ImportJob.objects.create(owner=owner, kind="openclaw", filename="my-old-agent-folder.zip",
-                               status="done", report=report.to_dict(), finished_at=timezone.now())
-print(json.dumps({"chat": session.key, "session": str(session.pk), "fact": fact.pk,
-                  "task": str(task.pk), "job": str(job.pk), "macro": macro.pk,
-                  "prefix": prefix.pk, "token": token.pk}))
-"""
-# The live app is shared with the other browser tests: what SEED made goes
-# (the chat, with what the phone sent in it, was the latest one).
-UNSEED = """
-from django.contrib.auth.models import User
-from agent.models import TerminalAllowedPrefix
-from importers.models import ImportJob
-from memory.files.indexing import index_workspace
-from memory.models import Event, Fact, Macro
-from memory.workspace import workspace_dir
-from scheduler.models import ScheduledTask
-from sessions_app.models import Agent, ApiToken, Session
-
-owner = User.objects.get(username="tester")
-agent = Agent.objects.default_for(owner)
-Event.objects.filter(session_id=ids["session"]).delete()
-Session.objects.filter(pk=ids["session"]).delete()
-for model, key in [(Fact, "fact"), (Macro, "macro"), (ScheduledTask, "task"), (ImportJob, "job"),
-                   (TerminalAllowedPrefix, "prefix"), (ApiToken, "token")]:
-    model.objects.filter(pk=ids[key]).delete()
-(workspace_dir(owner.pk, agent.name) / "memory/trips.md").unlink()
-index_workspace(owner, agent.name)
-print("null")
 """
 
 # Each element that sticks out past the right edge of what clips it: the
@@ -154,10 +82,10 @@ OVERFLOWING = """() => {
 
 @pytest.fixture(scope="module")
 def seeded(live_app, live_env) -> Iterator[dict[str, Any]]:
-    texts = json.dumps([QUESTION, ANSWER, LONG_URL, LONG_WORD])
-    ids = manage_json(live_env, f"QUESTION, ANSWER, LONG_URL, LONG_WORD = {texts}\n{SEED}")
+    """What every page needs to show something, made long (tests.programs.pages)."""
+    ids = run_program(live_env, seeds.long_content, QUESTION, ANSWER, LONG_URL, LONG_WORD)
     yield ids
-    manage_json(live_env, f"ids = {json.dumps(ids)}\n{UNSEED}")
+    run_program(live_env, seeds.remove_long_content, ids)
 
 
 @pytest.fixture(scope="module")
@@ -165,11 +93,7 @@ def signed_in(browser, live_app) -> dict[str, Any]:
     """The cookies of a signed-in tester, for each new context."""
     context = browser.new_context(base_url=live_app)
     page = context.new_page()
-    page.goto("/accounts/login/")
-    page.fill("input[name=username]", "tester")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#new-chat")
+    log_in(page)
     state = context.storage_state()
     context.close()
     return state

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from tests.e2e.conftest import log_in
-from tests.e2e.test_chat_e2e import send
-from tests.scripted_llm import Reply
+from tests.support.browser import log_in, new_chat, send
+from tests.support.scripted_llm import Reply
 
 
 def test_it_remembers_and_searches_from_the_chat(page, e2e_llm):
     log_in(page)
-    page.click("#new-chat")
-    page.locator(".empty-chat").wait_for()
+    new_chat(page)
     e2e_llm.script(Reply(text="What a lovely name."))
     send(page, "My cat is called Miso")
     page.locator(".bubble.assistant:has-text('What a lovely name.')").wait_for()

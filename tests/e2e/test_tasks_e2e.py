@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import ARTIFACTS, log_in
+from tests.support.browser import ARTIFACTS, log_in
 
 
 def test_it_creates_a_task_from_natural_language_and_pauses_it(page):

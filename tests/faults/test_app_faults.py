@@ -21,103 +21,31 @@ from urllib.parse import urlsplit
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.db import OperationalError, connection
 
 from memory import recording
 from memory.models import Event, EventType
 from sessions_app.chat import start_chat
-from sessions_app.routing import websocket_urlpatterns
-from tests.processes import (
+from tests.programs import accounts, events
+from tests.support.processes import (
     ROOT,
     app_env,
     chat_socket,
     free_port,
     logged_in_chat,
     manage,
-    manage_json,
+    message_frame,
+    run_program,
     say,
     start_daphne,
     start_qcluster,
     until_done,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.websocket import connect, send, until
 
 USERNAME = "faults"
-
-MORE_CHATS = """
-import json
-from django.contrib.auth import get_user_model
-from sessions_app.chat import start_chat
-user = get_user_model().objects.get(username=USERNAME)
-print(json.dumps([start_chat(user).key for _ in range(COUNT)]))
-"""
-
-# The events of each chat (by key), oldest first.
-CHAT_EVENTS = """
-import json
-from memory.models import Event
-from sessions_app.models import Session
-chats = {}
-for session in Session.objects.filter(key__in=KEYS).order_by("created_at"):
-    events = Event.objects.filter(session_id=str(session.pk)).order_by("id")
-    chats.setdefault(session.key, []).extend([e.event_type, e.data] for e in events)
-print(json.dumps(chats))
-"""
-
-# An LLM endpoint that starts an answer and then stalls, until it is killed.
-STALLING_LLM = """
-import threading
-from tests.scripted_llm import Reply, ScriptedLLM
-
-def stalled():
-    yield from ["Once ", "upon ", "a "]
-    threading.Event().wait()
-
-llm = ScriptedLLM()
-llm.next_reply = lambda body: Reply(deltas=stalled())
-print(llm.url, llm.api_key, flush=True)
-llm.server.serve_forever()
-"""
-
-# Distinct events to embed, each queueing its own job.
-STORE_EVENTS = """
-from django.contrib.auth import get_user_model
-from memory import recording
-from memory.models import EventType
-user = get_user_model().objects.create_user("embedder")
-for number in range(COUNT):
-    text = f"note {number}: the fault suite stored this about topic {number % 7}"
-    recording.record(user, "fault-session", EventType.USER_MESSAGE, {"content": text})
-"""
-
-# The minute sweep of the job cluster, run once by hand, and what the
-# embeddings look like afterwards; the jobs the dead cluster left queued go.
-SWEEP_AND_CHECK = """
-import json
-import numpy as np
-from django_q.brokers import get_broker
-from memory.embeddings import embed_texts
-from memory.models import Event
-from memory.tasks import embed_missing
-from memory.vectors import unpack
-swept = embed_missing()
-events = list(Event.objects.order_by("id"))
-embedded = [e for e in events if e.embedding is not None]
-stored = np.stack([unpack(e.embedding) for e in embedded])
-fresh = embed_texts([e.text for e in embedded])
-print(json.dumps({
-    "swept": swept,
-    "texts": [e.text for e in events],
-    "embedded": len(embedded),
-    "dimensions": sorted({len(bytes(e.embedding)) // 4 for e in embedded}),
-    "errors": [e.embedding_error for e in events if e.embedding_error],
-    "min_cosine_to_fresh": float((stored * fresh).sum(axis=1).min()),
-}))
-get_broker().purge_queue()
-"""
 
 
 @pytest.fixture
@@ -133,6 +61,12 @@ def processes() -> Iterator[list[subprocess.Popen]]:
         process.wait(timeout=30)
 
 
+def chat_events(env: dict[str, str], keys: list[str]) -> dict[str, list[list[Any]]]:
+    """Each chat's events in the app's database, oldest first: [event type, data]."""
+    chats = run_program(env, events.of_chats, keys)
+    return {key: [[kind, data] for kind, _, data in events] for key, events in chats.items()}
+
+
 def conversation(events: list[list[Any]]) -> list[tuple[str, str]]:
     return [
         (event_type, data.get("content", ""))
@@ -144,7 +78,10 @@ def conversation(events: list[list[Any]]) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_it_survives_the_llm_endpoint_dying_mid_answer(tmp_path, processes):
     dying_llm = subprocess.Popen(
-        [sys.executable, "-c", STALLING_LLM], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "tests.programs.stalling_llm"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     processes.append(dying_llm)
     assert dying_llm.stdout is not None
@@ -161,7 +98,7 @@ def test_it_survives_the_llm_endpoint_dying_mid_answer(tmp_path, processes):
     async def story_cut_short() -> list[dict]:
         frames: list[dict] = []
         async with chat_socket(port, cookie, key) as socket:
-            await socket.send(json.dumps({"type": "message", "text": "Tell me a story."}))
+            await socket.send(message_frame("Tell me a story."))
             # All three deltas streamed (one frame or several: they may be coalesced).
             while "".join(f["text"] for f in frames if f["type"] == "delta") != "Once upon a ":
                 frames.append(json.loads(await asyncio.wait_for(socket.recv(), timeout=60)))
@@ -190,7 +127,7 @@ def test_it_survives_the_llm_endpoint_dying_mid_answer(tmp_path, processes):
         {"role": "user", "content": "Go on."},
     ]
 
-    events = manage_json(env, f"KEYS = {[key]!r}\n{CHAT_EVENTS}")[key]
+    events = chat_events(env, [key])[key]
     assert [event_type for event_type, _ in events] == [
         "user_message",
         "assistant_response",
@@ -226,7 +163,7 @@ def test_it_finishes_the_embeddings_of_a_cluster_killed_mid_job(tmp_path, proces
     count = 100
     env = app_env(tmp_path)
     manage(env, "migrate", "-v0")
-    manage(env, "shell", "-c", f"COUNT = {count}\n{STORE_EVENTS}")
+    run_program(env, events.store, count)
     log_path = tmp_path / "qcluster.log"
     with log_path.open("w") as log:
         cluster = start_qcluster(env, log)  # in a process group of its own, with its workers
@@ -242,7 +179,7 @@ def test_it_finishes_the_embeddings_of_a_cluster_killed_mid_job(tmp_path, proces
     embedded_by_cluster = embedded_count(env)
     assert 0 < embedded_by_cluster < count, "the kill did not land mid-work"
 
-    state = manage_json(env, SWEEP_AND_CHECK)
+    state = run_program(env, events.sweep_and_check)
     assert state["swept"] == count - embedded_by_cluster
     assert len(state["texts"]) == count
     assert len(set(state["texts"])) == count
@@ -269,7 +206,7 @@ def test_it_keeps_every_event_of_20_concurrent_chats_on_sqlite(tmp_path, process
     env = app_env(tmp_path, NEOTASK_LLM_BASE_URL=llm.url, NEOTASK_LLM_API_KEY=llm.api_key)
     manage(env, "migrate", "-v0")
     cookie, first = logged_in_chat(env, USERNAME)
-    keys = [first, *manage_json(env, f"USERNAME = {USERNAME!r}\nCOUNT = {chats - 1}\n{MORE_CHATS}")]
+    keys = [first, *run_program(env, accounts.more_chats, USERNAME, chats - 1)]
     port = free_port()
     logs = {name: tmp_path / f"{name}.log" for name in ("daphne", "qcluster")}
     with logs["daphne"].open("w") as log:
@@ -283,7 +220,7 @@ def test_it_keeps_every_event_of_20_concurrent_chats_on_sqlite(tmp_path, process
         async with chat_socket(port, cookie, key) as socket:
             for number in range(messages):
                 text = f"{key} message {number}"
-                await socket.send(json.dumps({"type": "message", "text": text}))
+                await socket.send(message_frame(text))
                 frames += await until_done(socket)
         return frames
 
@@ -294,7 +231,7 @@ def test_it_keeps_every_event_of_20_concurrent_chats_on_sqlite(tmp_path, process
         assert [f for f in frames if f["type"] == "error"] == [], key
         assert [f["status"] for f in frames if f["type"] == "done"] == ["completed"] * messages
 
-    stored = manage_json(env, f"KEYS = {keys!r}\n{CHAT_EVENTS}")
+    stored = chat_events(env, keys)
     for key in keys:
         expected = []
         for number in range(messages):
@@ -320,16 +257,11 @@ async def test_it_ends_the_turn_when_the_database_fails_mid_answer(llm, monkeypa
 
     monkeypatch.setattr(recording, "record", record)
     llm.script(Reply(text="Lost answer."), Reply(text="Kept answer."))
-    socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/chat/{session.key}/")
-    socket.scope["user"] = owner
-    assert (await socket.connect())[0]
+    socket = await connect(owner, session.key)
 
     async def turn(text: str) -> list[dict]:
-        await socket.send_to(text_data=json.dumps({"type": "message", "text": text}))
-        frames = [json.loads(await socket.receive_from(timeout=30))]
-        while frames[-1]["type"] != "done":
-            frames.append(json.loads(await socket.receive_from(timeout=30)))
-        return frames
+        await send(socket, type="message", text=text)
+        return await until(socket, timeout=30)
 
     frames = await turn("First question")
     # Not a hang: the page learns that the turn is over and may send again.

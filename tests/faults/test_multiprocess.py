@@ -19,13 +19,15 @@ import psycopg
 import pytest
 
 from memory.consolidation import PROMPT as CONSOLIDATION_PROMPT
-from tests.processes import (
+from tests.programs import accounts, events, tasks
+from tests.support.processes import (
     ROOT,
     app_env,
     chat_socket,
     free_port,
     logged_in_chat,
-    manage_json,
+    message_frame,
+    run_program,
     say,
     spawn_daphne,
     start_qcluster,
@@ -34,7 +36,7 @@ from tests.processes import (
     until_done,
     wait_for_health,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = [
     pytest.mark.slow,
@@ -178,9 +180,9 @@ def test_it_streams_a_turn_to_tabs_on_both_processes(stack: Stack) -> None:
         async with on_a as tab_a, on_b as tab_b:
             for tab in (tab_a, tab_b):
                 # Answered only after the consumer joined the chat's group.
-                await tab.send(json.dumps({"type": "message", "text": "/help"}))
+                await tab.send(message_frame("/help"))
                 assert json.loads(await tab.recv())["type"] == "notice"
-            await tab_a.send(json.dumps({"type": "message", "text": "Hello from process A"}))
+            await tab_a.send(message_frame("Hello from process A"))
             return await until_done(tab_a), await until_done(tab_b)
 
     frames_a, frames_b = asyncio.run(conversation())
@@ -191,49 +193,14 @@ def test_it_streams_a_turn_to_tabs_on_both_processes(stack: Stack) -> None:
     assert stored == ["user_message", "assistant_response"]
 
 
-DUE_TASK = """
-import json
-from datetime import timedelta
-from django.contrib.auth import get_user_model
-from django.utils import timezone
-from scheduler.models import ScheduledTask
-from sessions_app.models import Agent
-owner = get_user_model().objects.get(username={username!r})
-task = ScheduledTask.objects.create(
-    owner=owner, name="Yearly review", cron_expr="0 9 1 1 *", original_schedule="yearly",
-    prompt={prompt!r}, agent=Agent.objects.default_for(owner),
-    next_run_at=timezone.now() - timedelta(minutes=5),
-)
-print(json.dumps(str(task.pk)))
-"""
-
-TASK_RUNS = """
-import json
-from django.utils import timezone
-from memory.models import Event
-from scheduler.models import ScheduledTask
-from sessions_app.models import Session
-task = ScheduledTask.objects.get(pk={task_id!r})
-events = Event.objects.filter(
-    session_id__in=[str(s.pk) for s in Session.objects.filter(key=task.chat_key)]
-)
-print(json.dumps({{
-    "prompts": list(events.filter(event_type="user_message").values_list("text", flat=True)),
-    "answers": list(events.filter(event_type="assistant_response").values_list("text", flat=True)),
-    "ran": task.last_run_at is not None,
-    "next_run_in_future": task.next_run_at > timezone.now(),
-}}))
-"""
-
-
 def test_it_runs_a_due_task_once_while_processes_race_for_it(stack: Stack) -> None:
     prompt = "Review the year: what went well?"
     stack.llm.answers[prompt] = Reply(text="A good year.")
-    task_id = manage_json(stack.env, DUE_TASK.format(username=USERNAME, prompt=prompt))
+    task_id = run_program(stack.env, tasks.due, USERNAME, prompt)
     claim = 'UPDATE "scheduled_tasks" SET "next_run_at"'
     outputs = race(stack, [["run_due_tasks"], ["run_due_tasks"]], "scheduled_tasks", claim)
     runs = eventually(
-        lambda: manage_json(stack.env, TASK_RUNS.format(task_id=task_id)),
+        lambda: run_program(stack.env, tasks.runs, task_id),
         lambda runs: runs["answers"] and runs["ran"],
         "the task's run did not finish",
     )
@@ -247,48 +214,12 @@ def test_it_runs_a_due_task_once_while_processes_race_for_it(stack: Stack) -> No
     assert sum("ran 1 task(s)" in output for output in outputs) <= 1  # or the cluster ran it
 
 
-OLD_CHAT = """
-import json
-from datetime import timedelta
-from django.contrib.auth import get_user_model
-from django.utils import timezone
-from memory import recording
-from memory.models import Event
-owner = get_user_model().objects.get(username={username!r})
-lines = [
-    ("user_message", "I am going to Porto in May."),
-    ("assistant_response", "Lovely. For how long?"),
-    ("user_message", "Two weeks, by train."),
-    ("assistant_response", "Then book the night train early."),
-]
-for number, (kind, text) in enumerate(lines):
-    event = recording.record(owner, "old-chat", kind, {{"content": text}})
-    Event.objects.filter(pk=event.pk).update(
-        created_at=timezone.now() - timedelta(days=2) + timedelta(minutes=number)
-    )
-print(json.dumps([text for _, text in lines]))
-"""
-
-CONSOLIDATED = """
-import json
-from memory.models import Event, Fact
-events = Event.objects.filter(session_id="old-chat")
-print(json.dumps({
-    "summaries": list(events.filter(event_type="summary").values_list("text", flat=True)),
-    "unconsolidated": events.exclude(event_type="summary")
-    .filter(consolidated_at__isnull=True).count(),
-    "claimed": events.filter(consolidation_claim__isnull=False).count(),
-    "facts": list(Fact.objects.filter(key="may_trip").values_list("value", flat=True)),
-}))
-"""
-
-
 def test_it_consolidates_each_old_event_once_while_processes_race(stack: Stack) -> None:
-    texts = manage_json(stack.env, OLD_CHAT.format(username=USERNAME))
+    texts = run_program(stack.env, events.old_chat, USERNAME)
     claim = 'UPDATE "events" SET "consolidation_claim"'
     race(stack, [["consolidate"], ["consolidate"]], "events", claim)
     result = eventually(
-        lambda: manage_json(stack.env, CONSOLIDATED),
+        lambda: run_program(stack.env, events.consolidated),
         lambda result: result["summaries"],
         "no summary was written",
     )
@@ -303,31 +234,6 @@ def test_it_consolidates_each_old_event_once_while_processes_race(stack: Stack) 
     }
 
 
-EMBEDDINGS = """
-import json
-from django_q.models import Failure, Success
-from memory.models import Event
-from memory.models import EventType
-events = Event.objects.filter(event_type__in=EventType.CONTENT).exclude(text="")
-jobs, by_jobs = {}, 0  # how many jobs asked for each event; how many vectors they wrote
-for job in Success.objects.filter(func="memory.tasks.embed_events"):
-    by_jobs += job.result or 0
-    for pk in job.args[0]:
-        jobs[str(pk)] = jobs.get(str(pk), 0) + 1
-# A turn embeds its user message itself (for recall) and stores that vector.
-in_turn = events.filter(event_type="user_message", data__has_key="turn_usage")
-print(json.dumps({
-    "events": [str(pk) for pk in events.values_list("id", flat=True)],
-    "in_turn": [str(pk) for pk in in_turn.values_list("id", flat=True)],
-    "missing": events.filter(embedding__isnull=True).count(),
-    "jobs": jobs,
-    "by_jobs": by_jobs,
-    "swept": sum(r.result or 0 for r in Success.objects.filter(func="memory.tasks.sweep")),
-    "failures": Failure.objects.filter(func__startswith="memory.tasks.embed").count(),
-}))
-"""
-
-
 def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
     frames = asyncio.run(say(stack.ports[1], stack.cookie, stack.key, "One more, from B"))
     assert frames[-1]["status"] == "completed"
@@ -339,7 +245,7 @@ def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
         return report["by_jobs"] + report["swept"] + len(report["in_turn"])
 
     report = eventually(
-        lambda: manage_json(stack.env, EMBEDDINGS),
+        lambda: run_program(stack.env, events.embeddings),
         lambda report: report["missing"] == 0 and accounted(report) >= len(report["events"]),
         "not every event was embedded",
     )
@@ -353,36 +259,15 @@ def test_it_embeds_every_event_exactly_once(stack: Stack) -> None:
     assert report["failures"] == 0
 
 
-ISSUE_TOKEN = """
-import json
-from django.contrib.auth import get_user_model
-from sessions_app.models import ApiToken, Session
-user = get_user_model().objects.get(username={username!r})
-session = Session.objects.get(owner=user, key={key!r}, status="active")
-print(json.dumps([ApiToken.issue(user, "test")[1], str(session.pk)]))
-"""
-CONVERSATION = """
-import json
-from memory.models import Event
-from sessions_app.models import Session
-sessions = [str(pk) for pk in Session.objects.filter(key={key!r}).values_list("pk", flat=True)]
-events = Event.objects.filter(session_id__in=sessions).order_by("id")
-print(json.dumps([[e.event_type, e.text, e.data.get("reason")] for e in events]))
-"""
-
-
-def message(text: str) -> str:
-    return json.dumps({"type": "message", "text": text})
-
-
 def conversation_of(stack: Stack, key: str) -> list[list[Any]]:
-    return manage_json(stack.env, CONVERSATION.format(key=key))
+    found = run_program(stack.env, events.of_chats, [key])[key]
+    return [[kind, text, data.get("reason")] for kind, text, data in found]
 
 
 def user_and_chat(stack: Stack, username: str) -> tuple[str, str, str, str]:
     """A new user's cookie, chat key, API token and the chat's session id."""
     cookie, key = logged_in_chat(stack.env, username)
-    token, session_id = manage_json(stack.env, ISSUE_TOKEN.format(username=username, key=key))
+    token, session_id = run_program(stack.env, accounts.api_token, username, key)
     return cookie, key, token, session_id
 
 
@@ -428,7 +313,7 @@ def test_it_runs_one_input_at_a_time_per_chat_from_both_processes_and_the_api(
 
             async def send_all(tab: Any, side: str) -> None:
                 for text in texts[side]:
-                    await tab.send(json.dumps({"type": "message", "text": text}))
+                    await tab.send(message_frame(text))
 
             api = asyncio.create_task(post_message(stack.ports[0], token, session_id, "api says 0"))
             await asyncio.gather(send_all(tab_a, "tab A"), send_all(tab_b, "tab B"))
@@ -496,18 +381,14 @@ def test_it_takes_over_from_a_worker_killed_mid_turn(stack: Stack, tmp_path: Any
 
         async def crash() -> list[dict]:
             async with chat_socket(port, cookie, key) as on_doomed:
-                await on_doomed.send(
-                    json.dumps({"type": "message", "text": "a slow answer please"})
-                )
+                await on_doomed.send(message_frame("a slow answer please"))
                 streamed = ""
                 # Past one lease renewal, which saves the streamed text.
                 while streamed.count("part") < 35:
                     frame = json.loads(await asyncio.wait_for(on_doomed.recv(), 60))
                     streamed += frame.get("text", "") if frame["type"] == "delta" else ""
                 async with chat_socket(stack.ports[0], cookie, key) as survivor:
-                    await survivor.send(
-                        json.dumps({"type": "message", "text": "are you still there?"})
-                    )
+                    await survivor.send(message_frame("are you still there?"))
                     doomed.kill()
                     doomed.wait()
                     # The dead turn's end, told by the survivor that took over, and the next.

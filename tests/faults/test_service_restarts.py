@@ -25,30 +25,26 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.processes import (
+from tests.programs import events
+from tests.support.processes import (
     PrivatePostgres,
     PrivateRedis,
     app_env,
     chat_socket,
     free_port,
     logged_in_chat,
-    manage_json,
+    message_frame,
     postgres_bin_dir,
+    run_program,
     say,
     spawn_daphne,
     stop_process,
     until_done,
     wait_for_health,
 )
-from tests.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
-
-CHAT_EVENTS = """
-import json
-from memory.models import Event
-print(json.dumps([[e.event_type, e.text] for e in Event.objects.order_by("id")]))
-"""
 
 
 @pytest.fixture
@@ -111,6 +107,11 @@ def ada_chatting(
     return (env, cookie, key, *serve(env, tmp_path))
 
 
+def stored_events(env: dict[str, str], key: str) -> list[list[str]]:
+    """The chat's events in the app's database, oldest first: [event type, text]."""
+    return [[kind, text] for kind, text, _ in run_program(env, events.of_chats, [key])[key]]
+
+
 def health(port: int) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
@@ -129,10 +130,6 @@ def page(port: int, cookie: str, path: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
-
-
-def message(text: str) -> str:
-    return json.dumps({"type": "message", "text": text})
 
 
 def completed(frames: list[dict[str, Any]]) -> bool:
@@ -156,11 +153,11 @@ def test_it_carries_on_after_postgresql_restarts_mid_chat(
 
         async def conversation() -> list[list[dict[str, Any]]]:
             async with chat_socket(port, cookie, key) as socket:
-                await socket.send(message("My name is Ada."))
+                await socket.send(message_frame("My name is Ada."))
                 first = await until_done(socket)
                 # The restart comes in the middle of the next turn: the question
                 # is stored and the model is writing the answer.
-                await socket.send(message("Are you still there?"))
+                await socket.send(message_frame("Are you still there?"))
                 await asyncio.wait_for(asked(scripted_llm, 2), 60)
                 await asyncio.to_thread(private_postgres.stop)
                 outage = await asyncio.to_thread(health, port)
@@ -185,7 +182,7 @@ def test_it_carries_on_after_postgresql_restarts_mid_chat(
         {"role": "assistant", "content": "Still here."},
         {"role": "user", "content": "What is my name?"},
     ]
-    events = manage_json(env, CHAT_EVENTS)
+    events = stored_events(env, key)
     assert events == [
         ["user_message", "My name is Ada."],
         ["assistant_response", "Hello, Ada."],
@@ -205,7 +202,7 @@ async def reconnect(port: int, cookie: str, key: str, seconds: float = 60) -> An
         with contextlib.suppress(websockets.WebSocketException, OSError, TimeoutError):
             socket = await chat_socket(port, cookie, key)
             # Answered only once the consumer joined the chat's group.
-            await socket.send(message("/help"))
+            await socket.send(message_frame("/help"))
             if json.loads(await asyncio.wait_for(socket.recv(), 30))["type"] == "notice":
                 return socket
         if socket is not None:
@@ -231,7 +228,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
         async def conversation() -> tuple[list[dict], list[dict], list[str]]:
             seen_in_outage: list[str] = []
             async with chat_socket(port, cookie, key) as socket:
-                await socket.send(message("My name is Ada."))
+                await socket.send(message_frame("My name is Ada."))
                 first = await until_done(socket)
                 private_redis.kill()
                 # The socket must close: left open, it would miss the chat's frames
@@ -246,7 +243,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
             # What a reconnecting page meets while Redis is down.
             try:
                 async with chat_socket(port, cookie, key) as early:
-                    await early.send(message("/help"))
+                    await early.send(message_frame("/help"))
                     seen_in_outage.append(await asyncio.wait_for(early.recv(), 30))
             except (websockets.ConnectionClosed, websockets.InvalidStatus) as refused:
                 seen_in_outage.append(str(refused))
@@ -256,7 +253,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
             private_redis.start()
             socket = await reconnect(port, cookie, key)
             try:
-                await socket.send(message("What is my name?"))
+                await socket.send(message_frame("What is my name?"))
                 second = await until_done(socket)
             finally:
                 await socket.close()
@@ -278,7 +275,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
         {"role": "assistant", "content": "Hello, Ada."},
         {"role": "user", "content": "What is my name?"},
     ]
-    assert manage_json(env, CHAT_EVENTS) == [
+    assert stored_events(env, key) == [
         ["user_message", "My name is Ada."],
         ["assistant_response", "Hello, Ada."],
         ["user_message", "What is my name?"],
@@ -303,9 +300,9 @@ def test_it_neither_loses_nor_repeats_a_queued_message_when_redis_restarts(
 
         async def queued_through_an_outage() -> None:
             async with chat_socket(port, cookie, key) as socket:
-                await socket.send(message("first question"))
+                await socket.send(message_frame("first question"))
                 await asked(scripted_llm, 1)
-                await socket.send(message("second question"))
+                await socket.send(message_frame("second question"))
                 while json.loads(await asyncio.wait_for(socket.recv(), 30))["type"] != "queued":
                     pass
                 private_redis.kill()
@@ -318,7 +315,7 @@ def test_it_neither_loses_nor_repeats_a_queued_message_when_redis_restarts(
 
         asyncio.run(queued_through_an_outage())
         for _ in range(60):  # each reading starts a Django process: about a second
-            stored = manage_json(env, CHAT_EVENTS)
+            stored = stored_events(env, key)
             if len(stored) >= 4:
                 break
     finally:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.security.world import World, build_alice, build_bob
+from tests.support.world import World, build_alice, build_bob
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import LITERAL, TABLE, Program, covers, rule_for, words_of
 from memory.workspace import workspace_dir
 from scheduler.runner import run_due_tasks
-from tests.helpers import MONDAY_9, allow_terminal, make_task
-from tests.scripted_llm import Reply, reply_with_tool
+from tests.support.records import MONDAY_9, allow_terminal, make_task
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 P = "sh memory/p.md"  # the script the agent wrote with write_memory_file, unasked
 

@@ -8,7 +8,6 @@ refused by PostgreSQL, which is where several of these used to fail."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -24,7 +23,9 @@ from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat, cleanup
 from sessions_app.models import ApiToken, Session
-from tests.test_memory_files import CountingEmbed
+from tests.support.embeddings import CountingEmbed
+from tests.support.files import file_hashes
+from tests.support.web import client_for
 
 NUL = "\x00"
 
@@ -37,23 +38,12 @@ def counting_embed(monkeypatch):
 @pytest.fixture
 def client(alice) -> Client:
     # 500s come back as responses, so a test can assert the status it expects.
-    client = Client(raise_request_exception=False)
-    client.force_login(alice)
-    return client
+    return client_for(alice, raise_request_exception=False)
 
 
 @pytest.fixture
 def workspace(alice) -> Path:
     return workspace_dir(alice.pk, "main")
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file under `root` with a hash of its content: what "nothing written" means."""
-    return {
-        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and not path.is_symlink()
-    }
 
 
 def rows() -> dict[str, int]:
@@ -74,22 +64,22 @@ def test_it_refuses_a_memory_file_edit_over_the_size_limit(client, workspace, co
     (workspace / "memory").mkdir(parents=True)
     (workspace / "memory/notes.md").write_text("kept")
     opened = client.get("/memory/files/view/", {"path": "memory/notes.md"}).context["sha256"]
-    before = snapshot(workspace)
+    before = file_hashes(workspace)
     response = client.post(
         "/memory/files/view/", {"path": "memory/notes.md", "sha256": opened, "text": "x" * 2000}
     )
     assert response.status_code == 400
     assert "would be 2000 bytes, more than the 1024 allowed" in page(response)
-    assert snapshot(workspace) == before
+    assert file_hashes(workspace) == before
 
 
 def test_it_refuses_a_request_body_beyond_djangos_limit(client, workspace, settings):
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "MEMORY.md").write_text("kept")
-    before = snapshot(workspace)
+    before = file_hashes(workspace)
     body = {"path": "MEMORY.md", "sha256": "", "text": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE)}
     assert client.post("/memory/files/view/", body).status_code == 400
-    assert snapshot(workspace) == before
+    assert file_hashes(workspace) == before
 
 
 BAD_NAMES = [
@@ -111,11 +101,11 @@ BAD_NAMES = [
 
 @pytest.mark.parametrize(("name", "message"), BAD_NAMES)
 def test_it_refuses_bad_names_for_a_new_file_and_creates_nothing(client, tmp_path, name, message):
-    before = snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     response = client.post("/memory/files/new/", {"name": name}, follow=True)
     assert response.status_code == 200
     assert message in page(response)
-    assert snapshot(tmp_path) == before and not MemoryFile.objects.exists()
+    assert file_hashes(tmp_path) == before and not MemoryFile.objects.exists()
 
 
 def test_it_refuses_a_fact_too_long_or_with_nul(client, alice):
@@ -292,8 +282,7 @@ def test_the_search_tool_answers_sql_and_search_syntax(alice, memories, workspac
 
 def test_the_admin_search_treats_sql_as_words(memories):
     admin = User.objects.create_superuser("root", password="x")
-    client = Client(raise_request_exception=False)
-    client.force_login(admin)
+    client = client_for(admin, raise_request_exception=False)
     before = rows()
 
     def found(url: str, query: str) -> int:
@@ -362,11 +351,11 @@ def run_through_the_runtime(context: ToolContext, name: str, arguments: dict) ->
 def test_the_memory_tools_refuse_paths_out_of_the_workspace(alice, tmp_path, path, tool):
     workspace = workspace_dir(alice.pk, "main")
     context = ToolContext(owner=alice, session_id="s", agent_name="main", workspace=workspace)
-    before = snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     with pytest.raises(ToolError) as refused:
         run_through_the_runtime(context, tool, {"path": path, **TOOLS[tool]})
     assert str(refused.value).strip()
-    assert snapshot(tmp_path) == before
+    assert file_hashes(tmp_path) == before
     assert not MemoryFile.objects.exists()
 
 
@@ -393,11 +382,11 @@ def test_the_memory_tools_refuse_symlinks_out(alice, tmp_path, outside, link, ta
     (workspace / link).parent.mkdir(parents=True, exist_ok=True)
     (workspace / link).symlink_to(outside if target == "file" else outside.parent)
     context = ToolContext(owner=alice, session_id="s", agent_name="main", workspace=workspace)
-    before = snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     for tool, extra in TOOLS.items():
         with pytest.raises(ToolError, match="a symbolic link; links in a workspace are not"):
             run_through_the_runtime(context, tool, {"path": path, **extra})
-    assert snapshot(tmp_path) == before
+    assert file_hashes(tmp_path) == before
     assert outside.read_text() == "secret"
     listing = run_through_the_runtime(context, "list_memory_files", {})
     assert "secret" not in MemoryChunk.objects.values_list("text", flat=True)
@@ -406,21 +395,21 @@ def test_the_memory_tools_refuse_symlinks_out(alice, tmp_path, outside, link, ta
 
 @pytest.mark.parametrize("path", [p for p in ESCAPING_PATHS if "\ud800" not in p])
 def test_the_file_pages_refuse_paths_out_of_the_workspace(client, alice, tmp_path, path):
-    before = snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     in_a_url = 400 if NUL in path else 404  # a NUL in a query is refused before any view
     assert client.get("/memory/files/view/", {"path": path}).status_code == in_a_url
     save = {"path": path, "sha256": "", "text": "pwned"}
     assert client.post("/memory/files/view/", save).status_code == 404
     assert client.get("/memory/files/delete/", {"path": path}).status_code == in_a_url
     assert client.post("/memory/files/delete/", {"path": path}).status_code == 404
-    assert snapshot(tmp_path) == before and not MemoryFile.objects.exists()
+    assert file_hashes(tmp_path) == before and not MemoryFile.objects.exists()
     # A typed name is relative to memory/ ("file:///x" is memory/file:/x.md): nothing
     # may land outside the workspace.
     workspace = workspace_dir(alice.pk, "main")
     assert page(client.post("/memory/files/new/", {"name": path}, follow=True))
     outside = {
         name: sha
-        for name, sha in snapshot(tmp_path).items()
+        for name, sha in file_hashes(tmp_path).items()
         if not (tmp_path / name).is_relative_to(workspace)
     }
     assert outside == before
@@ -428,8 +417,8 @@ def test_the_file_pages_refuse_paths_out_of_the_workspace(client, alice, tmp_pat
 
 @pytest.mark.parametrize("agent", ["../1", "..", f"main{NUL}", "a/b", "x" * 100, "' OR 1=1 --"])
 def test_the_file_pages_refuse_bad_agent_names(client, tmp_path, agent):
-    before = snapshot(tmp_path)
+    before = file_hashes(tmp_path)
     in_a_url = 400 if NUL in agent else 404  # a NUL in a query is refused before any view
     assert client.get("/memory/files/", {"agent": agent}).status_code == in_a_url
     assert client.post("/memory/files/new/", {"agent": agent, "name": "x"}).status_code == 404
-    assert snapshot(tmp_path) == before
+    assert file_hashes(tmp_path) == before

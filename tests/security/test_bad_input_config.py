@@ -21,6 +21,7 @@ from neotask_site.config import (
 )
 from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
+from tests.support.files import write_config
 
 KEYS = [
     (section, key, option) for section, options in SCHEMA.items() for key, option in options.items()
@@ -34,15 +35,6 @@ OUT_OF_RANGE: dict[type, list[Any]] = {
     float: [-1.0, -1000.0, 1000.0],
     str: ["", "no such thing", "ftp://example.org", "Nowhere/Atlantis"],
 }
-
-
-def write(tmp_path: Path, text: str | bytes) -> Path:
-    path = tmp_path / "config.toml"
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
 
 
 def toml_value(value: Any) -> str:
@@ -71,7 +63,7 @@ def key_id(case: tuple[str, str, Option]) -> str:
 @pytest.mark.parametrize("case", KEYS, ids=key_id)
 def test_it_names_a_key_of_the_wrong_type(tmp_path, case):
     section, key, option = case
-    path = write(tmp_path, f"[{section}]\n{key} = {WRONG_TYPE_TOML[option.type]}\n")
+    path = write_config(tmp_path, f"[{section}]\n{key} = {WRONG_TYPE_TOML[option.type]}\n")
     message = config_error(path)
     assert message.startswith(f"{path}: [{section}] {key} must be ")
 
@@ -79,7 +71,7 @@ def test_it_names_a_key_of_the_wrong_type(tmp_path, case):
 @pytest.mark.parametrize("case", [c for c in KEYS if c[2].type is int], ids=key_id)
 def test_it_refuses_a_fraction_for_a_whole_number(tmp_path, case):
     section, key, _ = case
-    message = config_error(write(tmp_path, f"[{section}]\n{key} = 2.5\n"))
+    message = config_error(write_config(tmp_path, f"[{section}]\n{key} = 2.5\n"))
     assert f"[{section}] {key} must be a whole number, not 2.5" in message
 
 
@@ -87,7 +79,7 @@ def test_it_refuses_a_fraction_for_a_whole_number(tmp_path, case):
 def test_it_names_a_key_out_of_range(tmp_path, case):
     section, key, option = case
     value = refused_value(option)
-    message = config_error(write(tmp_path, f"[{section}]\n{key} = {toml_value(value)}\n"))
+    message = config_error(write_config(tmp_path, f"[{section}]\n{key} = {toml_value(value)}\n"))
     assert f"[{section}] {key} " in message
     assert option.check(value) in message  # the reason, e.g. "must be at least 1"
 
@@ -97,7 +89,7 @@ def test_it_names_a_key_out_of_range(tmp_path, case):
 def test_it_refuses_infinite_and_nan_numbers(tmp_path, case, value):
     # An infinite interval passed "at least 0.1" and then crashed migrate (OverflowError).
     section, key, _ = case
-    message = config_error(write(tmp_path, f"[{section}]\n{key} = {value}\n"))
+    message = config_error(write_config(tmp_path, f"[{section}]\n{key} = {value}\n"))
     assert f"[{section}] {key} must be a finite number" in message
     variable = env_name(section, key)
     assert f"{variable} must be a finite number" in config_error(None, {variable: value})
@@ -122,13 +114,13 @@ def test_it_names_an_environment_variable_out_of_range(case):
 
 @pytest.mark.parametrize("section", SCHEMA)
 def test_it_names_an_unknown_key_in_every_section(tmp_path, section):
-    path = write(tmp_path, f"[{section}]\nno_such_key = 1\n")
+    path = write_config(tmp_path, f"[{section}]\nno_such_key = 1\n")
     assert f"[{section}]: unknown key 'no_such_key'" in config_error(path)
 
 
 @pytest.mark.parametrize("section", SCHEMA)
 def test_it_refuses_a_section_that_is_not_a_table(tmp_path, section):
-    path = write(tmp_path, f"{section} = [1, 2]\n")
+    path = write_config(tmp_path, f"{section} = [1, 2]\n")
     assert f"[{section}] must be a table of keys" in config_error(path)
 
 
@@ -145,12 +137,12 @@ def test_it_refuses_a_section_that_is_not_a_table(tmp_path, section):
     ],
 )
 def test_it_names_the_line_of_bad_toml(tmp_path, text, line):
-    message = config_error(write(tmp_path, text))
+    message = config_error(write_config(tmp_path, text))
     assert "not valid TOML" in message and f"line {line}" in message
 
 
 def test_it_refuses_a_file_that_is_not_utf8(tmp_path):
-    path = write(tmp_path, b'[llm]\nmodel = "caf\xe9"\n')
+    path = write_config(tmp_path, b'[llm]\nmodel = "caf\xe9"\n')
     assert f"{path}: cannot be read" in config_error(path)
 
 
@@ -171,14 +163,14 @@ def task_toml(**fields: Any) -> str:
 def test_it_names_a_task_key_of_the_wrong_type(tmp_path, key):
     wrong = WRONG_TYPE_TOML[SCHEDULED_TASK_KEYS[key].type]
     quoted = {name: f'"{value}"' for name, value in TASK.items()}
-    message = config_error(write(tmp_path, task_toml(**{**quoted, key: wrong})))
+    message = config_error(write_config(tmp_path, task_toml(**{**quoted, key: wrong})))
     assert f"[[scheduled_tasks]] #1 key {key!r} must be " in message
 
 
 @pytest.mark.parametrize("key", ["name", "schedule", "prompt", "owner"])
 def test_it_names_an_empty_required_task_key(tmp_path, key):
     quoted = {name: f'"{value}"' for name, value in TASK.items()}
-    message = config_error(write(tmp_path, task_toml(**{**quoted, key: '"  "'})))
+    message = config_error(write_config(tmp_path, task_toml(**{**quoted, key: '"  "'})))
     assert f"needs a non-empty {key!r}" in message
 
 
@@ -187,7 +179,7 @@ def test_it_names_an_empty_required_task_key(tmp_path, key):
     ["scheduled_tasks = [1, 2]\n", 'scheduled_tasks = ["daily"]\n'],
 )
 def test_it_refuses_task_entries_that_are_not_tables(tmp_path, text):
-    assert "[[scheduled_tasks]] #1 must be a table" in config_error(write(tmp_path, text))
+    assert "[[scheduled_tasks]] #1 must be a table" in config_error(write_config(tmp_path, text))
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ from memory.models import Event
 from sessions_app import chat
 from sessions_app.consumers import MAX_FRAME_BYTES
 from sessions_app.models import Session
-from tests.scripted_llm import Reply
-from tests.test_chat_consumer import connect, receive, send, until
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,17 +100,6 @@ BAD_FRAMES = st.one_of(
     MESSAGE_WITHOUT_TEXT,
     BAD_APPROVAL,
 )
-
-
-@pytest.fixture
-def owner(db) -> User:
-    # A superuser may approve terminal commands: an approval frame gets past the permission.
-    return User.objects.create_superuser("owner", password="owner-password")
-
-
-@pytest.fixture
-def session(owner) -> Session:
-    return chat.start_chat(owner)
 
 
 async def send_text(ws: WebsocketCommunicator, frame: str) -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -30,8 +29,9 @@ from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.broadcast import render_event
 from sessions_app.models import Agent, ApiToken, Session
-from tests.helpers import OWNED_MODELS
-from tests.test_memory_files import CountingEmbed
+from tests.support.embeddings import CountingEmbed
+from tests.support.records import OWNED_MODELS
+from tests.support.web import client_for
 
 PAYLOADS = [
     '<script>alert("xss1")</script>',
@@ -101,16 +101,8 @@ def payload(request) -> str:
 
 
 @pytest.fixture
-def owner(db) -> User:
-    # A superuser: the same account walks the admin.
-    return User.objects.create_superuser("owner", password="owner-password")
-
-
-@pytest.fixture
 def client(owner) -> Client:
-    client = Client(raise_request_exception=False)
-    client.force_login(owner)
-    return client
+    return client_for(owner, raise_request_exception=False)
 
 
 @pytest.fixture

@@ -9,15 +9,13 @@ import re
 from urllib.parse import quote
 
 import pytest
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import get_resolver
 
 from sessions_app.models import ApiToken
-from sessions_app.routing import websocket_urlpatterns
-from tests.security.test_isolation_http import walk
+from tests.support.web import client_for, walk
+from tests.support.websocket import communicator
 
 ODD = [
     "\x00",
@@ -64,9 +62,7 @@ def expected(route: str) -> tuple[int, ...]:
 def alice_admin(alice) -> Client:
     alice.is_staff = alice.is_superuser = True
     alice.save()
-    client = Client()
-    client.force_login(alice)
-    return client
+    return client_for(alice)
 
 
 @pytest.mark.parametrize("route", routes_with_parameters())
@@ -111,10 +107,8 @@ def test_it_refuses_a_nul_in_the_query(path, alice_admin):
 @pytest.mark.django_db(transaction=True)
 async def test_it_closes_a_socket_for_an_odd_key_without_failing():
     alice = await User.objects.acreate(username="alice")
-    router = URLRouter(websocket_urlpatterns)
     for value in ODD:
-        ws = WebsocketCommunicator(router, f"/ws/chat/{quote(value, safe='%')}/")
-        ws.scope["user"] = alice  # type: ignore[typeddict-unknown-key]
+        ws = communicator(alice, quote(value, safe="%"))
         connected, code = await ws.connect()
         if connected:
             code = (await ws.receive_output(timeout=5)).get("code")

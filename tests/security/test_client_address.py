@@ -20,7 +20,16 @@ from django.test import Client
 from neotask_site import throttle
 from neotask_site.client_address import refuse_rewriting_server, resolve, trusted_proxies
 from neotask_site.config import ConfigError
-from tests.processes import MIGRATE, ROOT, app_env, free_port, manage, stop_process, wait_for_health
+from tests.programs import accounts
+from tests.support.processes import (
+    ROOT,
+    app_env,
+    free_port,
+    run_program,
+    stop_process,
+    wait_for_health,
+)
+from tests.support.web import client_for
 
 REFUSED = "Too many failed logins"
 PROXY = [ipaddress.ip_network("127.0.0.1"), ipaddress.ip_network("10.0.0.0/8")]
@@ -131,13 +140,11 @@ def change_password(client: Client, old: str, path: str = "/accounts/password_ch
 def test_it_throttles_guessing_the_current_password(alice, path):
     alice.is_staff = True  # the admin's page too
     alice.save()
-    client = Client(REMOTE_ADDR="198.51.100.7")
-    client.force_login(alice)
+    client = client_for(alice, REMOTE_ADDR="198.51.100.7")
     for _ in range(throttle.PER_USERNAME):
         assert "Your old password was entered incorrectly" in change_password(client, "guess", path)
     # Now even the right password is refused, from anywhere, and says why.
-    elsewhere = Client(REMOTE_ADDR="198.51.100.8")
-    elsewhere.force_login(alice)
+    elsewhere = client_for(alice, REMOTE_ADDR="198.51.100.8")
     assert "Too many wrong passwords" in change_password(elsewhere, "alice-password", path)
     alice.refresh_from_db()
     assert alice.check_password("alice-password")
@@ -148,11 +155,9 @@ def test_it_throttles_guessing_the_current_password(alice, path):
 def test_it_throttles_one_address_guessing_many_current_passwords(db):
     users = [User.objects.create_user(f"user{n}", password=f"pass-{n}") for n in range(21)]
     for user in users[: throttle.PER_ADDRESS]:
-        client = Client(REMOTE_ADDR="198.51.100.9")
-        client.force_login(user)
+        client = client_for(user, REMOTE_ADDR="198.51.100.9")
         change_password(client, "password1")
-    last = Client(REMOTE_ADDR="198.51.100.9")
-    last.force_login(users[-1])
+    last = client_for(users[-1], REMOTE_ADDR="198.51.100.9")
     assert "Too many wrong passwords" in change_password(last, "pass-20")
     users[-1].refresh_from_db()
     assert users[-1].check_password("pass-20")
@@ -173,9 +178,6 @@ def test_it_still_changes_a_password(alice, alice_client):
 
 
 # Through daphne, as docs/deploy.md runs it --------------------------------------------
-
-
-BOB = "User.objects.create_user('bob')"
 
 
 def documented_daphne(port: int) -> list[str]:
@@ -219,7 +221,7 @@ def log_in(port: int, username: str, source: str, forwarded: str) -> str:
 def test_it_throttles_forged_addresses_through_the_documented_daphne(tmp_path):
     env = app_env(tmp_path, NEOTASK_TRUSTED_PROXIES=documented_trusted_proxies())
     # A user: with none, every page leads to the first-run page.
-    manage(env, "shell", "-c", MIGRATE + "from django.contrib.auth.models import User\n" + BOB)
+    run_program(env, accounts.add_user, "bob", True)
     port = free_port()
     server = subprocess.Popen(
         documented_daphne(port),

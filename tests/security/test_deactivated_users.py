@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
@@ -15,12 +14,9 @@ from scheduler import runner
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import ApiToken, Session
-from sessions_app.routing import websocket_urlpatterns
-from tests.helpers import MONDAY_9, make_task
-from tests.scripted_llm import Reply
-from tests.test_chat_consumer import connect, receive, send
-
-router = URLRouter(websocket_urlpatterns)
+from tests.support.records import MONDAY_9, make_task
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import communicator, connect, receive, send
 
 
 async def closed(ws: WebsocketCommunicator) -> dict:
@@ -62,8 +58,7 @@ async def test_it_closes_every_open_socket_when_the_account_is_deactivated(alice
 async def test_it_refuses_a_socket_for_an_inactive_account(alice):
     session = await sync_to_async(chat.start_chat)(alice)
     alice.is_active = False
-    ws = WebsocketCommunicator(router, f"/ws/chat/{session.key}/")
-    ws.scope["user"] = alice  # type: ignore[typeddict-unknown-key]
+    ws = communicator(alice, session.key)
     await ws.connect()
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
 

@@ -17,7 +17,15 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from neotask_site import first_run, profiles, throttle
-from tests.processes import ROOT, app_env, free_port, spawn_serve, wait_for_health
+from tests.programs import accounts
+from tests.support.processes import (
+    ROOT,
+    app_env,
+    free_port,
+    program_command,
+    spawn_serve,
+    wait_for_health,
+)
 
 
 def mode(path: Path) -> int:
@@ -42,13 +50,10 @@ def test_it_makes_an_open_neotask_data_dir_private_but_no_other_directory(tmp_pa
 @pytest.mark.slow
 def test_it_writes_private_files_whatever_the_umask(tmp_path):
     env = app_env(tmp_path / "data")
-    code = (
-        "from django.contrib.auth.models import User; from memory.workspace import workspace_dir; "
-        "(workspace_dir(User.objects.create_user('u').pk, 'main') / 'MEMORY.md').write_text('x')"
-    )
-    for command in (["migrate", "--noinput", "-v0"], ["shell", "-c", code]):
+    migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v0"]
+    for command in (migrate, program_command(accounts.memory_file)):
         subprocess.run(
-            [sys.executable, "manage.py", *command],
+            command,
             cwd=ROOT,
             env=env,
             check=True,

@@ -22,9 +22,8 @@ from importers.jobs import run_import
 from importers.models import ImportJob
 from memory.models import Event
 from sessions_app.models import Session
-from tests.helpers import take_queued_tasks
-from tests.test_import_aidaemon import SCHEMA
-from tests.test_import_upload import upload, zipped
+from tests.support.imports import SCHEMA, upload, zipped
+from tests.support.records import take_queued_tasks
 
 ROWS, ROW_BYTES = 200, 100 * 1024  # what the small files below expand to
 MAX_EVENT_BYTES = 64 * 1024  # what the README promises an imported message keeps at most

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.test import Client
 from django.utils import timezone
 
 from agent.tools import ToolError
@@ -18,14 +17,11 @@ from memory.models import Event
 from scheduler.models import ScheduledTask
 from scheduler.runner import run_due_tasks, run_now
 from sessions_app.models import Agent, Session
-from tests.scripted_llm import Reply
-from tests.security.world import (
-    leaks,
-    secret,
-    snapshot,
-)
-from tests.test_scheduler import use_tool
-from tests.test_transcripts import export
+from tests.support.commands import export
+from tests.support.scripted_llm import Reply
+from tests.support.tools import use_tool
+from tests.support.web import client_for
+from tests.support.world import leaks, secret, snapshot
 
 
 def exported_text(out_dir: Path) -> str:
@@ -57,8 +53,7 @@ def test_it_downloads_only_bobs_transcripts(world, bob, bob_client):
     assert response.status_code == 200
     assert not leaks(b"".join(response.streaming_content).decode(), world)
     # Alice's own transcript is what bob's 404 withholds.
-    alices = Client()
-    alices.force_login(world.user)
+    alices = client_for(world.user)
     response = alices.get(f"/sessions/{world.chat.pk}/transcript.jsonl")
     assert secret("vault") in b"".join(response.streaming_content).decode()
 

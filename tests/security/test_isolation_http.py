@@ -8,7 +8,7 @@ case fails `test_it_has_an_isolation_case_for_every_url`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -23,20 +23,13 @@ from django.core import mail
 from django.db import models
 from django.http import HttpResponseBase
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
-from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
+from django.urls import get_resolver, reverse
 
 from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import ApiToken
-from tests.helpers import HTMX, OWNED_MODELS, take_queued_tasks
-from tests.security.world import (
-    MARK,
-    World,
-    leaks,
-    secret,
-    snapshot,
-)
+from tests.support.records import OWNED_MODELS, take_queued_tasks
+from tests.support.web import HTMX, client_for, project_urls, uid, walk
+from tests.support.world import MARK, World, leaks, secret, snapshot
 
 
 @dataclass(frozen=True)
@@ -87,10 +80,6 @@ def file_paths(w: World) -> list[dict[str, Any]]:
 
 def pk(name: str, value: Any) -> str:
     return reverse(name, args=[value])
-
-
-def uid(user: User) -> str:
-    return urlsafe_base64_encode(force_bytes(user.pk))
 
 
 # Each URL name → bob's attempts on it (alice's ids where the URL takes one).
@@ -295,23 +284,6 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
 }
 
 
-def walk(patterns: list, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-        else:
-            yield prefix + str(pattern.pattern), pattern
-
-
-def project_urls() -> dict[str, str]:
-    """Route → URL name of every pattern outside the admin."""
-    return {
-        route: pattern.name or ""
-        for route, pattern in walk(get_resolver().url_patterns)
-        if not route.startswith("admin/")
-    }
-
-
 def admin_routes() -> list[str]:
     return [route for route, _ in walk(get_resolver().url_patterns) if route.startswith("admin/")]
 
@@ -478,9 +450,7 @@ def staff_bob(bob) -> Client:
         for action in ("view", "change", "delete", "add")
     ]
     bob.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    client = Client()
-    client.force_login(bob)
-    return client
+    return client_for(bob)
 
 
 def admin_base(model: type[models.Model]) -> str:

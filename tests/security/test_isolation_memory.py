@@ -28,8 +28,9 @@ from sessions_app import chat
 from sessions_app.meter import status
 from sessions_app.models import Session
 from sessions_app.turns import converse
-from tests.scripted_llm import Reply
-from tests.security.world import (
+from tests.support.consolidation import answer, chat_yesterday
+from tests.support.scripted_llm import Reply
+from tests.support.world import (
     MEMORY_MD,
     SISTER,
     VAULT,
@@ -40,7 +41,6 @@ from tests.security.world import (
     secret,
     snapshot,
 )
-from tests.test_consolidation import answer, chat_yesterday
 
 # Bob's questions, and alice's very words: her memories are the best match for each.
 QUESTIONS = [

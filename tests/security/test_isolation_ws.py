@@ -7,7 +7,6 @@ import threading
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
 
@@ -15,12 +14,11 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from neotask_site.asgi import application
 from sessions_app import chat
 from sessions_app.routing import websocket_urlpatterns
-from tests.scripted_llm import Reply
-from tests.security.world import MARK, build_alice, leaks, snapshot
-from tests.test_chat_consumer import connect, receive, send, until
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import communicator, connect, receive, send, until
+from tests.support.world import MARK, build_alice, leaks, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
-router = URLRouter(websocket_urlpatterns)
 
 
 def test_it_has_an_isolation_case_for_every_websocket_route():
@@ -43,8 +41,7 @@ async def closed_with(ws: WebsocketCommunicator) -> int:
 
 async def test_it_refuses_alices_chats_to_bob(world, bob):
     for key in (world.chat.key, world.cron.key, world.archived.key):
-        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-        ws.scope["user"] = bob
+        ws = communicator(bob, key)
         assert await closed_with(ws) == 4404, key
         # Nothing was sent before the close: no event, no meter of hers.
         assert await ws.receive_nothing(timeout=0.1)
@@ -54,8 +51,7 @@ async def test_it_closes_alices_chats_as_it_closes_chats_that_do_not_exist(world
     """No existence oracle: bob learns nothing from how his socket is closed."""
     answers = []
     for key in (world.chat.key, world.chat.key.rsplit(":", 1)[0] + ":nosuchchat", "garbage"):
-        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-        ws.scope["user"] = bob
+        ws = communicator(bob, key)
         await ws.connect()
         answers.append([await ws.receive_output(timeout=10), await ws.receive_nothing(0.1)])
     assert answers == [[{"type": "websocket.close", "code": 4404}, True]] * 3

@@ -17,9 +17,10 @@ import pytest
 
 from agent.models import TerminalAllowedPrefix
 from agent.safe_git import config_problem, hardened
-from agent.tools import ToolContext, ToolError, get_tool
+from agent.tools import ToolContext, get_tool
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
+from tests.support.records import allow_terminal
+from tests.support.tools import run_terminal
 
 pytestmark = pytest.mark.django_db
 
@@ -78,10 +79,7 @@ def asks(terminal: Terminal, command: str) -> bool:
 
 def run(terminal: Terminal, command: str) -> str:
     """As after "Allow once", or as a covered command runs."""
-    try:
-        return get_tool("terminal").run(terminal.context, {"command": command})
-    except ToolError as exc:
-        return f"stopped: {exc}"
+    return run_terminal(terminal.context, command)
 
 
 def ran(terminal: Terminal) -> str:

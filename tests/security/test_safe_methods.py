@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -19,10 +17,10 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_app import chat
-from sessions_app.routing import websocket_urlpatterns
-from tests.helpers import HTMX, take_queued_tasks
-from tests.security.test_isolation_http import project_urls, uid
-from tests.security.world import World, build_alice
+from tests.support.records import take_queued_tasks
+from tests.support.web import HTMX, client_for, project_urls, uid
+from tests.support.websocket import communicator
+from tests.support.world import World, build_alice
 
 # URL name → the GETs tried on it for a user (their own ids where it takes one);
 # POST-only URLs are listed with none.
@@ -85,7 +83,6 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "api-transcript": lambda w: [reverse("api-transcript", args=[w.chat.pk])],
     "api-messages": lambda w: [],
 }
-router = URLRouter(websocket_urlpatterns)
 # Django's own session row (a reset link's token is kept in it), not the app's data.
 NOT_COUNTED = {"sessions.session"}
 
@@ -125,8 +122,7 @@ def world(alice) -> World:
 
 
 def test_it_creates_nothing_when_the_owner_looks_at_her_data(world):
-    client = Client()
-    client.force_login(world.user)
+    client = client_for(world.user)
     take_queued_tasks()
     before_rows, before_files = rows(), files()
     get_everything(client, [path for urls in GETS.values() for path in urls(world)])
@@ -138,8 +134,7 @@ def test_it_creates_nothing_when_the_owner_looks_at_her_data(world):
 def test_it_creates_nothing_when_a_new_user_looks_around(world, db):
     """Carol has nothing yet: no chat, no agent, no workspace. Looking makes none."""
     carol = User.objects.create_user("carol")
-    client = Client()
-    client.force_login(carol)
+    client = client_for(carol)
     before_rows, before_files = rows(), files()
     # Her list pages, and her view of alice's ids (404s, which must create nothing either).
     get_everything(client, [path for urls in GETS.values() for path in urls(world)])
@@ -155,8 +150,7 @@ async def test_it_creates_nothing_when_a_socket_connects(alice, bob):
     mine = await sync_to_async(chat.start_chat)(alice)
     before_rows, before_files = await sync_to_async(rows)(), files()
     for user, key in [(alice, mine.key), (bob, mine.key), (alice, "agent:main:web:nosuchchat")]:
-        ws = WebsocketCommunicator(router, f"/ws/chat/{key}/")
-        ws.scope["user"] = user  # type: ignore[typeddict-unknown-key]
+        ws = communicator(user, key)
         await ws.connect()
         await ws.disconnect()
     assert changed(before_rows, await sync_to_async(rows)()) == {}

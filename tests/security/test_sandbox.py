@@ -28,9 +28,10 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
-from tests.processes import ROOT
-from tests.security.world import MARK
+from tests.support.processes import PROGRAMS, ROOT
+from tests.support.records import allow_terminal
+from tests.support.tools import run_terminal
+from tests.support.world import MARK
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -61,10 +62,7 @@ def run(context: ToolContext, command: str) -> str:
     tool = get_tool("terminal")
     assert tool.approval_subject is not None
     assert tool.approval_subject(context, {"command": command}) == command
-    try:
-        return tool.run(context, {"command": command})
-    except ToolError as exc:
-        return f"stopped: {exc}"
+    return run_terminal(context, command)
 
 
 def host_paths(world) -> dict[str, Path]:
@@ -226,18 +224,8 @@ def test_it_bounds_a_fork_bomb(bob_terminal):
 
 
 def test_it_caps_the_number_of_processes(bob_terminal):
-    output = run(
-        bob_terminal,
-        'python3 -c "import os, time\n'
-        "started = 0\n"
-        "try:\n"
-        "    while started < 100:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(616.1); os._exit(0)\n"
-        "        started += 1\n"
-        "except OSError as error:\n"
-        "    print('refused after', started, error.strerror)\"",
-    )
+    shutil.copy(PROGRAMS / "forks.py", bob_terminal.workspace / "forks.py")
+    output = run(bob_terminal, "python3 forks.py")
     refused = output.splitlines()[1].split()
     assert refused[:2] == ["refused", "after"]
     assert int(refused[2]) < 16
@@ -282,19 +270,13 @@ def test_it_runs_unprivileged_as_an_ordinary_user(nobodys_workspace):
     python = shutil.which("python3", path="/usr/bin:/bin")
     if os.getuid() != 0 or python is None:
         pytest.skip("needs root to become nobody, and a system python3 nobody can run")
-    script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path\n"
-        "from agent import sandbox\n"
-        "limits = sandbox.Limits(10, 5, 256 << 20, 1 << 20, 16, 4096, 1 << 20)\n"
-        "outcome = sandbox.run_sandboxed(Path(sys.argv[2]), sys.argv[3], limits, False)\n"
-        "sys.stdout.write(outcome.output.decode())\n"
-    )
     forks = "for i in $(seq 40); do sleep 617.1 & done; echo never"
     result = subprocess.run(
         [
-            *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c"),
-            *(script, str(ROOT), str(nobodys_workspace), f"id -u; {forks}"),
+            *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python),
+            *("-m", "tests.programs.sandboxed", str(nobodys_workspace), f"id -u; {forks}"),
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,10 +15,11 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from agent import cgroups, sandbox
-from agent.tools import ToolContext, ToolError, get_tool
+from agent.tools import ToolContext
 from memory.files import quota
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
+from tests.support.records import allow_terminal
+from tests.support.tools import run_terminal
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -43,13 +44,6 @@ def terminal(configure):
     return ToolContext(user, "s1", "main", workspace_dir(user.pk, "main"))
 
 
-def run(context: ToolContext, command: str) -> str:
-    try:
-        return get_tool("terminal").run(context, {"command": command})
-    except ToolError as exc:
-        return f"stopped: {exc}"
-
-
 def holders(count: int, mb: int) -> str:
     """`count` processes at once, each holding `mb` MB for 2 s, then printing "kept"
     if it is still alive (the OOM killer may end one that already held its share)."""
@@ -63,7 +57,7 @@ def holders(count: int, mb: int) -> str:
 def test_the_processes_of_a_sandbox_share_its_memory(terminal):
     if not cgroups.in_force().memory:
         pytest.skip("no memory cgroup the server may make here (the other test covers it)")
-    output = run(terminal, holders(6, 30))
+    output = run_terminal(terminal, holders(6, 30))
     # 100 MB for the sandbox: three of 30 MB at most, never all six.
     assert 1 <= output.count("kept") <= 3
     assert output.rstrip().endswith("done")
@@ -75,10 +69,12 @@ def test_without_a_memory_cgroup_each_process_gets_a_share(terminal, monkeypatch
 
     real = cgroups.find_parent
     monkeypatch.setattr(cgroups, "find_parent", no_memory)
-    output = run(terminal, "prlimit --pid $$ --as --nproc --noheadings --output=RESOURCE,SOFT")
+    output = run_terminal(
+        terminal, "prlimit --pid $$ --as --nproc --noheadings --output=RESOURCE,SOFT"
+    )
     limits = dict(line.split()[0:2] for line in output.splitlines()[1:])
     assert int(limits["AS"]) * int(limits["NPROC"]) <= 100 * MB
-    assert run(terminal, holders(6, 30)).count("kept") == 0
+    assert run_terminal(terminal, holders(6, 30)).count("kept") == 0
 
 
 def test_every_tmpfs_is_capped_or_read_only(terminal):
@@ -89,7 +85,7 @@ def test_every_tmpfs_is_capped_or_read_only(terminal):
         f"echo {where} $(wc -c 2>/dev/null < {path} || echo none);"
         for where, path in places.items()
     )
-    sizes = dict(line.split() for line in run(terminal, fills).splitlines()[1:])
+    sizes = dict(line.split() for line in run_terminal(terminal, fills).splitlines()[1:])
     assert sizes == {
         "/tmp": str(8 * MB),
         "/dev/shm": str(8 * MB),
@@ -103,17 +99,17 @@ def test_every_tmpfs_is_capped_or_read_only(terminal):
 
 def test_a_command_cannot_fill_the_workspace(terminal):
     # One file cannot take more than the room left (RLIMIT_FSIZE) ...
-    output = run(terminal, "head -c 50M /dev/zero > big; echo status $?")
+    output = run_terminal(terminal, "head -c 50M /dev/zero > big; echo status $?")
     assert (terminal.workspace / "big").stat().st_size <= 20 * MB
     # ... and many small ones are stopped at the next look, with the reason.
-    output = run(terminal, "i=0; while :; do i=$((i+1)); head -c 1M /dev/zero > f$i; done")
+    output = run_terminal(terminal, "i=0; while :; do i=$((i+1)); head -c 1M /dev/zero > f$i; done")
     assert output.startswith("stopped: The command was stopped: The workspace holds")
     assert "[terminal] workspace_mb" in output and "What it wrote is kept" in output
     used = quota.used_bytes(terminal.workspace)
     assert 20 * MB < used < 20 * MB + 400 * MB  # stopped, not let run to the wall clock
     assert (terminal.workspace / "big").exists()  # nothing is deleted for the user
     # A full workspace still runs the command that makes room.
-    assert run(terminal, "rm -f big f*; echo removed") == "exit code 0\nremoved\n"
+    assert run_terminal(terminal, "rm -f big f*; echo removed") == "exit code 0\nremoved\n"
     assert quota.used_bytes(terminal.workspace) < MB
 
 
@@ -122,7 +118,9 @@ def test_a_command_that_passes_the_limit_at_once_is_told(terminal, monkeypatch):
     # load the watch may stop it first, which the test above covers): the check
     # after the command tells.
     monkeypatch.setattr(quota.WorkspaceWatch, "__call__", lambda self: None)
-    output = run(terminal, "for i in 1 2 3; do head -c 8M /dev/zero > f$i; done; echo written")
+    output = run_terminal(
+        terminal, "for i in 1 2 3; do head -c 8M /dev/zero > f$i; done; echo written"
+    )
     assert re.search(r"written\n\n\[The workspace holds 2\d\.\d MB, more than its limit", output)
 
 

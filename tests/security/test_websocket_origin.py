@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.test import Client
 
 from neotask_site.asgi import application
 from sessions_app import chat
+from tests.support.web import client_for, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,10 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def logged_in(alice) -> tuple[str, str]:
     """Alice's session cookie and one of her chats."""
-    client = Client()
-    client.force_login(alice)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    return cookie, chat.start_chat(alice).key
+    return session_cookie(client_for(alice)), chat.start_chat(alice).key
 
 
 @pytest.fixture

@@ -10,73 +10,31 @@ and no entry point answers 500.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import re
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.test import Client
 
 from agent.tools import ToolContext, ToolError, get_tool
 from memory.files.indexing import index_path, index_workspace
 from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
-from tests.helpers import allow_terminal
-from tests.security.world import secret as marker
+from tests.support.files import file_hashes
+from tests.support.processes import PROGRAMS
+from tests.support.records import allow_terminal
+from tests.support.tools import run_terminal
+from tests.support.web import client_for
+from tests.support.world import secret as marker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ATTEMPTS = 10_000
 SERVER_SECRET = "server-secret-key-9e41"
-
-# Runs in bob's sandbox under the system's python3: swaps names with links in a loop
-# (rename over a name, and renameat2's RENAME_EXCHANGE) until the test leaves a stop file.
-SWAPPER = r"""
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-EXCHANGE = 2
-AT = -100
-def exchange(a, b):
-    libc.renameat2(AT, a.encode(), AT, b.encode(), EXCHANGE)
-alice_file, alice_memory, secret = sys.argv[1:4]
-os.chdir("/workspace/memory")
-os.symlink(alice_file, ".to-alice")
-os.symlink(secret, ".to-secret")
-os.symlink(alice_memory, ".to-alice-dir")
-print("ready", flush=True)
-n = 0
-while not os.path.exists("/workspace/stop"):
-    n += 1
-    exchange("race.md", ".to-alice")
-    exchange("race.md", ".to-alice")
-    exchange("race.md", ".to-secret")
-    exchange("race.md", ".to-secret")
-    exchange("sub", ".to-alice-dir")
-    exchange("sub", ".to-alice-dir")
-    # A plain rename: a fresh link over the name, then a regular file back over it.
-    try:
-        os.symlink(alice_file if n % 2 else secret, ".new-link")
-        os.rename(".new-link", "swapped.md")
-        with open(".new-file", "w") as handle:
-            handle.write("bob's swapped note\n")
-        os.rename(".new-file", "swapped.md")
-    except OSError:
-        pass
-print("swaps", n)
-"""
-
-
-def tree(path: Path) -> dict[str, str]:
-    """Every file under `path` with the sha256 of its content."""
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file() and not p.is_symlink()
-    }
 
 
 @pytest.fixture
@@ -96,17 +54,14 @@ def race(world, bob, configure):
     (workspace / "memory" / "race.md").write_text("bob's note\n")
     (workspace / "memory" / "swapped.md").write_text("bob's swapped note\n")
     (workspace / "memory" / "sub" / alice_file.name).write_text("bob's sub note\n")
-    (workspace / "swapper.py").write_text(SWAPPER)
-    before = {"alice": tree(world.workspace), "secret": secret.read_text()}
+    shutil.copy(PROGRAMS / "swapper.py", workspace / "swapper.py")
+    before = {"alice": file_hashes(world.workspace), "secret": secret.read_text()}
     context = ToolContext(bob, "s1", "main", workspace)
     output: list[str] = []
 
     def swap() -> None:
         command = f"python3 swapper.py {alice_file} {alice_memory} {secret}"
-        try:
-            output.append(get_tool("terminal").run(context, {"command": command}))
-        except ToolError as exc:
-            output.append(f"stopped: {exc}")
+        output.append(run_terminal(context, command))
 
     swapper = threading.Thread(target=swap)
     swapper.start()
@@ -121,7 +76,7 @@ def race(world, bob, configure):
     assert not swapper.is_alive()
     assert "swaps" in output[0], output  # it raced all along, and ended by itself
     assert int(re.search(r"swaps (\d+)", output[0])[1]) > 1000  # type: ignore[index]
-    assert tree(world.workspace) == before["alice"]  # nothing of alice's written or deleted
+    assert file_hashes(world.workspace) == before["alice"]  # nothing of alice's written or deleted
     assert secret.read_text() == before["secret"]
 
 
@@ -135,8 +90,7 @@ def leaked(text: str) -> bool:
 
 def test_it_never_crosses_into_another_workspace_or_the_data_dir(race, bob):
     context, alice_name = race
-    client = Client(raise_request_exception=False)
-    client.force_login(bob)
+    client = client_for(bob, raise_request_exception=False)
     view = "/memory/files/view/"
     sub = f"memory/sub/{alice_name}"
     tools = {name: get_tool(name) for name in ("read_memory_file", "write_memory_file")}

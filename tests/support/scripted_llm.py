@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -24,7 +25,8 @@ class Server(ThreadingHTTPServer):
 @dataclass
 class Reply:
     text: str = ""
-    deltas: list[str] | None = None  # default: the text split after each space
+    # Default: the text split after each space. An iterator is sent as it yields.
+    deltas: Iterable[str] | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"}
     usage: dict[str, Any] | None = field(
         default_factory=lambda: {"prompt_tokens": 20, "completion_tokens": 5}
@@ -39,7 +41,7 @@ class Reply:
     stamp: bool = False  # each delta becomes "[<number>@<send time in ns>]" (benchmarks)
     finish: str | None = None  # the final chunk's finish_reason (default: tool_calls or stop)
 
-    def chunks(self) -> list[str]:
+    def chunks(self) -> Iterable[str]:
         if self.deltas is not None:
             return self.deltas
         words = self.text.split(" ")

@@ -16,14 +16,20 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 from neotask_site.ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "programs"
+# A function of tests.programs (or of a benchmark), or its "module:function" name
+# where the caller has no Django to import it with.
+Program = Callable[..., Any] | str
 __all__ = [
+    "PROGRAMS",
     "ROOT",
     "PrivatePostgres",
     "PrivateRedis",
@@ -32,8 +38,10 @@ __all__ = [
     "free_port",
     "logged_in_chat",
     "manage",
-    "manage_json",
+    "message_frame",
     "postgres_bin_dir",
+    "program_command",
+    "run_program",
     "say",
     "spawn_daphne",
     "start_daphne",
@@ -118,52 +126,38 @@ def spawn_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess
     )
 
 
-def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    """Run `manage.py <args>` in `env` and return what it printed."""
+def output_of(command: list[str], env: dict[str, str], timeout: float = 120) -> str:
+    """Run `command` in the repository with `env` and return what it printed."""
     return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        command, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=timeout
     ).stdout
 
 
-def manage_json(env: dict[str, str], code: str) -> Any:
-    """Run `code` in the app's own Django (`manage.py shell`) and parse the JSON
-    it printed last: the test reads the app's database through the app's ORM."""
-    return json.loads(manage(env, "shell", "-c", code).splitlines()[-1])
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """Run `manage.py <args>` in `env` and return what it printed."""
+    return output_of([sys.executable, "manage.py", *args], env, timeout)
 
 
-MIGRATE = """
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-"""
-LOGGED_IN_CHAT = """
-import json
-from django.contrib.auth import SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from sessions_app.chat import start_chat
-user = get_user_model().objects.create_user({username!r})
-store = SessionStore()
-store[SESSION_KEY] = str(user.pk)
-store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-store["_auth_user_hash"] = user.get_session_auth_hash()
-store.create()
-print(json.dumps([store.session_key, start_chat(user).key]))
-"""
+def program_command(program: Program, *arguments: Any) -> list[str]:
+    """The command that runs `program` with `arguments` in the Django of the app
+    whose environment it is given (tests/programs/__main__.py)."""
+    name = program if isinstance(program, str) else f"{program.__module__}:{program.__name__}"
+    return [sys.executable, "-m", "tests.programs", name, *(json.dumps(a) for a in arguments)]
+
+
+def run_program(
+    env: dict[str, str], program: Program, *arguments: Any, timeout: float = 120
+) -> Any:
+    """What `program` returns for `arguments` (both JSON), run in the app of `env`:
+    the test reads and writes the app's database through the app's own ORM."""
+    output = output_of(program_command(program, *arguments), env, timeout)
+    return json.loads(output.splitlines()[-1])
 
 
 def logged_in_chat(env: dict[str, str], username: str, *, migrate: bool = False) -> tuple[str, str]:
     """A new user in `env`'s database, logged in: their session cookie and the key
-    of a fresh web chat of theirs. `migrate` first migrates the database, in the
-    same process (on a loaded machine each Django start-up costs seconds)."""
-    code = LOGGED_IN_CHAT.format(username=username)
-    if migrate:
-        code = MIGRATE + code
-    cookie, key = manage_json(env, code)
+    of a fresh web chat of theirs (from benchmarks too, which have no Django)."""
+    cookie, key = run_program(env, "tests.programs.accounts:logged_in_chat", username, migrate)
     return cookie, key
 
 
@@ -239,10 +233,15 @@ async def until_done(socket: Any, seconds: float = 60) -> list[dict[str, Any]]:
             return frames
 
 
+def message_frame(text: str) -> str:
+    """The frame that sends `text` to the chat."""
+    return json.dumps({"type": "message", "text": text})
+
+
 async def say(port: int, cookie: str, key: str, text: str) -> list[dict[str, Any]]:
     """Send one message on a new websocket and return the frames of its turn."""
     async with chat_socket(port, cookie, key) as socket:
-        await socket.send(json.dumps({"type": "message", "text": text}))
+        await socket.send(message_frame(text))
         return await until_done(socket)
 
 

@@ -29,7 +29,7 @@ from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
-from tests.helpers import OWNED_MODELS
+from tests.support.records import OWNED_MODELS
 
 MARK = "alice-secret-7f3a"
 SECRET = re.compile(re.escape(MARK) + r"(?:-[a-z0-9]+)+")

@@ -1,5 +1,6 @@
-"""One row of every owned model, for tests that must cover them all; granting the
-terminal; what the page tests send and read."""
+"""What tests put in the database: one row of every owned model (for tests that
+must cover them all), scheduled tasks and their dates, facts, a logged-in
+session, the terminal permission; and the jobs those writes queued."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import Permission, User
+from django.contrib.sessions.backends.db import SessionStore
 from django.db import models
-from django.http import HttpResponse
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
@@ -20,11 +22,8 @@ from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
-# The header htmx sends: the view answers with a partial.
-HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
-XSS = "<script>alert(1)</script>"
-ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
-
+# Neotask's own apps; every model of theirs that holds user data is in OWNED_MODELS.
+PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
 OWNED_MODELS = [
     Agent,
     Session,
@@ -108,14 +107,22 @@ def take_queued_tasks() -> list[dict]:
     return tasks
 
 
+def login_session(user: User) -> str:
+    """A new browser session of `user`'s, logged in as the login page logs in: its
+    key, the session cookie's value."""
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    assert store.session_key is not None
+    return store.session_key
+
+
 def allow_terminal(user: User) -> User:
     """Give `user` the permission to run and approve terminal commands."""
     user.user_permissions.add(Permission.objects.get(codename="use_terminal"))
     return user
-
-
-def text(response: HttpResponse) -> str:
-    return response.content.decode()
 
 
 # A scheduled task's dates: the server in Berlin, a Friday morning, and the
@@ -149,3 +156,8 @@ def config_task(**fields: Any) -> dict[str, Any]:
         "trusted": False,
     }
     return {**values, **fields}
+
+
+def make_fact(owner: User, category: str = "preference", key: str = "color", **fields: Any) -> Fact:
+    values = {"value": "green", "source": Fact.Source.AGENT, **fields}
+    return Fact.objects.create(owner=owner, category=category, key=key, **values)

@@ -1,0 +1,46 @@
+"""Users, their logins, chats and tokens, made in the app's database."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from memory.workspace import workspace_dir
+from sessions_app.chat import start_chat
+from sessions_app.models import ApiToken, Session
+from tests.support.records import login_session
+
+
+def add_user(username: str, migrate: bool = False) -> None:
+    """A new user. `migrate` first migrates the database, in the same process (on a
+    loaded machine each Django start-up costs seconds)."""
+    if migrate:
+        call_command("migrate", verbosity=0)
+    get_user_model().objects.create_user(username)
+
+
+def logged_in_chat(username: str, migrate: bool = False) -> list[str]:
+    """A new user, logged in: their session cookie and the key of a fresh web chat
+    of theirs (`migrate` as for add_user)."""
+    add_user(username, migrate)
+    user = get_user_model().objects.get(username=username)
+    return [login_session(user), start_chat(user).key]
+
+
+def more_chats(username: str, count: int) -> list[str]:
+    """The keys of `count` new web chats of the user's."""
+    user = get_user_model().objects.get(username=username)
+    return [start_chat(user).key for _ in range(count)]
+
+
+def api_token(username: str, key: str) -> list[str]:
+    """A new API token of the user's, and the id of their active session of chat `key`."""
+    user = get_user_model().objects.get(username=username)
+    session = Session.objects.get(owner=user, key=key, status="active")
+    return [ApiToken.issue(user, "test")[1], str(session.pk)]
+
+
+def memory_file() -> None:
+    """A new user with a MEMORY.md in their workspace."""
+    user = get_user_model().objects.create_user("u")
+    (workspace_dir(user.pk, "main") / "MEMORY.md").write_text("x")

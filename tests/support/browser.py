@@ -1,0 +1,50 @@
+"""The browser tests' side of the live app: Debian's Chromium, the user `tester`
+it logs in as, and the steps every chat test takes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.support.processes import manage
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "e2e" / "artifacts"  # screenshots
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+PASSWORD = "e2e-password-123"
+
+
+def add_tester(env: dict[str, str]) -> None:
+    """Migrate the database of the app in `env` and add the superuser `tester`
+    (`env` gives DJANGO_SUPERUSER_PASSWORD=PASSWORD)."""
+    manage(env, "migrate", "-v0")
+    manage(env, "createsuperuser", "--noinput", "--username", "tester", "--email", "t@x.org")
+
+
+def log_in(page: Any) -> None:
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", "tester")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#new-chat")  # a chat, or the button that starts the first
+
+
+def new_chat(page: Any) -> None:
+    """Start a chat with the New chat button (a GET of a page creates none)."""
+    page.click("#new-chat")
+    page.locator(".empty-chat").wait_for()
+
+
+def send(page: Any, text: str) -> None:
+    """Type `text` in the chat and press Enter."""
+    page.fill("#input", text)
+    page.press("#input", "Enter")
