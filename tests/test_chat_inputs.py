@@ -14,12 +14,16 @@ from channels.testing import HttpCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from agent import approvals
+from agent.models import ApprovalRequest
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
 from sessions_app import chat, runner
+from sessions_app.broadcast import APPROVAL, signal
 from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session
-from tests.support.scripted_llm import Reply
+from tests.support.records import allow_terminal
+from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -176,3 +180,50 @@ async def test_it_waits_for_many_api_turns_at_once_without_a_thread_each(owner, 
     assert sorted(answer["answer"] for answer in answers) == sorted(
         f"Answer {n}." for n in range(count)
     )
+
+
+async def test_it_wakes_the_turn_waiting_for_approval_by_the_chats_signal(
+    owner, session, llm, configure, monkeypatch
+):
+    """The decision is stored, then only signalled on the chat's control group (as
+    a click in another process is): the waiting turn goes on at once, not at its
+    next re-read of the database, here put out of reach."""
+    monkeypatch.setattr(approvals, "RECHECK_SECONDS", 600.0)
+    configure("terminal", enabled=True)
+    await sync_to_async(allow_terminal)(owner)
+    llm.script(reply_with_tool("terminal", {"command": "echo signalled"}), Reply(text="Ran it."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="run it")
+    request_id = (await until(ws, "approval_request"))[-1]["request_id"]
+    request = await ApprovalRequest.objects.aget(pk=request_id)
+    await sync_to_async(request.decide)("once")
+    await signal(owner.pk, session.key, APPROVAL, request_id=request_id)
+    frames = await until(ws)
+    assert frames[-1]["status"] == "completed"
+    results = [
+        f for f in frames if f["type"] == "event" and f["event"]["event_type"] == "tool_result"
+    ]
+    assert "signalled" in results[0]["event"]["data"]["content"]
+    await ws.disconnect()
+
+
+async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_input(
+    owner, session, llm, monkeypatch
+):
+    """An API call whose message waits behind a turn in another holder hears that
+    the input ended from the holder's signal, not from its next look, here put out
+    of reach."""
+    monkeypatch.setattr(runner, "WATCH_SECONDS", 600.0)
+    release = threading.Event()
+    llm.script(Reply(text="First.", hold=release), Reply(text="Second."))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="one")
+    await until(ws, "started")
+    waiting = asyncio.ensure_future(
+        runner.submit(owner, session.key, "two", commands=False, wait=True)
+    )
+    await until(ws, "queued")
+    release.set()
+    outcome = await asyncio.wait_for(waiting, 60)
+    assert outcome is not None and (outcome.status, outcome.answer) == ("completed", "Second.")
+    await ws.disconnect()
