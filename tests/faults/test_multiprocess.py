@@ -36,7 +36,7 @@ from tests.support.processes import (
     until_done,
     wait_for_health,
 )
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM, reply_with_tool
 
 pytestmark = [
     pytest.mark.slow,
@@ -67,6 +67,9 @@ class RoutedLLM(ScriptedLLM):
                 "facts": [{"category": "plan", "key": "may_trip", "value": "Porto in May"}],
             }
             return Reply(text=json.dumps(summary))
+        last = body["messages"][-1]
+        if last["role"] == "tool":  # a tool ran: say what it gave
+            return Reply(text=f"The tool said: {last['content']}")
         return self.answers.get(last_user_text(body), Reply(text=DEFAULT_ANSWER))
 
     def asked(self, matches: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
@@ -96,7 +99,12 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("multiprocess")
     with RoutedLLM() as llm:
-        env = app_env(data_dir, NEOTASK_LLM_BASE_URL=llm.url, NEOTASK_LLM_API_KEY=llm.api_key)
+        env = app_env(
+            data_dir,
+            NEOTASK_LLM_BASE_URL=llm.url,
+            NEOTASK_LLM_API_KEY=llm.api_key,
+            NEOTASK_TERMINAL_ENABLED="true",
+        )
         cookie, key = logged_in_chat(env, USERNAME, migrate=True)
         ports = (free_port(), free_port())
         servers: list[subprocess.Popen] = []
@@ -364,6 +372,40 @@ def test_it_stops_a_turn_from_a_tab_on_the_other_process(stack: Stack) -> None:
     assert answered["status"] == "stopped" and frames[-1]["status"] == "stopped"
     kinds = [kind for kind, _, _ in conversation_of(stack, key)]
     assert kinds[-2:] == ["assistant_response", "system"]  # kept, then "Stopped by the user."
+
+
+def test_it_runs_a_command_approved_in_a_tab_on_the_other_process(stack: Stack) -> None:
+    """The API's turn in process A waits for approval of a command; the click, in a
+    tab on process B, reaches it through the chat's control group."""
+    cookie, key, token, session_id = user_and_chat(stack, "approver")
+    run_program(stack.env, accounts.allow_terminal, "approver")
+    command = "echo approved-across"
+    stack.llm.answers["run the echo please"] = reply_with_tool("terminal", {"command": command})
+
+    async def approved() -> tuple[dict, list[dict]]:
+        async with chat_socket(stack.ports[1], cookie, key) as tab_b:
+            api = asyncio.create_task(
+                post_message(stack.ports[0], token, session_id, "run the echo please")
+            )
+            frames: list[dict] = []
+            while not any(f["type"] == "approval_request" for f in frames):
+                frames.append(json.loads(await asyncio.wait_for(tab_b.recv(), 60)))
+            request = frames[-1]
+            assert request["command"] == command
+            await tab_b.send(
+                json.dumps(
+                    {"type": "approval", "request_id": request["request_id"], "decision": "once"}
+                )
+            )
+            frames += await until_done(tab_b)
+            return await api, frames
+
+    answered, frames = asyncio.run(approved())
+    assert answered["status"] == "completed", answered
+    assert answered["answer"].endswith("\napproved-across\n")  # what the command printed
+    assert {"type": "approval_decided", "decision": "once"}.items() <= next(
+        f for f in frames if f["type"] == "approval_decided"
+    ).items()
 
 
 def test_it_takes_over_from_a_worker_killed_mid_turn(stack: Stack, tmp_path: Any) -> None:

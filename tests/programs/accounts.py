@@ -8,6 +8,7 @@ from django.core.management import call_command
 from memory.workspace import workspace_dir
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, Session
+from tests.support import records
 from tests.support.records import login_session
 
 
@@ -38,6 +39,11 @@ def api_token(username: str, key: str) -> list[str]:
     user = get_user_model().objects.get(username=username)
     session = Session.objects.get(owner=user, key=key, status="active")
     return [ApiToken.issue(user, "test")[1], str(session.pk)]
+
+
+def allow_terminal(username: str) -> None:
+    """The user may run and approve terminal commands."""
+    records.allow_terminal(get_user_model().objects.get(username=username))
 
 
 def memory_file() -> None:
