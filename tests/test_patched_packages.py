@@ -8,12 +8,11 @@ from importlib import metadata
 
 import pytest
 
-from agent import transport
 from neotask_site import channel_layer
 from tests.support.processes import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
-PATCHES = [channel_layer, transport]
+PATCHES = [channel_layer]
 
 
 @pytest.mark.parametrize("module", PATCHES, ids=lambda module: module.__name__)
