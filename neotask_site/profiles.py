@@ -110,7 +110,12 @@ def databases(url: str | None, directory: Path) -> dict[str, dict[str, Any]]:
     if not url.startswith(("postgres://", "postgresql://")):
         raise ConfigError("DATABASE_URL must start with postgres:// or postgresql://")
     try:
-        config = dj_database_url.parse(url, conn_max_age=CONN_MAX_AGE, conn_health_checks=True)
+        config = dj_database_url.parse(
+            url,
+            engine="neotask_site.postgresql",  # Django's, checked at most once a second
+            conn_max_age=CONN_MAX_AGE,
+            conn_health_checks=True,
+        )
     except ValueError as exc:
         raise ConfigError(f"DATABASE_URL is not a valid database URL ({exc})") from None
     if not config.get("NAME"):
