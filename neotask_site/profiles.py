@@ -112,7 +112,7 @@ def databases(url: str | None, directory: Path) -> dict[str, dict[str, Any]]:
     try:
         config = dj_database_url.parse(
             url,
-            engine="neotask_site.postgresql",  # Django's, checked at most once a second
+            engine="neotask_site.postgresql",  # Django's, its health check made when needed
             conn_max_age=CONN_MAX_AGE,
             conn_health_checks=True,
         )
