@@ -30,6 +30,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from django.db import DatabaseError
 
 from agent import approvals
 from agent.frames import (
@@ -315,7 +316,11 @@ class Holder:
     async def renew(self) -> None:
         while True:
             await asyncio.sleep(RENEW_SECONDS)
-            held = await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
+            try:
+                held = await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
+            except DatabaseError as exc:  # restarting: the lease has 20 s, try again in 5
+                log.warning("could not renew the claim on chat %s (%s)", self.key, exc)
+                continue
             if not held:  # this process stalled past its lease and another took over
                 log.warning("lost the claim on chat %s; its input is stopped", self.key)
                 if self.current is not None:

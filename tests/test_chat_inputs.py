@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import HttpCommunicator
 from django.contrib.auth.models import User
+from django.db import OperationalError
 from django.utils import timezone
 
 from agent import approvals
@@ -226,4 +227,35 @@ async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_in
     release.set()
     outcome = await asyncio.wait_for(waiting, 60)
     assert outcome is not None and (outcome.status, outcome.answer) == ("completed", "Second.")
+    await ws.disconnect()
+
+
+async def test_it_keeps_renewing_its_lease_through_a_database_error(
+    owner, session, llm, monkeypatch
+):
+    """A renewal that fails (PostgreSQL restarting) is tried again: a holder that
+    stopped renewing would lose its live turn to a successor 20 s later."""
+    monkeypatch.setattr(runner, "RENEW_SECONDS", 0.05)
+    renewals: list[str] = []
+    real = ChatClaim.renew
+
+    def restarting_once(claim: ChatClaim, session_id: str, partial: str) -> bool:
+        renewals.append(session_id)
+        if len(renewals) == 1:
+            raise OperationalError("the database system is shutting down")
+        return real(claim, session_id, partial)
+
+    monkeypatch.setattr(ChatClaim, "renew", restarting_once)
+    release = threading.Event()
+    llm.script(Reply(text="Still here.", hold=release))
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="are you there?")
+    await until(ws, "started")
+    for _ in range(200):
+        if len(renewals) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    release.set()
+    assert len(renewals) >= 3
+    assert (await until(ws))[-1]["status"] == "completed"
     await ws.disconnect()
