@@ -23,7 +23,7 @@ from django.conf import settings
 
 from memory.models import Event, EventType
 from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
-from memory.vector_index import index_for, one_sync
+from memory.vector_index import index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
 
@@ -100,13 +100,6 @@ def get_context(
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
 ) -> Context:
-    with one_sync():
-        return gather_context(owner, session_id, query, agent, query_vector)
-
-
-def gather_context(
-    owner: Any, session_id: str, query: str, agent: str, query_vector: np.ndarray | None
-) -> Context:
     limits = settings.NEOTASK["memory"]
     context = Context()
     seen: set[int] = set()
@@ -149,16 +142,19 @@ def gather_context(
             seen.add(event.pk)
 
     text = (query or "").strip()[:MAX_QUERY_CHARS]
-    if limits["similarity_limit"] and (text or query_vector is not None):
-        if query_vector is None:
+    searching = bool(limits["search_limit"] and text)
+    compared = None
+    if limits["similarity_limit"] or searching:
+        if query_vector is None and text:
             from memory.embeddings import embed_text
 
             query_vector = embed_text(text)
+        if query_vector is not None:  # both branches ask with it: compared once
+            compared = index_for(owner.pk, agent).query(query_vector)
+    if limits["similarity_limit"] and compared is not None:
         # Ask for more than needed: some hits are already in the context.
         wanted = limits["similarity_limit"] + len(seen)
-        hits = index_for(owner.pk, agent).search(
-            query_vector, wanted, min_score=limits["similarity_threshold"]
-        )
+        hits = compared.top(wanted, min_score=limits["similarity_threshold"])
         scores = {event_id: score for event_id, score in hits if event_id not in seen}
         found = Event.objects.owned_by(owner).filter(
             pk__in=scores, agent=agent, event_type__in=EventType.RECALLABLE
@@ -168,7 +164,7 @@ def gather_context(
             context.items.append(ContextItem(event, "similarity", scores[event.pk]))
             seen.add(event.pk)
 
-    if limits["search_limit"] and text:
+    if searching:
         found_hits = search_memory(
             owner,
             text,
@@ -177,6 +173,7 @@ def gather_context(
             query_vector=query_vector,
             files=False,
             known=[item.event for item in context.items],
+            compared=compared,
         )
         fresh = [
             hit

@@ -31,7 +31,7 @@ import numpy as np
 from memory import fulltext
 from memory.files.search import FileHit, search_files
 from memory.models import Event, EventType
-from memory.vector_index import index_for, one_sync
+from memory.vector_index import VectorQuery, index_for
 from memory.workspace import DEFAULT_AGENT
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
@@ -65,9 +65,12 @@ def search_memory(
     query_vector: np.ndarray | None = None,
     files: bool = True,
     known: Iterable[Event] = (),
+    compared: VectorQuery | None = None,
 ) -> list[SearchHit | FileHit]:
     """The `k` best memories for `query`; `known`, events the caller has already
-    read, are not read again when they are among them."""
+    read, are not read again when they are among them; `compared`, the query's
+    vector already compared with the index (get_context's similarity branch asks
+    the same), is not compared again."""
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -77,24 +80,25 @@ def search_memory(
     if branch == "recency":
         return [SearchHit(e, 0.0) for e in owned.order_by("-created_at", "-id")[:k]]
 
-    index = index_for(owner.pk, agent)
-    if branch != "lexical" and query_vector is None:
-        from memory.embeddings import embed_text
+    if compared is not None:
+        query_vector = compared.vector
+    elif branch != "lexical":
+        if query_vector is None:
+            from memory.embeddings import embed_text
 
-        query_vector = embed_text(text)
+            query_vector = embed_text(text)
+        if query_vector is not None:
+            compared = index_for(owner.pk, agent).query(query_vector)
     vector: dict[int, float] = {}
     lexical: dict[int, float] = {}
-    with one_sync():  # three questions to the index, one read of its new vectors
-        if branch != "lexical" and query_vector is not None:
-            vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
-        if branch != "vector":
-            memories = index.count()
-            lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
-        if branch == "fused" and lexical and query_vector is not None:
-            # The cosine of the words' finds, for those with a vector.
-            vector.update(
-                index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)
-            )
+    if branch != "lexical" and compared is not None:
+        vector = dict(compared.top(CANDIDATES, contextual=True))
+    if branch != "vector":
+        memories = compared.size if compared is not None else index_for(owner.pk, agent).count()
+        lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
+    if branch == "fused" and lexical and compared is not None:
+        # The cosine of the words' finds, for those with a vector.
+        vector.update(compared.scores([i for i in lexical if i not in vector], contextual=True))
     scores = fuse(vector, lexical)
     hits: list[SearchHit] = []
     mine = {

@@ -14,7 +14,7 @@ from memory import keys, recording, tasks
 from memory.embeddings import embed_text
 from memory.models import Event
 from memory.search import search_memory
-from memory.vector_index import NumpyIndex, index_for
+from memory.vector_index import NumpyIndex, VectorQuery, index_for
 from memory.vectors import pack, unpack
 
 
@@ -165,7 +165,7 @@ def test_the_contextual_index_is_the_same_whatever_the_embedding_order(alice):
             expected = ranked
         assert [i for i, _ in ranked] == [i for i, _ in expected]
         assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-5)
-        scored = index.scores([turns[2].pk], query, contextual=True)
+        scored = index.query(query).scores([turns[2].pk], contextual=True)
         assert scored[turns[2].pk] == pytest.approx(dict(ranked)[turns[2].pk], abs=1e-5)
     # Ann's middle turn carries her turns around it, not Bo's.
     plain = dict(index.search(query, 5))
@@ -185,23 +185,27 @@ def test_another_users_turns_never_enter_a_contextual_vector(alice, bob):
     assert after == pytest.approx(alone) and list(after) == [mine.pk]
 
 
-def test_a_repeated_query_is_answered_from_the_last_scores_until_the_index_changes(alice):
+def test_one_query_vector_is_compared_with_the_index_once_for_every_question(alice, monkeypatch):
     first = say(alice, "The boiler was serviced in March")
     tasks.embed_missing()
     index = index_for(alice.pk)
     query = embed_text("when was the boiler serviced?")
-    before = index.search(query, 5, contextual=True)
-    kept = index.last_query
-    assert kept is not None
-    assert index.search(query, 5, contextual=True) == before
-    plain = index.search(query, 5)
-    # Both answered from the one product kept for this vector, not computed again.
-    assert index.last_query is kept and set(kept[1]) == {False, True}
-    assert [event_id for event_id, _ in plain] == [first.pk]
+    expected = index.search(query, 5, contextual=True)
+    compared = index.query(query)
+
+    def compared_again(self):
+        raise AssertionError("the vector was compared with the index again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(VectorQuery, "compute", compared_again)
+        # The contextual and plain nearest and the scores of given rows, from one product.
+        assert compared.top(5, contextual=True) == expected
+        assert [event_id for event_id, _ in compared.top(5)] == [first.pk]
+        assert compared.scores([first.pk], contextual=True) == dict(expected)
     newer = say(alice, "The boiler broke down again in May")
     tasks.embed_missing()
     ids = [event_id for event_id, _ in index.search(query, 5, contextual=True)]
-    assert set(ids) == {first.pk, newer.pk}  # the change was seen, not the old scores
+    assert set(ids) == {first.pk, newer.pk}  # the next query sees the change
 
 
 @pytest.mark.skipif(
