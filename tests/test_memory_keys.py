@@ -230,6 +230,32 @@ def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice)
     assert len(fulltext.search(alice.pk, "main", "weather", 50, memories=301)) == 50
 
 
+@pytest.mark.skipif(
+    connection.vendor != "sqlite",
+    reason="the bound on ranked matches is SQLite's (PostgreSQL ranks every match)",
+)
+def test_a_word_found_too_often_to_rank_is_ranked_among_its_newest_matches(alice, bob, monkeypatch):
+    from memory import fulltext
+
+    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 20)
+    for owner in (alice, bob):  # bob's matches are all newer than alice's
+        events = [
+            Event(owner=owner, session_id=f"s{n}", event_type="user_message", text=f"cold rain {n}")
+            for n in range(60)
+        ]
+        Event.set_keys_in_order(events)
+        Event.objects.bulk_create(events)
+    newest = set(
+        Event.objects.filter(owner=alice).order_by("-id").values_list("id", flat=True)[:20]
+    )
+    # Alone, and as the rarest of words that are all too common.
+    for query in ("rain", "cold rain"):
+        hits = fulltext.search(alice.pk, "main", query, 50, memories=60)
+        assert {event_id for event_id, _ in hits} == newest
+    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 60)
+    assert len(fulltext.search(alice.pk, "main", "rain", 50, memories=60)) == 50
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the scope token is SQLite's")
 @pytest.mark.django_db
 def test_the_scope_token_is_the_one_the_triggers_store():
