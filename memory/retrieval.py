@@ -22,7 +22,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import Event, EventType
-from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
+from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, search_memory
 from memory.vector_index import index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
@@ -129,6 +129,7 @@ def get_context(
     if limits["relevance_limit"]:
         important = (
             Event.objects.owned_by(owner)
+            .defer("embedding")
             .filter(
                 agent=agent,
                 event_type__in=EventType.RECALLABLE,
@@ -156,11 +157,10 @@ def get_context(
         wanted = limits["similarity_limit"] + len(seen)
         hits = compared.top(wanted, min_score=limits["similarity_threshold"])
         scores = {event_id: score for event_id, score in hits if event_id not in seen}
-        found = Event.objects.owned_by(owner).filter(
-            pk__in=scores, agent=agent, event_type__in=EventType.RECALLABLE
+        recallable = Event.objects.owned_by(owner).filter(
+            agent=agent, event_type__in=EventType.RECALLABLE
         )
-        ranked = sorted(found, key=lambda event: -scores[event.pk])
-        for event in ranked[: limits["similarity_limit"]]:
+        for event in best_events(recallable, scores, limits["similarity_limit"]):
             context.items.append(ContextItem(event, "similarity", scores[event.pk]))
             seen.add(event.pk)
 
