@@ -22,7 +22,7 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import Event, EventType
-from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, search_memory
+from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, lexical_finds, search_memory
 from memory.vector_index import index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
@@ -103,6 +103,21 @@ def get_context(
     limits = settings.NEOTASK["memory"]
     context = Context()
     seen: set[int] = set()
+    text = (query or "").strip()[:MAX_QUERY_CHARS]
+    searching = bool(limits["search_limit"] and text)
+
+    # The two slow questions first: the index compares the query's vector on its
+    # product thread (both branches below read that one comparison) while this
+    # thread asks the database the rest, the full-text query first.
+    compared = None
+    if limits["similarity_limit"] or searching:
+        if query_vector is None and text:
+            from memory.embeddings import embed_text
+
+            query_vector = embed_text(text)
+        if query_vector is not None:
+            compared = index_for(owner.pk, agent).query(query_vector)
+    lexical = lexical_finds(owner, agent, text, compared) if searching else None
 
     # The newest of each (a session opens with at most one of either).
     opening = {
@@ -142,16 +157,6 @@ def get_context(
             context.items.append(ContextItem(event, "relevance", event.importance))
             seen.add(event.pk)
 
-    text = (query or "").strip()[:MAX_QUERY_CHARS]
-    searching = bool(limits["search_limit"] and text)
-    compared = None
-    if limits["similarity_limit"] or searching:
-        if query_vector is None and text:
-            from memory.embeddings import embed_text
-
-            query_vector = embed_text(text)
-        if query_vector is not None:  # both branches ask with it: compared once
-            compared = index_for(owner.pk, agent).query(query_vector)
     if limits["similarity_limit"] and compared is not None:
         # Ask for more than needed: some hits are already in the context.
         wanted = limits["similarity_limit"] + len(seen)
@@ -174,6 +179,7 @@ def get_context(
             files=False,
             known=[item.event for item in context.items],
             compared=compared,
+            lexical=lexical,
         )
         fresh = [
             hit

@@ -66,11 +66,13 @@ def search_memory(
     files: bool = True,
     known: Iterable[Event] = (),
     compared: VectorQuery | None = None,
+    lexical: dict[int, float] | None = None,
 ) -> list[SearchHit | FileHit]:
     """The `k` best memories for `query`; `known`, events the caller has already
-    read, are not read again when they are among them; `compared`, the query's
-    vector already compared with the index (get_context's similarity branch asks
-    the same), is not compared again."""
+    read, are not read again when they are among them. `compared`, the query's
+    vector already compared with the index, and `lexical`, the full-text branch's
+    finds (`lexical_finds`), are not asked again (get_context asks them first, and
+    its similarity branch reads the same comparison)."""
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -89,13 +91,11 @@ def search_memory(
             query_vector = embed_text(text)
         if query_vector is not None:
             compared = index_for(owner.pk, agent).query(query_vector)
+    if lexical is None:  # asked while the vector product runs
+        lexical = {} if branch == "vector" else lexical_finds(owner, agent, text, compared)
     vector: dict[int, float] = {}
-    lexical: dict[int, float] = {}
     if branch != "lexical" and compared is not None:
         vector = dict(compared.top(CANDIDATES, contextual=True))
-    if branch != "vector":
-        memories = compared.size if compared is not None else index_for(owner.pk, agent).count()
-        lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
     if branch == "fused" and lexical and compared is not None:
         # The cosine of the words' finds, for those with a vector.
         vector.update(compared.scores([i for i in lexical if i not in vector], contextual=True))
@@ -118,6 +118,14 @@ def search_memory(
     if branch == "fused" and files and query_vector is not None:
         return merge_by_similarity(hits, search_files(owner, agent, query_vector, k), k)
     return [*hits]
+
+
+def lexical_finds(
+    owner: Any, agent: str, text: str, compared: VectorQuery | None = None
+) -> dict[int, float]:
+    """The full-text branch's candidates: event id → BM25."""
+    memories = compared.count if compared is not None else index_for(owner.pk, agent).count()
+    return dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
 
 
 def best_events(

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -257,18 +259,32 @@ class VectorQuery:
     """One query vector's scores against every vector of an index: one sync, one
     matrix-vector product, read by each question asked with that vector (a turn's
     similarity branch, its memory search's nearest by contextual cosine and the
-    cosine of the words' finds)."""
+    cosine of the words' finds).
+
+    The product (~5 ms at 100k events) runs on the process's product thread while
+    the caller goes on to its database questions (numpy and SQLite both release
+    the GIL); the first read waits for it."""
 
     def __init__(self, index: NumpyIndex, vector: np.ndarray) -> None:
         self.index = index
         self.vector = np.asarray(vector, dtype=np.float32)
         with index.lock:
+            index.sync()  # in the caller's thread: the database is its connection's
+            self.count = index.size  # how many vectors the index held
+        self.pending: Future[None] | None = product_thread().submit(self.compute_locked)
+
+    def compute_locked(self) -> None:
+        with self.index.lock:
             self.compute()
+
+    def ready(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
 
     def compute(self) -> None:
         """The index's current scores (the caller holds its lock)."""
         index = self.index
-        index.sync()
         size = index.size
         plain = np.empty(size + 1, dtype=np.float32)
         np.matmul(index.matrix[:size], self.vector, out=plain[:size])
@@ -278,16 +294,12 @@ class VectorQuery:
         self.ids = index.ids[:size].copy()
         self.removals = index.removals
 
-    @property
-    def size(self) -> int:
-        """How many vectors were compared."""
-        return len(self.ids)
-
     def top(self, k: int, min_score: float = -1.0, contextual: bool = False) -> Hits:
         """(id, cosine similarity) of the k nearest above `min_score`, best first;
         `contextual` compares with the contextual vectors instead of the rows' own.
         A hit deleted since it was read is dropped from the index, and the next best
         takes its place."""
+        self.ready()
         while True:
             scores = self.contextual if contextual else self.plain
             rows = best_rows(scores, k, min_score)
@@ -298,17 +310,36 @@ class VectorQuery:
                 return hits
             with index.lock:
                 index.remove([i for i in gone if i in index.position])
+                index.sync()
                 self.compute()
 
     def scores(self, row_ids: list[int], contextual: bool = False) -> dict[int, float]:
         """The similarity of these rows (those that had a vector) to the query."""
+        self.ready()
         with self.index.lock:
             if self.index.removals != self.removals:  # rows moved: read them again
+                self.index.sync()
                 self.compute()
             rows = [(i, self.index.position.get(i)) for i in row_ids]
         scores = self.contextual if contextual else self.plain
         # A row past the compared ones came after the query, as if it had no vector yet.
-        return {i: float(scores[row]) for i, row in rows if row is not None and row < self.size}
+        compared = len(self.ids)
+        return {i: float(scores[row]) for i, row in rows if row is not None and row < compared}
+
+
+_product_thread: tuple[int, ThreadPoolExecutor] | None = None
+_product_thread_lock = threading.Lock()
+
+
+def product_thread() -> ThreadPoolExecutor:
+    """The process's thread for matrix-vector products (one: the products of
+    concurrent requests queue there rather than compete for the cores)."""
+    global _product_thread
+    with _product_thread_lock:
+        # A forked child inherits the executor but not its thread.
+        if _product_thread is None or _product_thread[0] != os.getpid():
+            _product_thread = (os.getpid(), ThreadPoolExecutor(1, "vector-products"))
+        return _product_thread[1]
 
 
 def best_rows(scores: np.ndarray, k: int, min_score: float) -> np.ndarray:

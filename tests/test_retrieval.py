@@ -194,3 +194,28 @@ def test_it_gathers_a_turns_memory_in_a_bounded_number_of_queries(alice, history
     # sync, similarity (whether its hits exist, their rows), search (whether its
     # hits exist, the words' counts, BM25, the rows not read yet).
     assert len(queries) <= 10
+
+
+def test_it_asks_the_full_text_query_while_the_index_compares_the_vector(
+    alice, history, monkeypatch
+):
+    import threading
+
+    from memory import fulltext
+    from memory.vector_index import VectorQuery
+
+    asked = threading.Event()
+    compute, search = VectorQuery.compute, fulltext.search
+
+    def after_the_words(self):
+        assert asked.wait(5), "the product was awaited before the full-text query was asked"
+        compute(self)
+
+    def words(*args, **kwargs):
+        asked.set()
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(VectorQuery, "compute", after_the_words)
+    monkeypatch.setattr(fulltext, "search", words)
+    context = get_context(alice, "s1", "When do we fly to Lisbon?")
+    assert context.branch("similarity") and context.branch("search")

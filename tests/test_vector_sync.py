@@ -79,7 +79,8 @@ def test_every_question_asked_with_one_query_reads_one_state_of_the_index(alice)
     index = NumpyIndex(alice.pk, "main")
     store_vector(first, axis(0), timezone.now())
     compared = index.query(axis(1))
-    assert compared.size == 1
+    assert compared.count == 1
+    assert [event_id for event_id, _ in compared.top(2)] == [first.pk]
     store_vector(second, axis(1), timezone.now())
     assert index.count() == 2  # the index reads the new vector...
     # ...and the query still answers from the state it was compared with.
