@@ -22,8 +22,8 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import Event, EventType
-from memory.search import MAX_QUERY_CHARS, SearchHit, search_memory
-from memory.vector_index import index_for, one_sync
+from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, lexical_finds, search_memory
+from memory.vector_index import index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
@@ -112,16 +112,24 @@ def get_context(
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
 ) -> Context:
-    with one_sync():
-        return gather_context(owner, session_id, query, agent, query_vector)
-
-
-def gather_context(
-    owner: Owner, session_id: str, query: str, agent: str, query_vector: np.ndarray | None
-) -> Context:
     limits = settings.NEOTASK["memory"]
     context = Context()
     seen: set[int] = set()
+    text = (query or "").strip()[:MAX_QUERY_CHARS]
+    searching = bool(limits["search_limit"] and text)
+
+    # The two slow questions first: the index compares the query's vector on its
+    # product thread (both branches below read that one comparison) while this
+    # thread asks the database the rest, the full-text query first.
+    compared = None
+    if limits["similarity_limit"] or searching:
+        if query_vector is None and text:
+            from memory.embeddings import embed_text
+
+            query_vector = embed_text(text)
+        if query_vector is not None:
+            compared = index_for(owner.pk, agent).query(query_vector)
+    lexical = lexical_finds(owner, agent, text, compared) if searching else None
 
     # The newest of each (a session opens with at most one of either).
     opening = {
@@ -148,6 +156,7 @@ def gather_context(
     if limits["relevance_limit"]:
         important = (
             Event.objects.owned_by(owner)
+            .defer("embedding")
             .filter(
                 agent=agent,
                 event_type__in=EventType.RECALLABLE,
@@ -160,27 +169,19 @@ def gather_context(
             context.items.append(ContextItem(event, "relevance", event.importance))
             seen.add(event.pk)
 
-    text = (query or "").strip()[:MAX_QUERY_CHARS]
-    if limits["similarity_limit"] and (text or query_vector is not None):
-        if query_vector is None:
-            from memory.embeddings import embed_text
-
-            query_vector = embed_text(text)
+    if limits["similarity_limit"] and compared is not None:
         # Ask for more than needed: some hits are already in the context.
         wanted = limits["similarity_limit"] + len(seen)
-        hits = index_for(owner.pk, agent).search(
-            query_vector, wanted, min_score=limits["similarity_threshold"]
-        )
+        hits = compared.top(wanted, min_score=limits["similarity_threshold"])
         scores = {event_id: score for event_id, score in hits if event_id not in seen}
-        found = Event.objects.owned_by(owner).filter(
-            pk__in=scores, agent=agent, event_type__in=EventType.RECALLABLE
+        recallable = Event.objects.owned_by(owner).filter(
+            agent=agent, event_type__in=EventType.RECALLABLE
         )
-        ranked = sorted(found, key=lambda event: -scores[event.pk])
-        for event in ranked[: limits["similarity_limit"]]:
+        for event in best_events(recallable, scores, limits["similarity_limit"]):
             context.items.append(ContextItem(event, "similarity", scores[event.pk]))
             seen.add(event.pk)
 
-    if limits["search_limit"] and text:
+    if searching:
         found_hits = search_memory(
             owner,
             text,
@@ -189,6 +190,8 @@ def gather_context(
             query_vector=query_vector,
             files=False,
             known=[item.event for item in context.items],
+            compared=compared,
+            lexical=lexical,
         )
         fresh = [
             hit

@@ -31,7 +31,7 @@ import numpy as np
 from memory import fulltext
 from memory.files.search import FileHit, search_files
 from memory.models import Event, EventType
-from memory.vector_index import index_for, one_sync
+from memory.vector_index import VectorQuery, index_for
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -66,9 +66,14 @@ def search_memory(
     query_vector: np.ndarray | None = None,
     files: bool = True,
     known: Iterable[Event] = (),
+    compared: VectorQuery | None = None,
+    lexical: dict[int, float] | None = None,
 ) -> list[SearchHit | FileHit]:
     """The `k` best memories for `query`; `known`, events the caller has already
-    read, are not read again when they are among them."""
+    read, are not read again when they are among them. `compared`, the query's
+    vector already compared with the index, and `lexical`, the full-text branch's
+    finds (`lexical_finds`), are not asked again (get_context asks them first, and
+    its similarity branch reads the same comparison)."""
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -78,24 +83,23 @@ def search_memory(
     if branch == "recency":
         return [SearchHit(e, 0.0) for e in owned.order_by("-created_at", "-id")[:k]]
 
-    index = index_for(owner.pk, agent)
-    if branch != "lexical" and query_vector is None:
-        from memory.embeddings import embed_text
+    if compared is not None:
+        query_vector = compared.vector
+    elif branch != "lexical":
+        if query_vector is None:
+            from memory.embeddings import embed_text
 
-        query_vector = embed_text(text)
+            query_vector = embed_text(text)
+        if query_vector is not None:
+            compared = index_for(owner.pk, agent).query(query_vector)
+    if lexical is None:  # asked while the vector product runs
+        lexical = {} if branch == "vector" else lexical_finds(owner, agent, text, compared)
     vector: dict[int, float] = {}
-    lexical: dict[int, float] = {}
-    with one_sync():  # three questions to the index, one read of its new vectors
-        if branch != "lexical" and query_vector is not None:
-            vector = dict(index.search(query_vector, CANDIDATES, contextual=True))
-        if branch != "vector":
-            memories = index.count()
-            lexical = dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
-        if branch == "fused" and lexical and query_vector is not None:
-            # The cosine of the words' finds, for those with a vector.
-            vector.update(
-                index.scores([i for i in lexical if i not in vector], query_vector, contextual=True)
-            )
+    if branch != "lexical" and compared is not None:
+        vector = dict(compared.top(CANDIDATES, contextual=True))
+    if branch == "fused" and lexical and compared is not None:
+        # The cosine of the words' finds, for those with a vector.
+        vector.update(compared.scores([i for i in lexical if i not in vector], contextual=True))
     scores = fuse(vector, lexical)
     hits: list[SearchHit] = []
     mine = {
@@ -115,6 +119,14 @@ def search_memory(
     if branch == "fused" and files and query_vector is not None:
         return merge_by_similarity(hits, search_files(owner, agent, query_vector, k), k)
     return [*hits]
+
+
+def lexical_finds(
+    owner: Any, agent: str, text: str, compared: VectorQuery | None = None
+) -> dict[int, float]:
+    """The full-text branch's candidates: event id → BM25."""
+    memories = compared.count if compared is not None else index_for(owner.pk, agent).count()
+    return dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
 
 
 def best_events(

@@ -3,13 +3,15 @@
 `VectorIndex` is the interface a backend implements; `NumpyIndex` keeps one
 owner-and-agent's vectors of one table (`EVENTS` or `CHUNKS`) in process memory
 (384 float32 each: 150 MB per 100k rows), loaded once and then synced
-incrementally through a `StampWindow` (memory/vector_sync.py), so a query costs
-two small indexed queries (the window, and whether the hits still exist) plus a
-matrix-vector product. A deletion leaves no stamp behind: a deleted event is
-dropped when it comes up as a hit, and the next best takes its place; chunks
-vanish with every edit of their file, so a chunk index compares its count with
-the table's on each sync instead. A corrupt stored vector is cleared, for the
-embedding jobs to compute again.
+incrementally through a `StampWindow` (memory/vector_sync.py). A query vector is
+compared with every stored one once (`NumpyIndex.query`: a sync and a
+matrix-vector product, ~5 ms at 100k events), and each question a turn asks with
+it — the nearest by plain or contextual cosine, the scores of given rows — is read
+from that `VectorQuery`, plus one small query for whether its hits still exist.
+A deletion leaves no stamp behind: a deleted event is dropped when it comes up as
+a hit, and the next best takes its place; chunks vanish with every edit of their
+file, so a chunk index compares its count with the table's on each sync instead.
+A corrupt stored vector is cleared, for the embedding jobs to compute again.
 
 Contextual scores: a turn is also found by what its speaker said just before and
 just after it in the same session. An event's contextual vector is its own plus
@@ -25,11 +27,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -46,26 +48,10 @@ log = logging.getLogger(__name__)
 Hits = list[tuple[int, float]]
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
 NEIGHBOUR_WEIGHT = 0.5
+# The row before the first and after the last turn of a thread: the last index, so
+# that a gather from the plain scores followed by a 0 reads that 0 (`contextual`).
 NO_ROW = -1
 CORRUPT = "corrupt vector replaced"
-# The indexes synced in the current `one_sync` block.
-_synced: ContextVar[set[NumpyIndex] | None] = ContextVar("synced_indexes", default=None)
-
-
-@contextmanager
-def one_sync() -> Iterator[None]:
-    """Within the block every index syncs once: the questions one turn asks
-    (similarity, search, its count and scores) are answered from one state of the
-    index, and each further sync would be a query that finds nothing new. Blocks
-    nest into the outermost."""
-    if _synced.get() is not None:
-        yield
-        return
-    token = _synced.set(set())
-    try:
-        yield
-    finally:
-        _synced.reset(token)
 
 
 class VectorIndex(Protocol):
@@ -74,16 +60,6 @@ class VectorIndex(Protocol):
     ) -> list[tuple[int, float]]:
         """(event id, cosine similarity) of the k nearest, best first; `contextual`
         compares with the events' contextual vectors instead of their own."""
-        ...
-
-    def count(self) -> int:
-        """How many events have a vector."""
-        ...
-
-    def scores(
-        self, row_ids: list[int], vector: np.ndarray, contextual: bool = False
-    ) -> dict[int, float]:
-        """The similarity of these events (those with a vector) to `vector`."""
         ...
 
 
@@ -141,24 +117,11 @@ class NumpyIndex:
         # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
         self.threads: dict[tuple[Any, ...], list[int]] = {}
         self.window = StampWindow()
-        # The plain scores of the last query: a turn's memory asks with one vector
-        # two or three times (get_context's similarity branch and its search, and
-        # auto-recall's search on a session's first message; once per turn since
-        # agent/prompt.py), and each matrix-vector product costs ~6 ms at 100k
-        # events. Cleared by any change.
-        self.last_query: tuple[bytes, dict[bool, np.ndarray]] | None = None
+        self.removals = 0  # rows move only when one is removed (`VectorQuery.scores`)
 
     def sync(self) -> None:
         """Read the vectors stored or replaced since the last sync (all of them the
-        first time); once only in a `one_sync` block."""
-        synced = _synced.get()
-        if synced is not None and self in synced:
-            return
-        self.read_new()
-        if synced is not None:
-            synced.add(self)
-
-    def read_new(self) -> None:
+        first time). The caller holds the lock."""
         stored = self.rows.stored(self.owner_id, self.agent)
         for batch in self.window.unread(stored):
             for row_id, vector, embedded_at, thread in self.rows.vectors(batch):
@@ -178,7 +141,6 @@ class NumpyIndex:
                 self.put(row_id, vector, thread or None)
 
     def put(self, row_id: int, vector: np.ndarray, thread: tuple[Any, ...] | None = None) -> None:
-        self.last_query = None
         row = self.position.get(row_id)
         if row is None:
             if self.size == len(self.ids):  # grow by doubling: appends stay cheap
@@ -223,30 +185,21 @@ class NumpyIndex:
                 contextual += NEIGHBOUR_WEIGHT * self.matrix[neighbour]
         self.norms[row] = max(float(np.linalg.norm(contextual)), 1e-6)
 
-    def contextual(self, plain_of, rows: np.ndarray) -> np.ndarray:
-        """Cosine to the contextual vectors of `rows`, given `plain_of(rows)`, the
-        plain scores of any rows."""
-        scores = plain_of(rows).copy()
-        for neighbours in (self.before[rows], self.after[rows]):
-            has = neighbours != NO_ROW
-            scores[has] += NEIGHBOUR_WEIGHT * plain_of(neighbours[has])
-        return scores / self.norms[rows]
+    def contextual(self, plain: np.ndarray) -> np.ndarray:
+        """Every row's cosine to its contextual vector, given `plain`, every row's
+        plain score followed by a 0 (what a missing neighbour, NO_ROW, reads)."""
+        rows = slice(0, self.size)
+        neighbours = plain[self.before[rows]] + plain[self.after[rows]]
+        return (plain[rows] + NEIGHBOUR_WEIGHT * neighbours) / self.norms[rows]
+
+    def query(self, vector: np.ndarray) -> VectorQuery:
+        """`vector` compared with every stored vector, once."""
+        return VectorQuery(self, vector)
 
     def search(
         self, vector: np.ndarray, k: int, min_score: float = -1.0, contextual: bool = False
-    ) -> list[tuple[int, float]]:
-        with self.lock:
-            self.sync()
-            while k > 0 and self.size > 0:
-                scores = self.all_scores(vector, contextual)
-                top = np.argpartition(-scores, min(k, self.size) - 1)[: min(k, self.size)]
-                top = top[np.argsort(-scores[top])]
-                hits = [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] > min_score]
-                gone = [] if self.rows.reconcile else self.deleted([row_id for row_id, _ in hits])
-                if not gone:
-                    return hits
-                self.remove(gone)  # and the next best take their places
-            return []
+    ) -> Hits:
+        return self.query(vector).top(k, min_score, contextual)
 
     def deleted(self, row_ids: list[int]) -> list[int]:
         """Those of `row_ids` that are no longer in the database. Deletions leave no
@@ -260,7 +213,7 @@ class NumpyIndex:
 
     def remove(self, row_ids: list[int]) -> None:
         """Drop these rows; the last row moves into each freed one."""
-        self.last_query = None
+        self.removals += 1
         for row_id in row_ids:
             row = self.position.pop(row_id)
             self.unthread(row_id)
@@ -296,39 +249,108 @@ class NumpyIndex:
                     del self.threads[thread]
                 return
 
-    def all_scores(self, vector: np.ndarray, contextual: bool) -> np.ndarray:
-        """Every row's score (read-only: it is kept for the next same query)."""
-        query = np.asarray(vector, dtype=np.float32)
-        key = query.tobytes()
-        if self.last_query is None or self.last_query[0] != key:
-            self.last_query = (key, {False: self.matrix[: self.size] @ query})
-        found = self.last_query[1]
-        if contextual not in found:
-            plain = found[False]
-            found[True] = self.contextual(lambda rows: plain[rows], np.arange(self.size))
-        return found[contextual]
-
     def count(self) -> int:
         with self.lock:
             self.sync()
             return self.size
 
-    def scores(
-        self, row_ids: list[int], vector: np.ndarray, contextual: bool = False
-    ) -> dict[int, float]:
-        query = np.asarray(vector, dtype=np.float32)
-        with self.lock:
-            self.sync()
-            known = [i for i in row_ids if i in self.position]
-            if not known:
-                return {}
-            rows = np.array([self.position[i] for i in known], dtype=np.int64)
 
-            def plain_of(some: np.ndarray) -> np.ndarray:
-                return self.matrix[some] @ query
+class VectorQuery:
+    """One query vector's scores against every vector of an index: one sync, one
+    matrix-vector product, read by each question asked with that vector (a turn's
+    similarity branch, its memory search's nearest by contextual cosine and the
+    cosine of the words' finds).
 
-            chosen = self.contextual(plain_of, rows) if contextual else plain_of(rows)
-            return {row_id: float(score) for row_id, score in zip(known, chosen, strict=True)}
+    The product (~5 ms at 100k events) runs on the process's product thread while
+    the caller goes on to its database questions (numpy and SQLite both release
+    the GIL); the first read waits for it."""
+
+    def __init__(self, index: NumpyIndex, vector: np.ndarray) -> None:
+        self.index = index
+        self.vector = np.asarray(vector, dtype=np.float32)
+        with index.lock:
+            index.sync()  # in the caller's thread: the database is its connection's
+            self.count = index.size  # how many vectors the index held
+        self.pending: Future[None] | None = product_thread().submit(self.compute_locked)
+
+    def compute_locked(self) -> None:
+        with self.index.lock:
+            self.compute()
+
+    def ready(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def compute(self) -> None:
+        """The index's current scores (the caller holds its lock)."""
+        index = self.index
+        size = index.size
+        plain = np.empty(size + 1, dtype=np.float32)
+        np.matmul(index.matrix[:size], self.vector, out=plain[:size])
+        plain[size] = 0.0
+        self.plain = plain[:size]
+        self.contextual = index.contextual(plain)
+        self.ids = index.ids[:size].copy()
+        self.removals = index.removals
+
+    def top(self, k: int, min_score: float = -1.0, contextual: bool = False) -> Hits:
+        """(id, cosine similarity) of the k nearest above `min_score`, best first;
+        `contextual` compares with the contextual vectors instead of the rows' own.
+        A hit deleted since it was read is dropped from the index, and the next best
+        takes its place."""
+        self.ready()
+        while True:
+            scores = self.contextual if contextual else self.plain
+            rows = best_rows(scores, k, min_score)
+            hits = [(int(self.ids[row]), float(scores[row])) for row in rows]
+            index = self.index
+            gone = [] if index.rows.reconcile else index.deleted([i for i, _ in hits])
+            if not gone:
+                return hits
+            with index.lock:
+                index.remove([i for i in gone if i in index.position])
+                index.sync()
+                self.compute()
+
+    def scores(self, row_ids: list[int], contextual: bool = False) -> dict[int, float]:
+        """The similarity of these rows (those that had a vector) to the query."""
+        self.ready()
+        with self.index.lock:
+            if self.index.removals != self.removals:  # rows moved: read them again
+                self.index.sync()
+                self.compute()
+            rows = [(i, self.index.position.get(i)) for i in row_ids]
+        scores = self.contextual if contextual else self.plain
+        # A row past the compared ones came after the query, as if it had no vector yet.
+        compared = len(self.ids)
+        return {i: float(scores[row]) for i, row in rows if row is not None and row < compared}
+
+
+_product_thread: tuple[int, ThreadPoolExecutor] | None = None
+_product_thread_lock = threading.Lock()
+
+
+def product_thread() -> ThreadPoolExecutor:
+    """The process's thread for matrix-vector products (one: the products of
+    concurrent requests queue there rather than compete for the cores)."""
+    global _product_thread
+    with _product_thread_lock:
+        # A forked child inherits the executor but not its thread.
+        if _product_thread is None or _product_thread[0] != os.getpid():
+            _product_thread = (os.getpid(), ThreadPoolExecutor(1, "vector-products"))
+        return _product_thread[1]
+
+
+def best_rows(scores: np.ndarray, k: int, min_score: float) -> np.ndarray:
+    """The rows of the k best scores above `min_score`, best first."""
+    above = np.flatnonzero(scores > min_score)
+    k = min(k, len(above))
+    if k <= 0:
+        return above[:0]
+    if k < len(above):
+        above = above[np.argpartition(-scores[above], k - 1)[:k]]
+    return above[np.argsort(-scores[above], kind="stable")]
 
 
 Index = TypeVar("Index")
@@ -359,7 +381,7 @@ class IndexCache(Generic[Index]):
 _event_indexes: IndexCache[NumpyIndex] = IndexCache()
 
 
-def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> VectorIndex:
+def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> NumpyIndex:
     """The event-vector index (in process; [memory] vector_backend chooses the
     backend of memory-file vectors only: `memory.files.search.chunk_index_for`)."""
     return _event_indexes.get((owner_id, agent), lambda: NumpyIndex(owner_id, agent))

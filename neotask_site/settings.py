@@ -21,6 +21,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # uploads) is its user's alone, whatever the umask of the shell that started it.
 os.umask(0o077)
 
+# numpy's BLAS in one thread (read when numpy is first imported, after the
+# settings): a turn's matrix-vector product over the vector index takes ~4 ms
+# either way on idle cores, but OpenBLAS's second thread spins while it waits for
+# one, and on two cores shared with the other workers that doubled get_context's
+# CPU time (memory_bench; README "Memory").
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 try:
     DATA_DIR = profiles.data_dir(os.environ.get("NEOTASK_DATA_DIR"), BASE_DIR)
     NEOTASK = load_config(config_path(os.environ, BASE_DIR), os.environ)

@@ -272,3 +272,25 @@ def test_it_passes_the_deployment_checklist_with_the_documented_settings(tmp_pat
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode != 0
     assert "SECURE_HSTS_SECONDS" in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_it_runs_numpys_blas_in_one_thread(tmp_path):
+    """OpenBLAS's other threads spin while they wait for a core: on two cores shared
+    with the other workers, they doubled get_context's CPU time."""
+    env = {**os.environ, "NEOTASK_DATA_DIR": str(tmp_path), "NEOTASK_CONFIG": ""}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    code = (  # the pool starts with the first product
+        "import os, numpy; numpy.ones((500, 384)) @ numpy.ones(384); "
+        "print(len(os.listdir('/proc/self/task')))"
+    )
+
+    def threads(**variables: str) -> int:
+        command = [sys.executable, "manage.py", "shell", "--no-imports", "-c", code]
+        result = subprocess.run(
+            command, cwd=ROOT, env={**env, **variables}, capture_output=True, text=True, check=True
+        )
+        return int(result.stdout)
+
+    assert threads() == threads(OPENBLAS_NUM_THREADS="1")

@@ -14,7 +14,7 @@ from memory import keys, recording, tasks
 from memory.embeddings import embed_text
 from memory.models import Event
 from memory.search import search_memory
-from memory.vector_index import NumpyIndex, index_for
+from memory.vector_index import NumpyIndex, VectorQuery, index_for
 from memory.vectors import pack, unpack
 
 
@@ -166,7 +166,7 @@ def test_the_contextual_index_is_the_same_whatever_the_embedding_order(alice):
             expected = ranked
         assert [i for i, _ in ranked] == [i for i, _ in expected]
         assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-5)
-        scored = index.scores([turns[2].pk], query, contextual=True)
+        scored = index.query(query).scores([turns[2].pk], contextual=True)
         assert scored[turns[2].pk] == pytest.approx(dict(ranked)[turns[2].pk], abs=1e-5)
     # Ann's middle turn carries her turns around it, not Bo's.
     plain = dict(index.search(query, 5))
@@ -186,23 +186,27 @@ def test_another_users_turns_never_enter_a_contextual_vector(alice, bob):
     assert after == pytest.approx(alone) and list(after) == [mine.pk]
 
 
-def test_a_repeated_query_is_answered_from_the_last_scores_until_the_index_changes(alice):
+def test_one_query_vector_is_compared_with_the_index_once_for_every_question(alice, monkeypatch):
     first = say(alice, "The boiler was serviced in March")
     tasks.embed_missing()
     index = index_for(alice.pk)
     query = embed_text("when was the boiler serviced?")
-    before = index.search(query, 5, contextual=True)
-    kept = index.last_query
-    assert kept is not None
-    assert index.search(query, 5, contextual=True) == before
-    plain = index.search(query, 5)
-    # Both answered from the one product kept for this vector, not computed again.
-    assert index.last_query is kept and set(kept[1]) == {False, True}
-    assert [event_id for event_id, _ in plain] == [first.pk]
+    expected = index.search(query, 5, contextual=True)
+    compared = index.query(query)
+    assert compared.top(5, contextual=True) == expected  # its one product
+
+    def compared_again(self):
+        raise AssertionError("the vector was compared with the index again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(VectorQuery, "compute", compared_again)
+        # The plain nearest and the scores of given rows, from that product.
+        assert [event_id for event_id, _ in compared.top(5)] == [first.pk]
+        assert compared.scores([first.pk], contextual=True) == dict(expected)
     newer = say(alice, "The boiler broke down again in May")
     tasks.embed_missing()
     ids = [event_id for event_id, _ in index.search(query, 5, contextual=True)]
-    assert set(ids) == {first.pk, newer.pk}  # the change was seen, not the old scores
+    assert set(ids) == {first.pk, newer.pk}  # the next query sees the change
 
 
 @pytest.mark.skipif(
@@ -225,6 +229,32 @@ def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice)
     assert len(fulltext.search(alice.pk, "main", "weather glacial", 50)) == 50
     # A query of common words only still searches by its rarest.
     assert len(fulltext.search(alice.pk, "main", "weather", 50, memories=301)) == 50
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite",
+    reason="the bound on ranked matches is SQLite's (PostgreSQL ranks every match)",
+)
+def test_a_word_found_too_often_to_rank_is_ranked_among_its_newest_matches(alice, bob, monkeypatch):
+    from memory import fulltext
+
+    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 20)
+    for owner in (alice, bob):  # bob's matches are all newer than alice's
+        events = [
+            Event(owner=owner, session_id=f"s{n}", event_type="user_message", text=f"cold rain {n}")
+            for n in range(60)
+        ]
+        Event.set_keys_in_order(events)
+        Event.objects.bulk_create(events)
+    newest = set(
+        Event.objects.filter(owner=alice).order_by("-id").values_list("id", flat=True)[:20]
+    )
+    # Alone, and as the rarest of words that are all too common.
+    for query in ("rain", "cold rain"):
+        hits = fulltext.search(alice.pk, "main", query, 50, memories=60)
+        assert {event_id for event_id, _ in hits} == newest
+    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 60)
+    assert len(fulltext.search(alice.pk, "main", "rain", 50, memories=60)) == 50
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the scope token is SQLite's")

@@ -169,3 +169,53 @@ def test_it_leaves_out_search_hits_that_share_nothing_with_the_message(alice, hi
     assert not get_context(alice, "s1", "Quantum chromodynamics?").branch("search")
     configure("memory", search_min_similarity=-1.0)
     assert get_context(alice, "s1", "Quantum chromodynamics?").branch("search")
+
+
+def test_it_gathers_a_turns_memory_in_a_bounded_number_of_queries(alice, history, monkeypatch):
+    from memory.embeddings import embed_text
+    from memory.vector_index import VectorQuery
+
+    query = "When do we fly to Lisbon?"
+    vector = embed_text(query)
+    get_context(alice, "s1", query, query_vector=vector)  # the index loaded
+    compute = VectorQuery.compute
+    comparisons = []
+
+    def counted(self):
+        comparisons.append(self)
+        compute(self)
+
+    monkeypatch.setattr(VectorQuery, "compute", counted)
+    with CaptureQueriesContext(connection) as queries:
+        context = get_context(alice, "s1", query, query_vector=vector)
+    assert context.branch("similarity") and context.branch("search")
+    assert len(comparisons) == 1  # the similarity branch and search share one product
+    # The session's opening events, working memory's check, relevance, the index's
+    # sync, similarity (whether its hits exist, their rows), search (whether its
+    # hits exist, the words' counts, BM25, the rows not read yet).
+    assert len(queries) <= 10
+
+
+def test_it_asks_the_full_text_query_while_the_index_compares_the_vector(
+    alice, history, monkeypatch
+):
+    import threading
+
+    from memory import fulltext
+    from memory.vector_index import VectorQuery
+
+    asked = threading.Event()
+    compute, search = VectorQuery.compute, fulltext.search
+
+    def after_the_words(self):
+        assert asked.wait(5), "the product was awaited before the full-text query was asked"
+        compute(self)
+
+    def words(*args, **kwargs):
+        asked.set()
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(VectorQuery, "compute", after_the_words)
+    monkeypatch.setattr(fulltext, "search", words)
+    context = get_context(alice, "s1", "When do we fly to Lisbon?")
+    assert context.branch("similarity") and context.branch("search")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from memory import recording
 from memory.files.search import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, MemoryChunk, MemoryFile
-from memory.vector_index import NumpyIndex, one_sync
+from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 
 
@@ -67,24 +67,37 @@ def test_it_never_returns_a_deleted_event_nor_gives_it_a_slot(alice):
     store_vector(kept, blend(0, 1, 1.0), timezone.now())
     store_vector(deleted, axis(0), timezone.now())
     assert index.search(axis(0), 1)[0][0] == deleted.pk
-    assert index.search(axis(0), 1)[0][0] == deleted.pk  # answered from the cached scores
+    assert index.search(axis(0), 1)[0][0] == deleted.pk
     deleted.delete()
     assert [event_id for event_id, _ in index.search(axis(0), 1)] == [kept.pk]
     assert index.count() == 1
-    assert index.scores([kept.pk, deleted.pk], axis(0)).keys() == {kept.pk}
+    assert index.query(axis(0)).scores([kept.pk, deleted.pk]).keys() == {kept.pk}
 
 
-def test_it_reads_new_vectors_once_in_a_one_sync_block(alice):
+def test_every_question_asked_with_one_query_reads_one_state_of_the_index(alice):
     first, second = record(alice, "first"), record(alice, "second")
     index = NumpyIndex(alice.pk, "main")
     store_vector(first, axis(0), timezone.now())
-    with one_sync():
-        assert index.count() == 1
-        store_vector(second, axis(1), timezone.now())
-        with one_sync():  # nested: still the outer block's one read
-            assert index.count() == 1
-        assert [event_id for event_id, _ in index.search(axis(1), 2)] == [first.pk]
-    assert index.count() == 2
+    compared = index.query(axis(1))
+    assert compared.count == 1
+    assert [event_id for event_id, _ in compared.top(2)] == [first.pk]
+    store_vector(second, axis(1), timezone.now())
+    assert index.count() == 2  # the index reads the new vector...
+    # ...and the query still answers from the state it was compared with.
+    assert [event_id for event_id, _ in compared.top(2)] == [first.pk]
+    assert compared.scores([first.pk, second.pk]).keys() == {first.pk}
+    assert [event_id for event_id, _ in index.query(axis(1)).top(2)] == [second.pk, first.pk]
+
+
+def test_a_query_reads_the_rows_again_when_a_deletion_moved_them(alice):
+    turns = [record(alice, f"turn {number}") for number in range(3)]
+    index = NumpyIndex(alice.pk, "main")
+    for number, turn in enumerate(turns):
+        store_vector(turn, axis(number), timezone.now())
+    compared = index.query(axis(2))
+    turns[0].delete()
+    index.search(axis(0), 1)  # finds the deletion: the last row moves into its place
+    assert compared.scores([turns[2].pk]) == {turns[2].pk: pytest.approx(1.0)}
 
 
 def test_it_relinks_the_neighbours_of_a_deleted_turn(alice):
@@ -100,8 +113,8 @@ def test_it_relinks_the_neighbours_of_a_deleted_turn(alice):
     ids = list(Event.objects.values_list("id", flat=True))
     fresh = NumpyIndex(alice.pk, "main")
     for query in (axis(1), axis(3), axis(4), axis(10)):
-        assert index.scores(ids, query, contextual=True) == pytest.approx(
-            fresh.scores(ids, query, contextual=True)
+        assert index.query(query).scores(ids, contextual=True) == pytest.approx(
+            fresh.query(query).scores(ids, contextual=True)
         )
         found, expected = (dict(i.search(query, 6, contextual=True)) for i in (index, fresh))
         assert found == pytest.approx(expected)
