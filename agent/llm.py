@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from agent.transport import asyncio_transport
+
 LOCAL_URL_VARIABLE = "NEOTASK_LOCAL_LLM_URL"
 LOCAL_KEY_VARIABLE = "NEOTASK_LOCAL_LLM_KEY"
 LOCAL_MODEL_LABEL = "embedded local model"
@@ -150,7 +152,7 @@ def http_client() -> httpx.AsyncClient:
     client = _http_clients.get(loop)
     if client is None or client.is_closed:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-        client = _http_clients[loop] = httpx.AsyncClient(limits=limits)
+        client = _http_clients[loop] = httpx.AsyncClient(transport=asyncio_transport(limits))
     return client
 
 

@@ -4,6 +4,7 @@ import socket
 import ssl
 import subprocess
 
+import httpx
 import pytest
 
 from agent.llm import LLMClient, LLMError, Usage, configured_endpoint
@@ -150,6 +151,15 @@ def test_it_uses_the_fast_model_when_asked(configure):
     assert configured_endpoint(fast=True).model == "small"
     configure("llm", fast_model="")
     assert configured_endpoint(fast=True).model == "big"
+
+
+def test_its_connections_run_on_asyncio_streams():
+    # agent.transport replaces the pool httpx builds: should httpx rename it,
+    # the client would quietly fall back to anyio (slower, not wrong).
+    from agent.transport import AsyncioBackend, asyncio_transport
+
+    transport = asyncio_transport(httpx.Limits())
+    assert isinstance(transport._pool._network_backend, AsyncioBackend)
 
 
 @pytest.fixture

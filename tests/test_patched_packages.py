@@ -8,11 +8,12 @@ from importlib import metadata
 
 import pytest
 
+from agent import transport
 from neotask_site import channel_layer
 from tests.support.processes import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
-PATCHES = [channel_layer]
+PATCHES = [channel_layer, transport]
 
 
 @pytest.mark.parametrize("module", PATCHES, ids=lambda module: module.__name__)
