@@ -5,9 +5,10 @@ A streamed answer is one small read per token; through anyio each read pays
 for a cancel scope and a checkpoint, about 40 µs of a process's CPU, which at
 fifty chats streaming at once was a tenth of a core (bench/chat_latency.py).
 Measured again without it (issue 25, five alternating runs of
-`bench/chat_latency.py --chats 50 --interval 0.02`): p95 added per delta
-47–160 ms with it, 173–370 ms with stock httpx — kept. Everything above the socket — HTTP/1.1, TLS set-up, pooling, limits,
-exceptions — stays httpx's.
+`bench/chat_latency.py --chats 50 --interval 0.02`): the p95 a delta waits was
+47-160 ms with it and 173-370 ms with stock httpx, so it stays. Everything
+above the socket (HTTP/1.1, TLS set-up, pooling, limits, exceptions) stays
+httpx's.
 """
 
 from __future__ import annotations
