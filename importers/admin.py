@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from importers.models import ImportJob
+from importers.models import ExportJob, ImportJob
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -14,6 +14,26 @@ class ImportJobAdmin(OwnedAdmin):
         "progress_done",
         "progress_total",
         "report",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+
+
+@admin.register(ExportJob)
+class ExportJobAdmin(OwnedAdmin):
+    list_display = ["created_at", "status", "filename", "size", "owner"]
+    list_filter = ["status", "owner"]
+    search_fields = ["filename", "error"]
+    readonly_fields = [
+        "id",
+        "status",
+        "progress_done",
+        "progress_total",
+        "filename",
+        "size",
+        "counts",
         "error",
         "created_at",
         "started_at",

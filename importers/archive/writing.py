@@ -152,6 +152,7 @@ def write_members(owner: Owner, staging: Staging) -> None:
     with staging.path(layout.AGENTS).open("w", encoding="utf-8") as out:
         json.dump([agent_record(agent) for agent in agents], out, ensure_ascii=False, indent=1)
     staging.counts["agents"] = len(agents)
+    staging.progress(1)
     sessions = Session.objects.owned_by(owner).select_related("agent", "owner")
     for session in sessions.order_by("created_at", "pk"):
         with staging.path(layout.session_member(str(session.pk))).open(
