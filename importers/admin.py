@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from importers.models import ExportJob, ImportJob
 from neotask_site.ownership import OwnedAdmin
@@ -23,6 +24,8 @@ class ImportJobAdmin(OwnedAdmin):
 
 @admin.register(ExportJob)
 class ExportJobAdmin(OwnedAdmin):
+    """Read only: an export is made by its job, for its owner (the Your data page)."""
+
     list_display = ["created_at", "status", "filename", "size", "owner"]
     list_filter = ["status", "owner"]
     search_fields = ["filename", "error"]
@@ -39,3 +42,6 @@ class ExportJobAdmin(OwnedAdmin):
         "started_at",
         "finished_at",
     ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -11,7 +11,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
 
-from importers import jobs
+from importers import jobs, views
 from importers.archive import jobs as archive_jobs
 from importers.archive.download import archive_response
 from importers.forms import ImportForm
@@ -77,6 +77,8 @@ def download_export(request: ApiRequest, pk: str) -> HttpResponseBase:
 
 def start_import(request: ApiRequest) -> HttpResponse:
     """An export archive uploaded as multipart/form-data (field "file"; "dry_run" optional)."""
+    if refused := views.oversized_upload(request, views.IMPORT_COMMAND):
+        raise ApiError(413, refused)
     if "file" not in request.FILES:
         raise ApiError(400, "Upload the archive as multipart/form-data in the field 'file'.")
     kind = ImportJob.Kind.NEOTASK

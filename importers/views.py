@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -22,23 +22,32 @@ from neotask_site.ownership import get_owned_or_404
 RECENT_JOBS = 10
 # Room for the form fields and multipart boundaries around the file.
 FORM_OVERHEAD = 64 * 1024
+IMPORT_COMMAND = "python manage.py import_user"
+
+
+def oversized_upload(request: HttpRequest, commands: str) -> str:
+    """Why the request's upload is refused before its body is read (nothing of it
+    is stored); "" when it is not too large. `commands`: the shell's way instead."""
+    try:
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        size = 0
+    if size <= uploads.MAX_UPLOAD_BYTES + FORM_OVERHEAD:
+        return ""
+    return (
+        f"The upload is {uploads.megabytes(size)}; uploads are limited to "
+        f"{uploads.megabytes(uploads.MAX_UPLOAD_BYTES)}. Import a bigger file from the "
+        f"shell ({commands})."
+    )
 
 
 def import_page(request: HtmxHttpRequest) -> HttpResponse:
     forms = {kind: ImportForm(kind) for kind in ImportJob.Kind.values}
     status, refused = 200, ""
     if request.method == "POST":
-        try:
-            size = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            size = 0
-        if size > uploads.MAX_UPLOAD_BYTES + FORM_OVERHEAD:
-            # Refused before the body is read: nothing of it is stored.
-            refused = (
-                f"The upload is {uploads.megabytes(size)}; uploads are limited to "
-                f"{uploads.megabytes(uploads.MAX_UPLOAD_BYTES)}. Import a bigger file from the "
-                "shell (python manage.py import_aidaemon / import_openclaw)."
-            )
+        if refused := oversized_upload(
+            request, "python manage.py import_aidaemon / import_openclaw"
+        ):
             status = 413
         elif (kind := request.POST.get("kind")) in ImportJob.Kind.values:
             form = ImportForm(kind, request.POST, request.FILES)
@@ -103,6 +112,9 @@ def data_export(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_POST
 def data_import(request: HtmxHttpRequest) -> HttpResponse:
+    if refused := oversized_upload(request, IMPORT_COMMAND):
+        context = {**data_context(request), "refused": refused}
+        return render(request, "importers/data.html", context, status=413)
     form = ImportForm(ImportJob.Kind.NEOTASK, request.POST, request.FILES)
     if not form.is_valid():
         return render(request, "importers/data.html", data_context(request, form), status=400)

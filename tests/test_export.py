@@ -287,3 +287,14 @@ def test_it_answers_other_users_jobs_with_404(alice, api, bob):
         "/api/v1/export/not-a-uuid",
     ):
         assert api.get(path).status_code == 404, path
+
+
+def test_it_refuses_an_oversized_upload_before_reading_it(alice, alice_client, api):
+    too_large = str(200 * 1024 * 1024 + 65 * 1024)
+
+    page = alice_client.post("/data/import/", CONTENT_LENGTH=too_large)
+    answer = api.post("/api/v1/import", CONTENT_LENGTH=too_large)
+
+    assert page.status_code == 413 and "uploads are limited to 200 MB" in text(page)
+    assert answer.status_code == 413 and "import_user" in answer.json()["error"]
+    assert not ImportJob.objects.exists()
