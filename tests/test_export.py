@@ -7,11 +7,14 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from importers.archive import jobs as archive_jobs
 from importers.archive import layout
 from importers.archive.jobs import run_export
 from importers.archive.writing import export_user
@@ -298,3 +301,28 @@ def test_it_refuses_an_oversized_upload_before_reading_it(alice, alice_client, a
     assert page.status_code == 413 and "uploads are limited to 200 MB" in text(page)
     assert answer.status_code == 413 and "import_user" in answer.json()["error"]
     assert not ImportJob.objects.exists()
+
+
+def test_it_keeps_the_three_newest_exports_and_removes_older_archives(alice):
+    take_queued_tasks()
+    for _ in range(4):
+        job = archive_jobs.start(alice)
+        run_export(str(job.pk))
+    take_queued_tasks()
+
+    kept = list(ExportJob.objects.filter(owner=alice))
+
+    assert len(kept) == 3 and job in kept
+    exports = {path.name for path in (Path(settings.DATA_DIR) / "exports").iterdir()}
+    assert exports == {str(export.pk) for export in kept}
+
+
+def test_it_removes_the_archive_with_its_job(alice):
+    job = archive_jobs.start(alice)
+    run_export(str(job.pk))
+    job.refresh_from_db()
+    assert job.archive_path is not None and job.archive_path.is_file()
+
+    ExportJob.objects.filter(pk=job.pk).delete()
+
+    assert not job.folder.exists()

@@ -16,6 +16,7 @@ from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 
+KEEP_EXPORTS = 3  # finished exports kept per user: a newer one replaces the oldest
 STOPPED = (
     "The export stopped without finishing (its worker was stopped, or it ran past the "
     "job timeout). Start another one."
@@ -68,6 +69,19 @@ def run_export(job_id: str) -> None:
         progress_done=progress.done,
         finished_at=timezone.now(),
     )
+    prune(job.owner)
+
+
+def prune(owner: Owner) -> None:
+    """Remove the owner's finished exports beyond the KEEP_EXPORTS newest."""
+    done = ExportJob.objects.owned_by(owner).filter(status=ExportJob.Status.DONE)
+    old = done.order_by("-created_at").values_list("pk", flat=True)[KEEP_EXPORTS:]
+    for stale in ExportJob.objects.filter(pk__in=list(old)):
+        stale.delete()  # its archive goes with it (remove_archive)
+
+
+def remove_archive(sender: type[ExportJob], instance: ExportJob, **kwargs: object) -> None:
+    shutil.rmtree(instance.folder, ignore_errors=True)
 
 
 def fail(job: ExportJob, error: str) -> None:
