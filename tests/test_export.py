@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 
 from importers.archive import jobs as archive_jobs
-from importers.archive import layout
+from importers.archive import layout, writing
 from importers.archive.jobs import run_export
 from importers.archive.writing import export_user
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.files.paths import write_memory_file
+from memory.models import Event, Fact
 from memory.workspace import workspace_dir
+from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, Session
 from tests.support.archives import USAGE, build_user_data, lines, members
 from tests.support.records import take_queued_tasks
@@ -326,3 +331,38 @@ def test_it_removes_the_archive_with_its_job(alice):
     ExportJob.objects.filter(pk=job.pk).delete()
 
     assert not job.folder.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_exports_one_consistent_moment_while_a_chat_goes_on(tmp_path, monkeypatch):
+    """A message and a fact stored (by another connection) after the export began are
+    not in it, though the export reads the sessions and facts after they were stored."""
+    owner = User.objects.create_user("erin")
+    session = chat.start_chat(owner)
+    recording.record(owner, str(session.pk), "user_message", {"content": "before"})
+    Fact.objects.create(owner=owner, category="home", key="city", value="Lyon")
+    staged = writing.Staging.path
+
+    def while_chatting(staging: writing.Staging, name: str) -> Path:
+        if name == layout.AGENTS:  # read already; sessions and facts not yet
+            worker = threading.Thread(target=chat_meanwhile, args=(owner, session))
+            worker.start()
+            worker.join()
+        return staged(staging, name)
+
+    monkeypatch.setattr(writing.Staging, "path", while_chatting)
+    path = tmp_path / "erin.zip"
+
+    counts = export_user(owner, path)
+
+    assert counts["events"] == 1 and counts["facts"] == 1
+    assert Event.objects.filter(owner=owner).count() == 2  # stored, after the moment
+    assert Fact.objects.filter(owner=owner).count() == 2
+
+
+def chat_meanwhile(owner: User, session: Session) -> None:
+    try:
+        recording.record(owner, str(session.pk), "assistant_response", {"content": "after"})
+        Fact.objects.create(owner=owner, category="home", key="pet", value="cat")
+    finally:
+        connection.close()

@@ -103,7 +103,7 @@ def test_it_writes_nothing_in_a_dry_run(alice, archive, db):
 
     report = import_archive(archive, carol, dry_run=True)
 
-    assert report.imported["events"] == 7
+    assert report.imported["events"] == 7 and report.imported["memory files"] == 2
     assert not Event.objects.filter(owner=carol).exists()
     assert not Agent.objects.filter(owner=carol).exists()
     assert snapshot(carol)["files"] == {}

@@ -564,6 +564,12 @@ class ArchiveImport:
 
     # After the commit
 
+    def count_memory_files(self) -> None:
+        """What a dry run says of the memory files: all would be written."""
+        entries = self.memory_files()
+        self.report.saw("memory files", len(entries))
+        self.report.added("memory files", len(entries))
+
     def write_memory_files(self) -> None:
         agents = set()
         for entry in self.memory_files():
@@ -605,7 +611,9 @@ def run(
             work.write()
             if report.dry_run:
                 transaction.set_rollback(True)
-        if not report.dry_run:
+        if report.dry_run:
+            work.count_memory_files()
+        else:
             work.write_memory_files()
 
 

@@ -8,10 +8,13 @@ import json
 import shutil
 import zipfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
@@ -135,11 +138,37 @@ def export_user(owner: Owner, target: Path, progress: Progress = no_progress) ->
     shutil.rmtree(staging.root, ignore_errors=True)
     staging.root.mkdir(parents=True)
     try:
-        write_members(owner, staging)
+        with snapshot():
+            write_members(owner, staging)
         write_zip(staging, target)
     finally:
         shutil.rmtree(staging.root, ignore_errors=True)
     return dict(staging.counts)
+
+
+@contextmanager
+def snapshot() -> Iterator[None]:
+    """One read transaction for the whole export, so that a chat going on meanwhile
+    is in it wholly or not at all (a session's events with its token counts), and
+    goes on writing. Inside a caller's transaction, that one's view is read."""
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # only a transaction's first statement can
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+    else:
+        # Django's transactions take SQLite's write lock at once (BEGIN IMMEDIATE, see
+        # neotask_site/profiles.py), which would stop every chat for the export's length;
+        # a deferred one reads WAL's snapshot and lets them write.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
 
 
 def total_steps(owner: Owner) -> int:
