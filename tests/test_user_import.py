@@ -269,3 +269,10 @@ def test_it_says_why_the_command_refuses_an_archive(alice, tmp_path, db):
         call_command("import_user", str(bad), "--user", "alice", stderr=io.StringIO())
     with pytest.raises(CommandError, match='no user "nobody"'):
         call_command("import_user", str(bad), "--user", "nobody")
+
+
+def test_it_refuses_too_many_members(alice, archive, monkeypatch):
+    monkeypatch.setattr(layout, "MAX_MEMBERS", 3)
+
+    with pytest.raises(ImportRefused, match=re.escape("holds 12 members; at most 3")):
+        import_archive(archive, alice)
