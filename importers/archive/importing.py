@@ -322,16 +322,21 @@ class ArchiveImport:
                 raise refused(f"{name} is not a memory file: {exc}.") from None
         return entries
 
-    def session(self, name: str) -> Iterator[SessionHead | dict[str, Any]]:
-        """The session's head, then its events' fields."""
+    def session(self, name: str) -> tuple[SessionHead, Iterator[dict[str, Any]]]:
+        """The session's head, and its events' fields to read next."""
         lines = self.archive.lines(name)
         first = next(lines, None)
         if first is None:
             raise refused(f"{name} is empty: its first line must be the session.")
         try:
-            yield session_head(first[1])
+            head = session_head(first[1])
         except BadRecord as exc:
             raise refused(f"{name} line 1: {exc}.") from None
+        return head, self.events(name, lines)
+
+    def events(
+        self, name: str, lines: Iterator[tuple[int, dict[str, Any]]]
+    ) -> Iterator[dict[str, Any]]:
         for number, record in lines:
             try:
                 yield event_fields(record)
@@ -352,16 +357,14 @@ class ArchiveImport:
             self.progress(1)
         active: set[str] = set()
         for name in self.session_members():
-            parts = iter(self.session(name))
-            head = next(parts)
-            assert isinstance(head, SessionHead)
+            head, events = self.session(name)
             if head.key.agent not in agents:
                 raise refused(f"{name}: its agent {head.key.agent!r} is not in {layout.AGENTS}.")
             if head.status == Session.Status.ACTIVE:
                 if str(head.key) in active:
                     raise refused(f"{name}: a second active session of {head.key}.")
                 active.add(str(head.key))
-            for _ in parts:
+            for _ in events:
                 pass
         for name, check in self.record_files():
             for _ in self.records(name, check):
@@ -457,9 +460,7 @@ class ArchiveImport:
         new_ids: dict[str, Session] = {}
         links: list[tuple[Session, str]] = []
         for name in self.session_members():
-            parts = iter(self.session(name))
-            head = next(parts)
-            assert isinstance(head, SessionHead)
+            head, events = self.session(name)
             self.report.saw("sessions")
             if str(head.key) not in renamed:
                 renamed[str(head.key)] = self.new_key(head.key, taken)
@@ -483,13 +484,12 @@ class ArchiveImport:
             if head.continues_from:
                 links.append((session, head.continues_from))
             batch: list[Event] = []
-            for fields in parts:
-                assert isinstance(fields, dict)
+            for fields in events:
                 batch.append(draft(self.owner, str(session.pk), agent=agent.name, **fields))
                 if len(batch) >= BATCH:
-                    self.events(batch)
+                    self.write_events(batch)
                     batch = []
-            self.events(batch)
+            self.write_events(batch)
             Session.objects.filter(pk=session.pk).update(
                 created_at=head.created_at, last_activity_at=head.last_activity_at
             )
@@ -498,7 +498,7 @@ class ArchiveImport:
             if previous in new_ids:
                 Session.objects.filter(pk=session.pk).update(continues_from=new_ids[previous])
 
-    def events(self, batch: list[Event]) -> None:
+    def write_events(self, batch: list[Event]) -> None:
         record_many(batch)
         self.report.saw("events", len(batch))
         self.report.added("events", len(batch))
