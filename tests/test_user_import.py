@@ -276,3 +276,18 @@ def test_it_refuses_too_many_members(alice, archive, monkeypatch):
 
     with pytest.raises(ImportRefused, match=re.escape("holds 12 members; at most 3")):
         import_archive(archive, alice)
+
+
+def test_it_keeps_content_that_is_not_a_string_as_the_event_stored_it(alice, tmp_path, db):
+    session = Session.start(alice, Agent.objects.default_for(alice), "web", "parts")
+    parts = [{"type": "text", "text": "a picture of the lake"}]
+    Event.objects.create(
+        owner=alice, session_id=str(session.pk), event_type="user_message", data={"content": parts}
+    )
+    path = tmp_path / "alice.zip"
+    export_user(alice, path)
+    carol = User.objects.create_user("carol")
+
+    import_archive(path, carol)
+
+    assert Event.objects.get(owner=carol).data == {"content": parts}

@@ -156,9 +156,7 @@ def event_fields(record: dict[str, Any]) -> dict[str, Any]:
         raise BadRecord("'data' must be an object")
     data = dict(data)
     content = record.get("content", "")
-    if not isinstance(content, str):
-        raise BadRecord("'content' must be a string")
-    if content:
+    if content != "":  # not always a string: kept as the event stored it
         data["content"] = content
     tool_call = record.get("tool_call", {})
     if not isinstance(tool_call, dict):
@@ -171,7 +169,7 @@ def event_fields(record: dict[str, Any]) -> dict[str, Any]:
     return {
         "event_type": kind,
         "data": data,
-        "text": str(data.get("content") or ""),
+        "text": data["content"] if isinstance(data.get("content"), str) else "",
         "created_at": moment(record, "timestamp", required=True),
         "importance": number(record, "importance", 0.0, 1.0),
         "tool_name": optional_text(record, "tool_name", 128),
