@@ -105,7 +105,7 @@ def test_it_never_exports_another_users_rows(alice, bob_lookalike, tmp_path):
     assert not [name for name, data in members(path).items() if b"(bob)" in data]
 
 
-def test_it_leaves_out_links_in_the_workspace(alice, tmp_path):
+def test_it_leaves_out_links_and_binary_files_in_the_workspace(alice, tmp_path):
     Agent.objects.default_for(alice)
     workspace = workspace_dir(alice.pk, "main")
     write_memory_file(workspace, "MEMORY.md", "# Mine\n")
@@ -113,6 +113,7 @@ def test_it_leaves_out_links_in_the_workspace(alice, tmp_path):
     secret.write_text("server secrets")
     (workspace / "memory").mkdir()
     (workspace / "memory" / "link.md").symlink_to(secret)
+    (workspace / "memory" / "photo.md").write_bytes(b"\x89PNG\x00\x00")
     path = tmp_path / "alice.zip"
 
     export_user(alice, path)

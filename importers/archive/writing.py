@@ -20,7 +20,7 @@ from django.utils import timezone
 from agent.models import TerminalAllowedPrefix
 from importers.archive import layout
 from memory.files.discovery import scan_workspace
-from memory.files.paths import max_file_bytes
+from memory.files.paths import max_file_bytes, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
 from memory.models import Fact, Macro
 from memory.workspace import workspace_dir
@@ -210,7 +210,7 @@ def write_members(owner: Owner, staging: Staging) -> None:
 
 def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
     """The agent's memory files as they are on disk; links are not followed (nor
-    exported), a file that cannot be read now is left out."""
+    exported); a file that cannot be read now, or is not text, is left out."""
     with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:
         for entry in scan_workspace(files).values():
             if entry.is_link:
@@ -218,6 +218,8 @@ def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
             try:
                 data, _ = files.read(entry.path, max_file_bytes())
             except MemoryPathError:
+                continue
+            if skip_reason_for(data):  # binary or not UTF-8: no import could take it
                 continue
             staging.path(layout.memory_member(agent, entry.path)).write_bytes(data)
             staging.counts["memory_files"] += 1
