@@ -20,7 +20,7 @@ from django.utils import timezone
 from agent.models import TerminalAllowedPrefix
 from importers.archive import layout
 from memory.files.discovery import scan_workspace
-from memory.files.paths import max_file_bytes, skip_reason_for
+from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
 from memory.models import Fact, Macro
 from memory.workspace import workspace_dir
@@ -216,6 +216,7 @@ def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
             if entry.is_link:
                 continue
             try:
+                memory_path(entry.path)  # a name no workspace may take (too long) stays out
                 data, _ = files.read(entry.path, max_file_bytes())
             except MemoryPathError:
                 continue
