@@ -266,6 +266,17 @@ def archived_json(archive: Path, name: str) -> Any:
     return json.loads(archived_bytes(archive, name))
 
 
+def test_it_never_overwrites_an_archive(tmp_path, alice):
+    existing = tmp_path / "backup.tar"
+    existing.write_bytes(b"last week's backup")
+
+    with pytest.raises(CommandError, match="already exists"):
+        back_up(existing)
+
+    assert existing.read_bytes() == b"last week's backup"
+    assert [path.name for path in tmp_path.iterdir()] == ["backup.tar"]
+
+
 def test_it_leaves_the_secret_key_out_unless_asked(tmp_path, alice):
     back_up(tmp_path / "plain.tar")
     back_up(tmp_path / "with-key.tar", "--include-secret-key")

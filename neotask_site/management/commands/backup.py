@@ -39,6 +39,8 @@ class Command(BaseCommand):
                 manifest = write_backup(output.absolute(), include_secret_key, bar.update)
         except BackupError as exc:
             raise CommandError(str(exc)) from None
+        except OSError as exc:  # a full disk, a folder it may not write in
+            raise CommandError(f"The backup could not be written: {exc}") from None
         tables = manifest["database"]["tables"]
         files = sum(name.startswith("workspaces/") for name in manifest["members"])
         vendor = manifest["database"]["vendor"]

@@ -33,6 +33,8 @@ class Command(BaseCommand):
                 restored = restore_backup(archive, force, bar.update)
         except BackupError as exc:
             raise CommandError(str(exc)) from None
+        except OSError as exc:  # a full disk: the database is as it was, or whole
+            raise CommandError(f"The restore could not be completed: {exc}") from None
         manifest = restored.manifest
         self.stdout.write(
             f"Restored the backup of {manifest['created_at']} (Neotask "
