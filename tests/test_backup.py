@@ -5,6 +5,7 @@ a clear error and nothing written."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import io
 import json
@@ -371,6 +372,20 @@ def test_it_refuses_a_target_holding_data_unless_forced(tmp_path, alice):
     assert (tmp_path / "restored" / "workspaces" / "stray.md").exists()
     forced = restore(archive, env, "--force")
     assert forced.returncode == 0, forced.stderr
+    restored = tmp_path / "restored" / "workspaces"
+    assert file_hashes(restored) == file_hashes(workspace.parent.parent)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_restores_an_archive_compressed_afterwards(tmp_path, alice):
+    workspace = workspace_with_files(alice)
+    back_up(tmp_path / "backup.tar")
+    compressed = tmp_path / "backup.tar.gz"
+    compressed.write_bytes(gzip.compress((tmp_path / "backup.tar").read_bytes()))
+
+    result = restore(compressed, app_env(tmp_path / "restored"))
+
+    assert result.returncode == 0, result.stderr
     restored = tmp_path / "restored" / "workspaces"
     assert file_hashes(restored) == file_hashes(workspace.parent.parent)
 

@@ -70,26 +70,45 @@ def write_backup(
         partial = Path(scratch) / "archive.tar"
         members: dict[str, dict[str, Any]] = {}
         with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-            with snapshot.path.open("rb") as handle:
-                members[snapshot.member] = add_member(tar, snapshot.member, handle, progress)
-            skipped = add_workspaces(tar, members, progress)
+            members[snapshot.member] = add_snapshot(tar, snapshot.member, snapshot.path, progress)
+            skipped = add_workspaces(tar, members, Path(scratch), progress)
             if include_secret_key:
                 key = io.BytesIO(settings.SECRET_KEY.encode())
-                members[SECRET_KEY_NAME] = add_member(tar, SECRET_KEY_NAME, key, progress)
+                members[SECRET_KEY_NAME] = add_member(tar, SECRET_KEY_NAME, key, Path(scratch))
             manifest = build_manifest(snapshot.vendor, snapshot.tables, members, skipped)
             raw = json.dumps(manifest, indent=2, sort_keys=True).encode()
-            add_member(tar, MANIFEST_NAME, io.BytesIO(raw), no_progress)
+            add_member(tar, MANIFEST_NAME, io.BytesIO(raw), Path(scratch))
         partial.chmod(0o600)  # it may hold the secret key, and holds everyone's data
         os.replace(partial, output)
     return manifest
 
 
+def add_snapshot(tar: tarfile.TarFile, name: str, path: Path, progress: Progress) -> dict[str, Any]:
+    """The database snapshot, a file of the backup's own that nothing changes: hashed,
+    then archived, without a copy."""
+    with path.open("rb") as handle:
+        entry = digest_of(handle)
+        handle.seek(0)
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = entry["size"], 0o600
+        tar.addfile(info, handle)
+    progress(entry["size"])
+    return entry
+
+
 def add_member(
-    tar: tarfile.TarFile, name: str, source: IO[bytes], progress: Progress, mtime: float = 0
+    tar: tarfile.TarFile,
+    name: str,
+    source: IO[bytes],
+    spool_dir: Path,
+    progress: Progress = no_progress,
+    mtime: float = 0,
 ) -> dict[str, Any]:
+    """A member read from `source` once, through a copy in `spool_dir` (beside the
+    archive: /tmp may be too small for a big workspace file)."""
     digest = hashlib.sha256()
     size = 0
-    with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as spool:
+    with tempfile.SpooledTemporaryFile(SPOOL_BYTES, dir=str(spool_dir)) as spool:
         while chunk := source.read(CHUNK):
             digest.update(chunk)
             spool.write(chunk)
@@ -103,7 +122,7 @@ def add_member(
 
 
 def add_workspaces(
-    tar: tarfile.TarFile, members: dict[str, dict[str, Any]], progress: Progress
+    tar: tarfile.TarFile, members: dict[str, dict[str, Any]], spool_dir: Path, progress: Progress
 ) -> list[dict[str, str]]:
     """Every regular file under workspaces/; returns what was skipped, and why."""
     skipped: list[dict[str, str]] = []
@@ -128,7 +147,9 @@ def add_workspaces(
                     skipped.append({"path": relative, "why": "not a regular file"})
                     continue
                 member = WORKSPACES_PREFIX + relative
-                members[member] = add_member(tar, member, handle, progress, info.st_mtime)
+                members[member] = add_member(
+                    tar, member, handle, spool_dir, progress, info.st_mtime
+                )
     finally:
         os.close(root)
     return skipped
