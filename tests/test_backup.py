@@ -377,6 +377,22 @@ def test_it_refuses_a_target_holding_data_unless_forced(tmp_path, alice):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_it_restores_hidden_files_and_odd_names(tmp_path, alice):
+    workspace = workspace_with_files(alice)
+    (workspace / ".hidden.md").write_text("hidden")
+    (workspace / "back\\slash ü.md").write_text("odd")
+    (workspace / "empty.md").write_bytes(b"")
+    back_up(tmp_path / "backup.tar")
+
+    result = restore(tmp_path / "backup.tar", app_env(tmp_path / "restored"))
+
+    assert result.returncode == 0, result.stderr
+    restored = tmp_path / "restored" / "workspaces"
+    assert file_hashes(restored) == file_hashes(workspace.parent.parent)
+    assert len(file_hashes(restored)) == 6
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_restores_an_archive_compressed_afterwards(tmp_path, alice):
     workspace = workspace_with_files(alice)
     back_up(tmp_path / "backup.tar")

@@ -197,7 +197,8 @@ def checked_member(member: tarfile.TarInfo) -> str:
     """The member's name, if it is a regular file where the layout puts one."""
     name = member.name
     parts = name.split("/")
-    if name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in parts):
+    # A backslash is a file name's character here, as in the workspace it came from.
+    if name.startswith("/") or any(part in ("", ".", "..") for part in parts):
         raise BackupError(f"The archive member {name!r} is not a safe path; nothing was restored.")
     if not member.isreg():
         raise BackupError(
