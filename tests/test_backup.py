@@ -363,6 +363,9 @@ def test_it_refuses_a_target_holding_data_unless_forced(tmp_path, alice):
     env = app_env(tmp_path / "restored")
     assert restore(archive, env).returncode == 0
     (tmp_path / "restored" / "workspaces" / "stray.md").write_text("written since")
+    with closing(open_restored(env)) as target:
+        target.cursor().execute("INSERT INTO auth_group (name) VALUES ('made since')")
+        target.commit()
 
     again = restore(archive, env)
 
@@ -374,6 +377,8 @@ def test_it_refuses_a_target_holding_data_unless_forced(tmp_path, alice):
     assert forced.returncode == 0, forced.stderr
     restored = tmp_path / "restored" / "workspaces"
     assert file_hashes(restored) == file_hashes(workspace.parent.parent)
+    with closing(open_restored(env)) as target:
+        assert every_row(target.cursor())["auth_group"] == []
 
 
 @pytest.mark.django_db(transaction=True)
