@@ -459,16 +459,27 @@ def test_it_refuses_a_postgresql_database_others_are_connected_to(tmp_path, alic
 
 
 @on_postgresql
-def test_it_says_when_postgresql_is_unreachable(tmp_path, alice):
+def test_it_says_when_postgresql_is_unreachable_for_backup_or_restore(tmp_path, alice):
     archive = tmp_path / "backup.tar"
     back_up(archive)
     env = {**app_env(tmp_path / "restored"), "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x"}
 
     result = restore(archive, env)
+    second = subprocess.run(
+        [sys.executable, "manage.py", "backup", "--output", str(tmp_path / "second.tar")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert result.returncode == 1
     assert "PostgreSQL is unreachable" in result.stderr
     assert "Traceback" not in result.stderr
+    assert second.returncode == 1
+    assert "PostgreSQL could not be read: connection failed" in second.stderr
+    assert not (tmp_path / "second.tar").exists()
 
 
 @on_postgresql
