@@ -1,0 +1,75 @@
+"""Restoring a backup: every member checked before anything is written, then the
+database loaded (whole or not at all), then the workspaces and the secret key moved
+into place, then the rows counted against the manifest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from neotask_site.backup import BackupError
+from neotask_site.backup.archive import (
+    extract_archive,
+    has_entries,
+    member_path,
+    verify_archive,
+    workspaces_root,
+)
+from neotask_site.backup.manifest import SECRET_KEY_NAME, WORKSPACES_PREFIX
+from neotask_site.backup.snapshot import check_target, restore_database
+from neotask_site.progress import Progress, no_progress
+
+
+@dataclass(frozen=True)
+class Restored:
+    manifest: dict[str, Any]
+    tables: dict[str, int]
+    files: int
+    secret_key: bool
+
+
+def restore_backup(archive: Path, force: bool, progress: Progress = no_progress) -> Restored:
+    manifest = verify_archive(archive)
+    database = manifest["database"]
+    check_target(database["vendor"], force)
+    workspaces = workspaces_root()
+    if has_entries(workspaces) and not force:
+        raise BackupError(
+            f"{workspaces} is not empty: restore into an empty data dir, "
+            "or pass --force to replace it."
+        )
+    data_dir = Path(settings.DATA_DIR)
+    staging = Path(tempfile.mkdtemp(dir=data_dir, prefix=".restore-"))
+    try:
+        files = extract_archive(archive, manifest, staging, progress)
+        tables = restore_database(
+            member_path(staging, database["member"]), database["vendor"], force
+        )
+        check_counts(database["tables"], tables)
+        if workspaces.exists():  # only with --force, checked above
+            os.rename(workspaces, staging / "replaced-workspaces")
+        restored_workspaces = member_path(staging, WORKSPACES_PREFIX)
+        if restored_workspaces.exists():
+            os.rename(restored_workspaces, workspaces)
+        secret_key = SECRET_KEY_NAME in manifest["members"]
+        if secret_key:
+            os.replace(member_path(staging, SECRET_KEY_NAME), data_dir / SECRET_KEY_NAME)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Restored(manifest, tables, files, secret_key)
+
+
+def check_counts(expected: dict[str, int], restored: dict[str, int]) -> None:
+    wrong = [
+        f"{table}: {restored.get(table, 'no table')} rows, the backup had {count}"
+        for table, count in expected.items()
+        if restored.get(table) != count
+    ]
+    if wrong:
+        raise BackupError(f"The restored database differs from the backup: {'; '.join(wrong)}.")
