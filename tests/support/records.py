@@ -18,7 +18,7 @@ from django.utils import timezone
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from importers.models import ImportJob
 from memory import recording
-from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
+from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
@@ -39,6 +39,7 @@ OWNED_MODELS = [
     ImportJob,
     ChatInput,
     ChatClaim,
+    ForgottenEvent,
 ]
 
 
@@ -83,6 +84,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
+        ForgottenEvent: ForgottenEvent.objects.create(owner=owner, event_id=0),
     }
 
 
