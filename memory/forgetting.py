@@ -10,7 +10,8 @@ Deleting events removes:
   every in-process index reads at its next sync (memory.vector_index);
 - the session's working memory here (other processes see a smaller count in
   their version check and rebuild);
-- what was derived from them (`mark_derived`).
+- what was derived from them (`mark_derived`), and the search context of the
+  turn that followed a deleted one (`rekey_followers`).
 
 Memory files are deleted on disk without following links (workspace_fs) and
 then re-indexed, which deletes their chunks; the chunk indexes drop vectors
@@ -85,7 +86,9 @@ def forget_events(owner: Owner, event_ids: Iterable[int]) -> Forgotten:
         events = owned_events(owner, Event.objects.filter(pk__in=ids)) if ids else []
         if not events:
             raise NothingToForget("No such message: it may have been deleted already.")
-        return erase(owner, events)
+        report = erase(owner, events)
+        rekey_followers(owner, events)
+    return report
 
 
 def forget_sessions(owner: Owner, session_ids: Iterable[str]) -> Forgotten:
@@ -118,6 +121,31 @@ def erase(owner: Owner, events: list[Event]) -> Forgotten:
     sessions = {event.session_id for event in doomed.values()}
     transaction.on_commit(lambda: working_memory.forget(owner.pk, sessions))
     return report
+
+
+def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
+    """A turn is also found by the words of the turn before it (its search
+    context, memory.keys): the turn that followed a deleted one is keyed again,
+    from the turn before it now. Its vector is of its own words, and stays."""
+    followers: dict[int, Event] = {}
+    for event in deleted:
+        if event.event_type not in EventType.TURNS:
+            continue
+        follower = (
+            Event.objects.filter(
+                owner=owner,
+                session_id=event.session_id,
+                pk__gt=event.pk,
+                event_type__in=EventType.RECALLABLE,
+            )
+            .order_by("pk")
+            .first()
+        )
+        if follower is not None:
+            followers[follower.pk] = follower
+    for follower in followers.values():
+        follower.set_keys(follower.previous_turn_text())
+        follower.save(update_fields=["speaker", "search_key", "search_context", "key_version"])
 
 
 def mark_derived(owner: Owner, events: list[Event], report: Forgotten) -> list[Event]:
