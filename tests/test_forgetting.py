@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from io import StringIO
 
 import numpy as np
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
@@ -222,6 +224,26 @@ def test_it_deletes_a_memory_file_on_disk_with_its_chunks(alice):
     assert not (workspace / "memory" / "locker.md").exists()
     assert not MemoryFile.objects.exists()
     assert not MemoryChunk.objects.exists()
+
+
+def test_it_removes_deleted_events_and_chats_from_exported_transcripts(
+    alice, chat, turns, tmp_path
+):
+    other = start_chat(alice)
+    say(alice, other, "Kept in its transcript.")
+    call_command("export_transcripts", str(tmp_path), stdout=StringIO(), stderr=StringIO())
+    forgetting.delete_message(alice, turns[0].pk)
+    forgetting.delete_chat(alice, other.key)
+    out = StringIO()
+    call_command("export_transcripts", str(tmp_path), stdout=out, stderr=StringIO())
+    lines = (tmp_path / f"{chat.pk}.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [e.pk for e in turns[1:]]
+    assert not (tmp_path / f"{other.pk}.jsonl").exists()
+    index = json.loads((tmp_path / "sessions.json").read_text())
+    assert list(index) == [chat.key]
+    assert "1 transcript rewritten without the deleted events, 1 of deleted sessions" in (
+        out.getvalue()
+    )
 
 
 # The chat page ---------------------------------------------------------------
