@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import timedelta
 from io import StringIO
 
 import numpy as np
@@ -25,7 +26,7 @@ from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from sessions_app import forgetting
+from sessions_app import cleanup, forgetting
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatInput, Session
 from tests.programs import forgetting as program
@@ -244,6 +245,14 @@ def test_it_removes_deleted_events_and_chats_from_exported_transcripts(
     assert "1 transcript rewritten without the deleted events, 1 of deleted sessions" in (
         out.getvalue()
     )
+
+
+def test_it_forgets_what_session_cleanup_deletes(alice, chat, turns):
+    Session.objects.filter(pk=chat.pk).update(last_activity_at=timezone.now() - timedelta(days=90))
+    removed = cleanup.remove_candidates(Session.objects.owned_by(alice), 30, False)
+    assert [c.session.pk for c in removed] == [chat.pk]
+    assert not Event.objects.exists()
+    assert set(ForgottenEvent.objects.values_list("event_id", flat=True)) == {e.pk for e in turns}
 
 
 # The chat page ---------------------------------------------------------------
