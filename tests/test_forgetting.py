@@ -389,6 +389,23 @@ def test_it_deletes_events_in_the_admin_through_the_same_path(admin_client, alic
     assert Event.objects.count() == len(turns) - 2
 
 
+def test_it_deletes_sessions_and_facts_in_the_admin_through_the_same_path(
+    admin_client, alice, chat, turns
+):
+    fact = Fact.objects.create(owner=alice, category="place", key="bike", value="garage")
+    admin_client.post(reverse("admin:memory_fact_delete", args=[fact.pk]), {"post": "yes"})
+    admin_client.post(reverse("admin:sessions_app_session_delete", args=[chat.pk]), {"post": "yes"})
+    assert not Fact.objects.exists()
+    assert not Event.objects.exists()
+    assert ForgottenEvent.objects.count() == len(turns)
+
+
+def test_it_forgets_a_session_deleted_through_the_api(alice_api, chat, turns):
+    assert alice_api("DELETE", reverse("api-session", args=[chat.pk])).status_code == 204
+    assert alice_api("DELETE", reverse("api-session", args=[chat.pk])).status_code == 404
+    assert ForgottenEvent.objects.count() == len(turns)
+
+
 def test_it_deletes_a_memory_file_in_the_admin_on_disk_too(admin_client, alice):
     workspace = workspace_dir(alice.pk, "main")
     write_memory_file(workspace, "memory/locker.md", "The code is 4417.\n")
