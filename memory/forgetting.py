@@ -21,7 +21,7 @@ whose rows are gone at their next sync.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -51,7 +51,6 @@ class Forgotten:
     facts: int = 0  # facts deleted: asked for, or proposed by a deleted summary
     recalls: int = 0  # recall events whose recalled items were removed
     files: int = 0
-    event_ids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -119,7 +118,6 @@ def erase(owner: Owner, events: list[Event]) -> Forgotten:
     for start in range(0, len(ids), BATCH):
         Event.objects.filter(owner=owner, pk__in=ids[start : start + BATCH]).delete()
     report.events = len(events)
-    report.event_ids = ids
     sessions = {event.session_id for event in doomed.values()}
     transaction.on_commit(lambda: working_memory.forget(owner.pk, sessions))
     return report
