@@ -283,6 +283,8 @@ def delete_chat(request: ApiRequest, key: str) -> HttpResponse:
         return forgotten(forgetting.delete_chat(request.user, key))
     except NothingToForget:
         raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
 
 
 def row_id(pk: str) -> int:
@@ -298,6 +300,8 @@ def delete_event(request: ApiRequest, pk: str) -> HttpResponse:
         return forgotten(forgetting.delete_message(request.user, row_id(pk)))
     except NothingToForget:
         raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
 
 
 def delete_turn(request: ApiRequest, pk: str) -> HttpResponse:
@@ -306,6 +310,8 @@ def delete_turn(request: ApiRequest, pk: str) -> HttpResponse:
         return forgotten(forgetting.delete_turn(request.user, row_id(pk)))
     except NothingToForget:
         raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
 
 
 def delete_fact(request: ApiRequest, pk: str) -> HttpResponse:

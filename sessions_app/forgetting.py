@@ -8,12 +8,26 @@ is measured afresh on every turn, so no count of a deleted message remains.
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import transaction
 
 from memory.forgetting import Forgotten, NothingToForget, forget_events, forget_sessions
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
-from sessions_app.models import ChatInput, Session
+from sessions_app.models import ChatClaim, ChatInput, Session
+
+
+class ChatBusy(Exception):
+    """The chat is answering: what the turn writes next would outlive the deletion."""
+
+
+def check_idle(owner: Owner, key: str) -> None:
+    if ChatClaim.objects.is_held(owner.pk, key):
+        raise ChatBusy(
+            "The agent is answering in this chat: wait for the answer or stop it (/stop), "
+            "then delete. Nothing was deleted."
+        )
 
 
 def delete_chat(owner: Owner, key: str) -> Forgotten:
@@ -24,6 +38,7 @@ def delete_chat(owner: Owner, key: str) -> Forgotten:
         ids = [str(pk) for pk in sessions.values_list("pk", flat=True)]
         if not ids:
             raise NothingToForget("No such chat: it may have been deleted already.")
+        check_idle(owner, key)
         report = forget_sessions(owner, ids)
         sessions.delete()  # (sessions_app.signals then finds no event left)
         ChatInput.objects.owned_by(owner).filter(key=key).delete()
@@ -31,10 +46,22 @@ def delete_chat(owner: Owner, key: str) -> Forgotten:
 
 
 def owned_event(owner: Owner, event_id: int) -> Event:
+    """The owner's event, if its chat is not answering (ChatBusy)."""
     event = Event.objects.owned_by(owner).filter(pk=event_id).first()
     if event is None:
         raise NothingToForget("No such message: it may have been deleted already.")
+    key = Session.objects.owned_by(owner).filter(pk=session_uuid(event.session_id))
+    for chat_key in key.values_list("key", flat=True):
+        check_idle(owner, chat_key)
     return event
+
+
+def session_uuid(session_id: str) -> uuid.UUID | None:
+    """The session an event names (imported events may name none of Neotask's)."""
+    try:
+        return uuid.UUID(session_id)
+    except ValueError:
+        return None
 
 
 def delete_message(owner: Owner, event_id: int) -> Forgotten:

@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from agent.models import ApprovalRequest
 from memory.forgetting import forget_sessions
 from sessions_app import deactivation
 from sessions_app.models import Session
@@ -25,6 +26,8 @@ def delete_session_events(
     if deleting is get_user_model():
         return
     forget_sessions(instance.owner, [str(instance.pk)])
+    # The commands the agent asked to run there quote the chat too.
+    ApprovalRequest.objects.filter(owner_id=instance.owner_id, session_id=str(instance.pk)).delete()
 
 
 post_save.connect(

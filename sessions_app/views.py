@@ -204,8 +204,9 @@ def chat_delete(request: HtmxHttpRequest, key: str) -> HttpResponse:
     if request.method == "POST":
         try:
             report = forgetting.delete_chat(request.user, key)
-        except NothingToForget as exc:  # deleted meanwhile, in another tab
+        except (NothingToForget, forgetting.ChatBusy) as exc:  # e.g. another tab
             messages.error(request, str(exc))
+            return redirect("chat", key=key)
         else:
             messages.success(request, f"Deleted the chat “{session}”. {report.describe()}")
         return redirect("home")
@@ -230,7 +231,7 @@ def event_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         delete = forgetting.delete_turn if scope == "turn" else forgetting.delete_message
         try:
             report = delete(request.user, event.pk)
-        except NothingToForget as exc:
+        except (NothingToForget, forgetting.ChatBusy) as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, report.describe())

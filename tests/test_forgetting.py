@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from agent.models import ApprovalRequest
 from memory import recording
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
@@ -28,7 +29,7 @@ from memory.working import working_memory
 from memory.workspace import workspace_dir
 from sessions_app import cleanup, forgetting
 from sessions_app.chat import start_chat
-from sessions_app.models import ApiToken, ChatInput, Session
+from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
 from tests.programs import forgetting as program
 from tests.support.processes import ROOT, app_env, program_command, run_program
 
@@ -104,15 +105,34 @@ def test_it_deletes_a_chat_with_every_session_it_had(alice, bob, chat, turns):
     bobs = start_chat(bob)
     say(bob, bobs, "Where did I park the blue bicycle?")
 
+    ApprovalRequest.objects.create(owner=alice, session_id=str(chat.pk), command="cat bike.txt")
+    ApprovalRequest.objects.create(owner=bob, session_id=str(bobs.pk), command="ls")
+
     report = forgetting.delete_chat(alice, chat.key)
 
     assert report.events == len(turns) + 1
+    assert list(ApprovalRequest.objects.values_list("command", flat=True)) == ["ls"]
     assert not Session.objects.filter(key=chat.key).exists()
     assert not ChatInput.objects.filter(key=chat.key).exists()
     assert texts(alice) == ["Another chat of alice's."]
     assert texts(bob) == ["Where did I park the blue bicycle?"]
     with pytest.raises(NothingToForget):
         forgetting.delete_chat(alice, chat.key)
+
+
+def test_it_deletes_nothing_of_a_chat_that_is_answering(alice, alice_api, chat, turns):
+    ChatClaim.objects.create(
+        owner=alice, key=chat.key, token="t", lease_until=timezone.now() + timedelta(seconds=20)
+    )
+    with pytest.raises(forgetting.ChatBusy):
+        forgetting.delete_chat(alice, chat.key)
+    with pytest.raises(forgetting.ChatBusy):
+        forgetting.delete_turn(alice, turns[0].pk)
+    response = alice_api("DELETE", reverse("api-event", args=[turns[0].pk]))
+    assert response.status_code == 409
+    assert "answering" in response.json()["error"]
+    assert Event.objects.count() == len(turns)
+    assert not ForgottenEvent.objects.exists()
 
 
 def test_it_forgets_nothing_of_another_owner_by_id(alice, bob, turns):
