@@ -1,10 +1,22 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from memory.models import PINNED_IMPORTANCE, Event, Fact, Macro, MemoryChunk, MemoryFile
+from memory import forgetting
+from memory.files.paths import MemoryPathError
+from memory.models import (
+    PINNED_IMPORTANCE,
+    Event,
+    Fact,
+    ForgottenEvent,
+    Macro,
+    MemoryChunk,
+    MemoryFile,
+)
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -25,8 +37,32 @@ class EmbeddingFilter(admin.SimpleListFilter):
         return queryset
 
 
+def by_owner(rows: QuerySet) -> dict[int, list]:
+    """The rows of each owner: memory.forgetting deletes one owner's at a time."""
+    owners: dict[int, list] = {}
+    for row in rows.select_related("owner"):
+        owners.setdefault(row.owner_id, []).append(row)
+    return owners
+
+
+class ForgettingAdmin(OwnedAdmin):
+    """Deleting here (a row's page or the "delete selected" action, each after
+    Django's confirmation page) takes the path the chat page and the API take:
+    memory.forgetting, so that no process keeps what the admin deleted."""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self.forget(request, [obj])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for rows in by_owner(queryset).values():
+            self.forget(request, rows)
+
+    def forget(self, request: HttpRequest, rows: list) -> None:
+        raise NotImplementedError
+
+
 @admin.register(Event)
-class EventAdmin(OwnedAdmin):
+class EventAdmin(ForgettingAdmin):
     list_display = [
         "id",
         "created_at",
@@ -63,14 +99,20 @@ class EventAdmin(OwnedAdmin):
     def unpin(self, request: HttpRequest, queryset: QuerySet) -> None:
         queryset.update(importance=0.5)
 
+    def forget(self, request: HttpRequest, rows: list) -> None:
+        forgetting.forget_events(rows[0].owner, [event.pk for event in rows])
+
 
 @admin.register(Fact)
-class FactAdmin(OwnedAdmin):
+class FactAdmin(ForgettingAdmin):
     list_display = ["category", "key", "value", "source", "owner", "updated_at"]
     list_filter = ["category", "source", "owner"]
     search_fields = ["category", "key", "value"]
     list_editable = ["value"]
     readonly_fields = ["created_at", "updated_at"]
+
+    def forget(self, request: HttpRequest, rows: list) -> None:
+        forgetting.forget_facts(rows[0].owner, Fact.objects.filter(pk__in=[f.pk for f in rows]))
 
 
 @admin.register(Macro)
@@ -82,11 +124,21 @@ class MacroAdmin(OwnedAdmin):
 
 
 @admin.register(MemoryFile)
-class MemoryFileAdmin(OwnedAdmin):
+class MemoryFileAdmin(ForgettingAdmin):
+    """Deleting a file here deletes it in the workspace too: otherwise the next
+    indexing would bring it back."""
+
     list_display = ["path", "agent", "size", "skip_reason", "indexed_at", "owner"]
     list_filter = ["agent", "indexed_at", "owner"]
     search_fields = ["path", "skip_reason"]
     readonly_fields = ["size", "mtime_ns", "sha256", "skip_reason", "indexed_at", "created_at"]
+
+    def forget(self, request: HttpRequest, rows: list) -> None:
+        for file in rows:
+            try:
+                forgetting.forget_memory_file(file.owner, file.agent, file.path)
+            except MemoryPathError as exc:  # a link, or gone already: the row is gone anyway
+                self.message_user(request, f"{file.path}: {exc}", messages.WARNING)
 
 
 @admin.register(MemoryChunk)
@@ -112,3 +164,16 @@ class MemoryChunkAdmin(OwnedAdmin):
     @admin.display(boolean=True)
     def embedded(self, chunk: MemoryChunk) -> bool:
         return chunk.embedding is not None
+
+
+@admin.register(ForgottenEvent)
+class ForgottenEventAdmin(OwnedAdmin):
+    """Which events were deleted on demand, and when (ids only): the log every
+    process's vector index reads. Written by memory.forgetting alone."""
+
+    list_display = ["event_id", "agent", "forgotten_at", "owner"]
+    list_filter = ["agent", "forgotten_at", "owner"]
+    readonly_fields = ["owner", "agent", "event_id", "forgotten_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -437,3 +437,24 @@ class MemoryChunk(OwnedModel):
     @property
     def source(self) -> str:
         return f"{self.file.path}:{self.start_line}-{self.end_line}"
+
+
+class ForgottenEvent(OwnedModel):
+    """An event deleted on demand (memory.forgetting): its id stays here so that
+    every process's in-process vector index drops its vector at its next sync,
+    not only when the vector happens to come up as a hit. Ids and times only:
+    nothing of what was said."""
+
+    agent = models.CharField(max_length=64, default=DEFAULT_AGENT)
+    event_id = models.BigIntegerField()
+    forgotten_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "forgotten_events"
+        indexes = [
+            # Each index sync reads the recent ones of its owner and agent.
+            models.Index(fields=["owner", "agent", "forgotten_at"], name="forgotten_owner_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"forgotten event #{self.event_id}"

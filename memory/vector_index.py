@@ -8,9 +8,11 @@ compared with every stored one once (`NumpyIndex.query`: a sync and a
 matrix-vector product, ~5 ms at 100k events), and each question a turn asks with
 it — the nearest by plain or contextual cosine, the scores of given rows — is read
 from that `VectorQuery`, plus one small query for whether its hits still exist.
-A deletion leaves no stamp behind: a deleted event is dropped when it comes up as
-a hit, and the next best takes its place; chunks vanish with every edit of their
-file, so a chunk index compares its count with the table's on each sync instead.
+A deletion leaves no stamp behind: an event forgotten on demand (memory.forgetting)
+is logged in `ForgottenEvent`, which each sync reads, so every process drops its
+vector at once; any other deleted event is dropped when it comes up as a hit, and
+the next best takes its place; chunks vanish with every edit of their file, so a
+chunk index compares its count with the table's on each sync instead.
 A corrupt stored vector is cleared, for the embedding jobs to compute again.
 
 Contextual scores: a turn is also found by what its speaker said just before and
@@ -38,9 +40,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from django.db.models import QuerySet
+from django.utils import timezone
 
-from memory.models import Event, MemoryChunk
-from memory.vector_sync import StampWindow
+from memory.models import Event, ForgottenEvent, MemoryChunk
+from memory.vector_sync import SETTLE, StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 from memory.workspace import DEFAULT_AGENT
 
@@ -74,6 +77,8 @@ class Rows:
     # Rows that vanish often (a file's chunks, on every edit) are counted on each
     # sync, then their ids compared; rare deletions are found among the hits.
     reconcile: bool = False
+    # Rows deleted on demand are logged (ForgottenEvent) for every process to drop.
+    forgotten: bool = False
 
     def stored(self, owner_id: int, agent: str) -> QuerySet:
         """The owner's rows of `agent` that have a vector."""
@@ -97,7 +102,7 @@ class Rows:
             yield row_id, vector, embedded_at, tuple(thread)
 
 
-EVENTS = Rows(Event, "event", thread_fields=("session_id", "event_type", "speaker"))
+EVENTS = Rows(Event, "event", thread_fields=("session_id", "event_type", "speaker"), forgotten=True)
 CHUNKS = Rows(MemoryChunk, "memory chunk", reconcile=True)
 
 
@@ -117,11 +122,15 @@ class NumpyIndex:
         # A speaker's turns in a session, by event id: (session, type, speaker) → ids.
         self.threads: dict[tuple[Any, ...], list[int]] = {}
         self.window = StampWindow()
+        # Forgotten rows logged after this have not been dropped yet.
+        self.forgotten_horizon: datetime | None = None
         self.removals = 0  # rows move only when one is removed (`VectorQuery.scores`)
 
     def sync(self) -> None:
         """Read the vectors stored or replaced since the last sync (all of them the
         first time). The caller holds the lock."""
+        if self.rows.forgotten:
+            self.drop_forgotten()
         stored = self.rows.stored(self.owner_id, self.agent)
         for batch in self.window.unread(stored):
             for row_id, vector, embedded_at, thread in self.rows.vectors(batch):
@@ -129,6 +138,20 @@ class NumpyIndex:
                 self.window.read(row_id, embedded_at)
         if self.rows.reconcile and stored.count() != self.size:
             self.reconcile(stored)
+
+    def drop_forgotten(self) -> None:
+        """Drop the rows forgotten since the last sync. The log is read `SETTLE`
+        back, as the stamps are: a deletion may commit after a later-logged one
+        was read. A first sync loads no deleted row, so it only sets the horizon."""
+        started = timezone.now()
+        if self.forgotten_horizon is not None:
+            logged = ForgottenEvent.objects.filter(
+                owner_id=self.owner_id, agent=self.agent, forgotten_at__gt=self.forgotten_horizon
+            ).values_list("event_id", flat=True)
+            held = [row_id for row_id in logged if row_id in self.position]
+            if held:
+                self.remove(held)
+        self.forgotten_horizon = started - SETTLE
 
     def reconcile(self, stored: QuerySet) -> None:
         """Drop the rows that are gone, and read those that committed more than

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from memory import forgetting
 from memory.files import indexing, paths
 from memory.forms import FactForm
 from memory.models import Fact, Macro
@@ -127,12 +128,11 @@ def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
     shown = existing_file(request, workspace)
     if request.method == "POST":
         try:
-            paths.delete_memory_file(workspace, shown)
+            forgetting.forget_memory_file(request.user, agent, shown)
         except paths.MemoryPathError as exc:  # a link, or changed meanwhile
             messages.error(request, str(exc))
         else:
             messages.success(request, f"Deleted {shown}.")
-        indexing.index_path(request.user, agent, shown)
         return redirect(files_url(agent))
     return render(request, "memory/file_delete.html", {"agent": agent, "path": shown})
 
@@ -198,7 +198,7 @@ def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def fact_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
-    fact.delete()
+    forgetting.forget_facts(request.user, Fact.objects.filter(pk=fact.pk))
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f"Deleted {fact}.")

@@ -82,6 +82,13 @@ class WorkingMemory:
             else:
                 del self.sessions[key]  # out of order: rebuild on next read
 
+    def forget(self, owner_id: int, session_ids: set[str]) -> None:
+        """Drop these sessions' cached events (some were deleted). Other processes
+        see a smaller count in their version check and rebuild."""
+        with self.lock:
+            for session_id in session_ids:
+                self.sessions.pop((owner_id, session_id), None)
+
     def clear(self) -> None:
         with self.lock:
             self.sessions.clear()

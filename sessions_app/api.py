@@ -24,10 +24,13 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from memory.models import Event
+from memory import forgetting as memory_forgetting
+from memory.files.paths import MemoryPathError, NotFound
+from memory.forgetting import Forgotten, NothingToForget
+from memory.models import Event, Fact
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
 from neotask_site.ownership import Owner, get_owned_or_404
-from sessions_app import chat, runner, views
+from sessions_app import chat, forgetting, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.models import Agent, ApiToken, Session
 
@@ -265,8 +268,73 @@ def read_session(request: ApiRequest, pk: str) -> HttpResponse:
 
 
 def delete_session(request: ApiRequest, pk: str) -> HttpResponse:
+    """One session and all its events (memory.forgetting, through sessions_app.signals)."""
     owned_session(request, pk).delete()
     return HttpResponse(status=204)
+
+
+def forgotten(report: Forgotten) -> JsonResponse:
+    return JsonResponse({"deleted": report.as_dict()})
+
+
+def delete_chat(request: ApiRequest, key: str) -> HttpResponse:
+    """Every session of the chat `key`, with all their events."""
+    try:
+        return forgotten(forgetting.delete_chat(request.user, key))
+    except NothingToForget:
+        raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
+
+
+def row_id(pk: str) -> int:
+    """A numeric id from the URL; anything else names nothing (404)."""
+    if not pk.isascii() or not pk.isdigit() or len(pk) > 18:
+        raise Http404
+    return int(pk)
+
+
+def delete_event(request: ApiRequest, pk: str) -> HttpResponse:
+    """One message (any event); the rest of its session stays."""
+    try:
+        return forgotten(forgetting.delete_message(request.user, row_id(pk)))
+    except NothingToForget:
+        raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
+
+
+def delete_turn(request: ApiRequest, pk: str) -> HttpResponse:
+    """The turn of an event: the user's message and all the agent did in reply."""
+    try:
+        return forgotten(forgetting.delete_turn(request.user, row_id(pk)))
+    except NothingToForget:
+        raise Http404 from None
+    except forgetting.ChatBusy as exc:
+        raise ApiError(409, str(exc)) from None
+
+
+def delete_fact(request: ApiRequest, pk: str) -> HttpResponse:
+    fact = get_owned_or_404(Fact, request.user, pk=row_id(pk))
+    return forgotten(memory_forgetting.forget_facts(request.user, Fact.objects.filter(pk=fact.pk)))
+
+
+def delete_memory_file(request: ApiRequest) -> HttpResponse:
+    """`?path=memory/notes.md[&agent=main]`: the file on disk and its chunks."""
+    agent = request.GET.get("agent", DEFAULT_AGENT)
+    path = request.GET.get("path", "")
+    try:
+        check_agent_name(agent)
+    except AgentNameError as exc:
+        raise ApiError(400, str(exc)) from None
+    if not path:
+        raise ApiError(400, "Name the file: ?path=memory/notes.md (and &agent=, default main).")
+    try:
+        return forgotten(memory_forgetting.forget_memory_file(request.user, agent, path))
+    except NotFound:
+        raise Http404 from None
+    except MemoryPathError as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def transcript(request: ApiRequest, pk: str) -> HttpResponseBase:
@@ -317,5 +385,10 @@ async def post_message(request: ApiRequest, pk: str) -> HttpResponse:
 
 sessions_view = endpoint(GET=list_sessions, POST=start_session)
 session_view = endpoint(GET=read_session, DELETE=delete_session)
+chat_view = endpoint(DELETE=delete_chat)
+event_view = endpoint(DELETE=delete_event)
+turn_view = endpoint(DELETE=delete_turn)
+fact_view = endpoint(DELETE=delete_fact)
+memory_file_view = endpoint(DELETE=delete_memory_file)
 transcript_view = endpoint(GET=transcript)
 messages_view = endpoint(POST=post_message)

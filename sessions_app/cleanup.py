@@ -17,6 +17,7 @@ from django.db.models import Count, QuerySet, Sum, TextField
 from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
 
+from memory.forgetting import forget_sessions
 from memory.models import Event
 from sessions_app.models import Session
 
@@ -124,9 +125,16 @@ def select(sessions: QuerySet[Session], values: list[str], days: int) -> Selecti
 
 
 def remove(sessions: QuerySet[Session], candidates: list[Candidate]) -> None:
-    """Delete the candidates among `sessions`; their events go with them
-    (sessions_app.signals)."""
-    sessions.filter(pk__in=[candidate.session.pk for candidate in candidates]).delete()
+    """Delete the candidates among `sessions` with their events: each owner's
+    forgotten at once (memory.forgetting), rather than a session at a time by
+    sessions_app.signals, which then finds none left."""
+    chosen = sessions.filter(pk__in=[candidate.session.pk for candidate in candidates])
+    owners: dict[int, list[Candidate]] = {}
+    for candidate in candidates:
+        owners.setdefault(candidate.session.owner_id, []).append(candidate)
+    for owned in owners.values():
+        forget_sessions(owned[0].session.owner, [str(c.session.pk) for c in owned])
+    chosen.delete()
 
 
 def remove_selected(sessions: QuerySet[Session], values: list[str], days: int) -> Selection:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,6 +123,42 @@ def merge_index(index: dict[str, Any], sessions: Iterable[Session]) -> dict[str,
     return merged
 
 
+def exported_id(name: str) -> str | None:
+    """The session id a transcript's file name or index entry gives, if it is one."""
+    try:
+        return str(uuid.UUID(name)) if str(uuid.UUID(name)) == name else None
+    except ValueError:
+        return None
+
+
+def without_deleted(index: dict[str, Any]) -> dict[str, Any]:
+    """The index without the entries of sessions deleted since (memory.forgetting)."""
+    named = {
+        key: session_id
+        for key, entry in index.items()
+        if isinstance(entry, dict) and (session_id := exported_id(str(entry.get("session_id"))))
+    }
+    existing = {
+        str(pk) for pk in Session.objects.filter(pk__in=named.values()).values_list("pk", flat=True)
+    }
+    return {key: entry for key, entry in index.items() if named.get(key) in existing}
+
+
+def remove_deleted(out_dir: Path) -> int:
+    """Delete the transcripts of sessions deleted since they were exported: a
+    deleted chat leaves no copy behind. Only files named by a session id."""
+    files = {
+        session_id: path
+        for path in out_dir.glob("*.jsonl")
+        if (session_id := exported_id(path.stem))
+    }
+    existing = {str(pk) for pk in Session.objects.filter(pk__in=files).values_list("pk", flat=True)}
+    gone = [path for session_id, path in files.items() if session_id not in existing]
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return len(gone)
+
+
 def read_index(path: Path) -> dict[str, Any]:
     """The existing index; empty if missing or unreadable (it is rebuilt from
     the sessions exported now)."""
@@ -134,7 +171,7 @@ def read_index(path: Path) -> dict[str, Any]:
 
 def write_index(out_dir: Path, sessions: Iterable[Session]) -> dict[str, Any]:
     path = out_dir / INDEX_NAME
-    index = merge_index(read_index(path), sessions)
+    index = without_deleted(merge_index(read_index(path), sessions))
     with atomic_write(path) as handle:
         json.dump(index, handle, indent=2, sort_keys=True, ensure_ascii=False)
         handle.write("\n")
@@ -169,19 +206,30 @@ def last_exported_id(path: Path) -> int | None:
 @dataclass(frozen=True)
 class Export:
     appended: int
-    rewritten: bool
+    rewritten: bool  # its last line was damaged
+    pruned: bool = False  # it held events deleted since (memory.forgetting)
+
+
+def holds_deleted(path: Path, session: Session, after: int) -> bool:
+    """Whether the transcript has more lines than the session has events up to
+    the last one it holds: some were deleted since they were exported."""
+    with path.open("rb") as handle:
+        lines = sum(block.count(b"\n") for block in iter(lambda: handle.read(TAIL_BLOCK), b""))
+    return lines != session.events().filter(id__lte=after).count()
 
 
 def export_session(session: Session, out_dir: Path) -> Export:
     """Append the events not yet in `<out_dir>/<session id>.jsonl`; a file with
-    a damaged last line is written again whole (atomically), so no event is
-    ever lost or duplicated."""
+    a damaged last line, or with lines of events deleted since, is written again
+    whole (atomically), so no event is ever lost or duplicated, and none that was
+    deleted is kept."""
     path = out_dir / f"{session.pk}.jsonl"
     after = last_exported_id(path)
-    if after is None:
+    pruned = bool(after) and holds_deleted(path, session, after or 0)
+    if after is None or pruned:
         with atomic_write(path) as handle:
             count = write_events(handle, session, 0)
-        return Export(count, rewritten=True)
+        return Export(count, rewritten=not pruned, pruned=pruned)
     with path.open("a", encoding="utf-8") as handle:
         return Export(write_events(handle, session, after), rewritten=False)
 

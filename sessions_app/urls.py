@@ -9,6 +9,7 @@ urlpatterns = [
     path("chat/approval/", views.approval_answer, name="chat-approval"),
     path("chat/<str:key>/", views.chat_page, name="chat"),
     path("chat/<str:key>/events/", views.chat_events, name="chat-events"),
+    path("chat/<str:key>/delete/", views.chat_delete, name="chat-delete"),
     path("sessions/", views.session_list, name="session-list"),
     path("sessions/cleanup/", views.cleanup_page, name="session-cleanup"),
     path("sessions/cleanup/confirm/", views.cleanup_confirm, name="session-cleanup-confirm"),
@@ -25,7 +26,13 @@ urlpatterns = [
     path("api/v1/sessions/<str:pk>/", api.session_view, name="api-session"),
     path("api/v1/sessions/<str:pk>/transcript.jsonl", api.transcript_view, name="api-transcript"),
     path("api/v1/sessions/<str:pk>/messages", api.messages_view, name="api-messages"),
+    path("api/v1/chats/<str:key>/", api.chat_view, name="api-chat"),
+    path("api/v1/events/<str:pk>/", api.event_view, name="api-event"),
+    path("api/v1/events/<str:pk>/turn", api.turn_view, name="api-event-turn"),
+    path("api/v1/facts/<str:pk>/", api.fact_view, name="api-fact"),
+    path("api/v1/memory-files/", api.memory_file_view, name="api-memory-file"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
     path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),
+    path("events/<int:pk>/delete/", views.event_delete, name="event-delete"),
 ]

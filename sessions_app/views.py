@@ -8,14 +8,16 @@ from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from agent.approvals import ApprovalError
 from agent.models import ApprovalRequest
+from memory.forgetting import NothingToForget
 from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
-from sessions_app import chat, cleanup, transcripts
+from sessions_app import chat, cleanup, forgetting, transcripts
 from sessions_app.forms import ApiTokenForm
 from sessions_app.meter import meter
 from sessions_app.models import ApiToken, ChatInput, Session
@@ -194,6 +196,63 @@ def event_pin(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     event = get_owned_or_404(Event, request.user, pk=pk)
     event.toggle_pin()
     return render(request, "sessions_app/_event.html", {"event": event})
+
+
+def chat_delete(request: HtmxHttpRequest, key: str) -> HttpResponse:
+    """A confirmation page; deleting the chat (all its sessions) takes a POST from it."""
+    session = open_chat(request, key)
+    if request.method == "POST":
+        try:
+            report = forgetting.delete_chat(request.user, key)
+        except (NothingToForget, forgetting.ChatBusy) as exc:  # e.g. another tab
+            messages.error(request, str(exc))
+            return redirect("chat", key=key)
+        else:
+            messages.success(request, f"Deleted the chat “{session}”. {report.describe()}")
+        return redirect("home")
+    sessions = Session.objects.owned_by(request.user).filter(key=key).count()
+    return render(
+        request, "sessions_app/chat_delete.html", {"session": session, "sessions": sessions}
+    )
+
+
+DELETE_SCOPES = ("message", "turn")
+
+
+def event_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """A confirmation page offering to delete the message alone or its whole turn;
+    deleting takes a POST from it."""
+    event = get_owned_or_404(Event, request.user, pk=pk)
+    back = conversation_url(request, event.session_id)
+    if request.method == "POST":
+        scope = request.POST.get("scope")
+        if scope not in DELETE_SCOPES:
+            return HttpResponse("Choose what to delete: message or turn.", status=400)
+        delete = forgetting.delete_turn if scope == "turn" else forgetting.delete_message
+        try:
+            report = delete(request.user, event.pk)
+        except (NothingToForget, forgetting.ChatBusy) as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, report.describe())
+        return redirect(back)
+    turn = forgetting.turn_of(event)
+    context = {"event": event, "turn": len(turn), "back": back}
+    return render(request, "sessions_app/event_delete.html", context)
+
+
+def conversation_url(request: HtmxHttpRequest, session_id: str) -> str:
+    """Where an event is shown: its chat while the session is active, else the
+    session's page (or the sessions list, for an id that names no session)."""
+    try:
+        session = Session.objects.owned_by(request.user).filter(pk=uuid.UUID(session_id)).first()
+    except ValueError:
+        session = None
+    if session is None:
+        return reverse("session-list")
+    if session.status == Session.Status.ACTIVE:
+        return reverse("chat", args=[session.key])
+    return reverse("session-detail", args=[str(session.pk)])
 
 
 def api_tokens(request: HtmxHttpRequest) -> HttpResponse:

@@ -243,6 +243,17 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "session-cleanup-delete": lambda w, bob: post(
         "/sessions/cleanup/delete/", 200, session=[str(w.archived.pk), str(w.chat.pk)]
     ),
+    "chat-delete": lambda w, bob: [
+        *get(pk("chat-delete", w.chat.key), 404),
+        *post(pk("chat-delete", w.chat.key), 404),
+        *post(pk("chat-delete", w.archived.key), 404),
+        *post(pk("chat-delete", w.cron.key), 404),
+    ],
+    "event-delete": lambda w, bob: [
+        *get(pk("event-delete", w.answer.pk), 404),
+        *post(pk("event-delete", w.answer.pk), 404, scope="message"),
+        *post(pk("event-delete", w.pinned.pk), 404, scope="turn"),
+    ],
     "event-pin": lambda w, bob: [
         *get(pk("event-pin", w.answer.pk), 405),
         *post(pk("event-pin", w.answer.pk), 404),
@@ -284,6 +295,23 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "api-transcript": lambda w, bob: [
         api("GET", pk("api-transcript", w.chat.pk), 404),
         api("GET", pk("api-transcript", w.archived.pk), 404),
+    ],
+    "api-chat": lambda w, bob: [
+        api("DELETE", pk("api-chat", w.chat.key), 404),
+        api("DELETE", pk("api-chat", w.archived.key), 404),
+        api("GET", pk("api-chat", w.chat.key), 405),
+    ],
+    "api-event": lambda w, bob: [
+        api("DELETE", pk("api-event", w.answer.pk), 404),
+        api("DELETE", pk("api-event", w.pinned.pk), 404),
+    ],
+    "api-event-turn": lambda w, bob: [api("DELETE", pk("api-event-turn", w.pinned.pk), 404)],
+    "api-fact": lambda w, bob: [api("DELETE", pk("api-fact", w.fact.pk), 404)],
+    "api-memory-file": lambda w, bob: [
+        # Her paths name files in bob's own workspace (he has none of those names);
+        # the others are no memory path or no agent name of his.
+        api("DELETE", f"{reverse('api-memory-file')}?{urlencode(where)}", 400, 404)
+        for where in file_paths(w)
     ],
     "api-messages": lambda w, bob: [
         api("POST", pk("api-messages", w.chat.pk), 404, body={"text": "what is the vault code?"}),

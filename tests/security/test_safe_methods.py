@@ -74,6 +74,8 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "session-cleanup-confirm": lambda w: [],
     "session-cleanup-delete": lambda w: [],
     "event-pin": lambda w: [],
+    "chat-delete": lambda w: [reverse("chat-delete", args=[w.chat.key])],
+    "event-delete": lambda w: [reverse("event-delete", args=[w.answer.pk])],
     "import": lambda w: ["/import/"],
     "import-job": lambda w: [reverse("import-job", args=[w.import_job.pk])],
     "data": lambda w: ["/data/"],
@@ -92,6 +94,11 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "api-export-download": lambda w: [reverse("api-export-download", args=[w.export_job.pk])],
     "api-imports": lambda w: [],
     "api-import": lambda w: [reverse("api-import", args=[w.import_job.pk])],
+    "api-chat": lambda w: [reverse("api-chat", args=[w.chat.key])],
+    "api-event": lambda w: [reverse("api-event", args=[w.answer.pk])],
+    "api-event-turn": lambda w: [reverse("api-event-turn", args=[w.answer.pk])],
+    "api-fact": lambda w: [reverse("api-fact", args=[w.fact.pk])],
+    "api-memory-file": lambda w: [reverse("api-memory-file") + "?path=MEMORY.md"],
 }
 # Django's own session row (a reset link's token is kept in it), not the app's data.
 NOT_COUNTED = {"sessions.session"}

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
-from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
+from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
@@ -40,6 +40,7 @@ OWNED_MODELS = [
     ExportJob,
     ChatInput,
     ChatClaim,
+    ForgottenEvent,
 ]
 
 
@@ -85,6 +86,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ExportJob: ExportJob.objects.create(owner=owner, filename=f"export{tag}.zip"),
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
+        ForgottenEvent: ForgottenEvent.objects.create(owner=owner, event_id=0),
     }
 
 

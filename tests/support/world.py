@@ -25,7 +25,7 @@ from importers.models import ExportJob, ImportJob
 from memory import recording, tasks
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
-from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
+from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from scheduler.models import ScheduledTask
 from sessions_app import chat
@@ -208,6 +208,7 @@ def build_alice(alice: User) -> World:
                 outcome={"answer": secret("outcome")},
             ),
             ChatClaim: ChatClaim.objects.create(owner=alice, key=active.key),
+            ForgottenEvent: ForgottenEvent.objects.create(owner=alice, event_id=0),
         },
     )
 

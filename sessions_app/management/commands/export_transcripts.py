@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from neotask_site.progress import progress_bar
 from neotask_site.users import find_user
 from sessions_app.models import Session
-from sessions_app.transcripts import INDEX_NAME, export_session, write_index
+from sessions_app.transcripts import INDEX_NAME, export_session, remove_deleted, write_index
 
 
 class Command(BaseCommand):
@@ -32,13 +32,15 @@ class Command(BaseCommand):
     ) -> None:
         sessions = list(select_sessions(user, session).select_related("owner", "agent"))
         prepare(out_dir)
-        appended = rewritten = 0
+        appended = rewritten = pruned = 0
         try:
             with progress_bar(self, sessions, unit="session", ascii=True) as bar:
                 for item in bar:
                     export = export_session(item, out_dir)
                     appended += export.appended
                     rewritten += export.rewritten
+                    pruned += export.pruned
+            removed = remove_deleted(out_dir)
             index = write_index(out_dir, sessions)
         except OSError as exc:
             raise CommandError(f"Cannot write to {out_dir}: {exc}") from None
@@ -48,6 +50,11 @@ class Command(BaseCommand):
             f"{rewritten} damaged transcript{'s' * (rewritten != 1)} rewritten; "
             f"{INDEX_NAME} lists {len(index)} key{'s' * (len(index) != 1)}."
         )
+        if pruned or removed:
+            self.stdout.write(
+                f"Deleted since the last export: {pruned} transcript{'s' * (pruned != 1)} "
+                f"rewritten without the deleted events, {removed} of deleted sessions removed."
+            )
 
 
 def select_sessions(username: str | None, key_or_id: str | None) -> QuerySet[Session]:

@@ -1,0 +1,263 @@
+"""Forgetting on demand: every deletion of memory goes through this module —
+events (by id, by session), facts and memory files — whoever asks (the chat
+page, the API, the admin, session cleanup), so that a deletion is complete
+wherever it starts and the audit trail has one place to hook in.
+
+Deleting events removes:
+- the rows, and with them their full-text entries (the database keeps those:
+  FTS5 triggers on SQLite, an expression index on PostgreSQL);
+- their vectors in every process: each is logged in `ForgottenEvent`, which
+  every in-process index reads at its next sync (memory.vector_index);
+- the session's working memory here (other processes see a smaller count in
+  their version check and rebuild);
+- what was derived from them (`mark_derived`), and the search context of the
+  turn that followed a deleted one (`rekey_followers`).
+
+Memory files are deleted on disk without following links (workspace_fs) and
+then re-indexed, which deletes their chunks; the chunk indexes drop vectors
+whose rows are gone at their next sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from memory.files import indexing, paths
+from memory.models import Event, EventType, Fact, ForgottenEvent
+from memory.working import working_memory
+from memory.workspace import workspace_dir
+from neotask_site.ownership import Owner
+
+BATCH = 500  # ids per `IN (...)`: far below SQLite's limit on parameters
+
+
+class NothingToForget(LookupError):
+    """The ids named nothing of the owner's (unknown, someone else's, or deleted already)."""
+
+
+@dataclass
+class Forgotten:
+    """What one deletion removed, for the page, the API and the admin to report."""
+
+    events: int = 0
+    # Derived from deleted events (mark_derived):
+    summaries: int = 0  # consolidation summaries deleted; their other events summarised again
+    compactions: int = 0  # compaction summaries deleted (not rebuilt)
+    facts: int = 0  # facts deleted: asked for, or proposed by a deleted summary
+    recalls: int = 0  # recall events whose recalled items were removed
+    files: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "summaries": self.summaries,
+            "compactions": self.compactions,
+            "facts": self.facts,
+            "recalls": self.recalls,
+            "files": self.files,
+        }
+
+    def describe(self) -> str:
+        parts = [
+            f"{count} {one if count == 1 else many}"
+            for count, one, many in (
+                (self.events, "message or event", "messages and events"),
+                (self.summaries, "summary", "summaries"),
+                (self.compactions, "compaction summary", "compaction summaries"),
+                (self.facts, "fact", "facts"),
+                (self.files, "memory file", "memory files"),
+            )
+            if count
+        ]
+        return "Deleted " + (", ".join(parts) if parts else "nothing") + "."
+
+
+def forget_events(owner: Owner, event_ids: Iterable[int]) -> Forgotten:
+    """Delete these events of `owner` and what was derived from them. Ids of
+    other owners' events are ignored; NothingToForget if none is the owner's."""
+    ids = sorted(set(event_ids))
+    with transaction.atomic():
+        events = owned_events(owner, Event.objects.filter(pk__in=ids)) if ids else []
+        if not events:
+            raise NothingToForget("No such message: it may have been deleted already.")
+        report = erase(owner, events)
+        rekey_followers(owner, events)
+    return report
+
+
+def forget_sessions(owner: Owner, session_ids: Iterable[str]) -> Forgotten:
+    """Delete every event of these sessions of `owner` (a chat's, a cleaned-up
+    session's), their summaries and compactions included."""
+    sessions = sorted(set(session_ids))
+    with transaction.atomic():
+        return erase(owner, owned_events(owner, Event.objects.filter(session_id__in=sessions)))
+
+
+def owned_events(owner: Owner, events: QuerySet[Event]) -> list[Event]:
+    return list(events.filter(owner=owner).only("id", "agent", "session_id", "event_type", "data"))
+
+
+def erase(owner: Owner, events: list[Event]) -> Forgotten:
+    """Delete `events` (all `owner`'s) and what was derived from them; in the
+    caller's transaction."""
+    report = Forgotten()
+    if not events:  # e.g. a session whose events a chat's deletion took first
+        return report
+    derived = mark_derived(owner, events, report)
+    doomed = {event.pk: event for event in [*events, *derived]}
+    ForgottenEvent.objects.bulk_create(
+        [ForgottenEvent(owner=owner, agent=e.agent, event_id=e.pk) for e in doomed.values()],
+        batch_size=BATCH,
+    )
+    ids = sorted(doomed)
+    for start in range(0, len(ids), BATCH):
+        Event.objects.filter(owner=owner, pk__in=ids[start : start + BATCH]).delete()
+    report.events = len(events)
+    sessions = {event.session_id for event in doomed.values()}
+    transaction.on_commit(lambda: working_memory.forget(owner.pk, sessions))
+    return report
+
+
+def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
+    """A turn is also found by the words of the turn before it (its search
+    context, memory.keys): the turn that followed a deleted one is keyed again,
+    from the turn before it now. Its vector is of its own words, and stays."""
+    followers: dict[int, Event] = {}
+    for event in deleted:
+        if event.event_type not in EventType.TURNS:
+            continue
+        follower = (
+            Event.objects.filter(
+                owner=owner,
+                session_id=event.session_id,
+                pk__gt=event.pk,
+                event_type__in=EventType.RECALLABLE,
+            )
+            .order_by("pk")
+            .first()
+        )
+        if follower is not None:
+            followers[follower.pk] = follower
+    for follower in followers.values():
+        follower.set_keys(follower.previous_turn_text())
+        follower.save(update_fields=["speaker", "search_key", "search_context", "key_version"])
+
+
+def mark_derived(owner: Owner, events: list[Event], report: Forgotten) -> list[Event]:
+    """Deal with what was made from `events` before they are deleted; returns the
+    derived events that must go too. What can be known on this schema:
+
+    - a consolidation summary whose range (first/last event id, same session)
+      covers a deleted event is deleted, and the events it condensed that stay
+      are released (consolidated_at cleared): the next consolidation rebuilds a
+      summary without the deleted ones; the facts it proposed that still hold
+      its value (source agent) are deleted;
+    - a compaction summary of a deleted event (its range, or the messages it
+      carried over) is deleted, not rebuilt (that needs the model); its
+      session keeps the messages it carried over;
+    - auto-recall's record of a session no longer lists a deleted event.
+    """
+    ids = {event.pk for event in events}
+    sessions = {event.session_id for event in events}
+    owned = Event.objects.filter(owner=owner)
+    derived: list[Event] = []
+
+    for summary in owned_events(
+        owner, owned.filter(session_id__in=sessions, event_type=EventType.SUMMARY)
+    ):
+        if summary.pk not in ids and covers(summary.data, ids):
+            derived.append(summary)
+            first, last = summary.data["first_event_id"], summary.data["last_event_id"]
+            owned.filter(session_id=summary.session_id, pk__gte=first, pk__lte=last).exclude(
+                pk__in=ids
+            ).update(consolidated_at=None)
+            report.facts += forget_proposed_facts(owner, summary.data.get("facts"))
+    report.summaries = len(derived)
+    ids.update(event.pk for event in derived)
+
+    compactions = owned_events(
+        owner,
+        owned.filter(event_type=EventType.COMPACTION, data__continues_from__in=sessions),
+    )
+    for compaction in compactions:
+        carried = compaction.data.get("carried_over") or []
+        if compaction.pk not in ids and (covers(compaction.data, ids) or ids & set(carried)):
+            derived.append(compaction)
+            report.compactions += 1
+    ids.update(event.pk for event in derived)
+
+    report.recalls = scrub_recalls(owner, lambda item: item.get("event_id") in ids)
+    return derived
+
+
+def scrub_recalls(owner: Owner, quotes: Callable[[dict[str, Any]], bool]) -> int:
+    """Remove the recalled items that `quotes` picks from the owner's recall
+    events (they copy what they recalled): how many events changed."""
+    recalls = Event.objects.filter(owner=owner, event_type=EventType.RECALL)
+    changed = 0
+    for recall in recalls.only("id", "data"):
+        items = recall.data.get("items", []) if isinstance(recall.data, dict) else []
+        kept = [item for item in items if not (isinstance(item, dict) and quotes(item))]
+        if len(kept) != len(items):
+            recalls.filter(pk=recall.pk).update(data={**recall.data, "items": kept})
+            changed += 1
+    return changed
+
+
+def covers(data: Any, ids: set[int]) -> bool:
+    """Whether a summary's range (first_event_id..last_event_id) holds one of `ids`."""
+    if not isinstance(data, dict):
+        return False
+    first, last = data.get("first_event_id"), data.get("last_event_id")
+    if not isinstance(first, int) or not isinstance(last, int):
+        return False
+    return any(first <= event_id <= last for event_id in ids)
+
+
+def forget_proposed_facts(owner: Owner, proposed: Any) -> int:
+    if not isinstance(proposed, list):
+        return 0
+    deleted = 0
+    for fact in proposed:
+        if isinstance(fact, dict) and {"category", "key", "value"} <= fact.keys():
+            deleted += Fact.objects.filter(
+                owner=owner,
+                source=Fact.Source.AGENT,
+                category=fact["category"],
+                key=fact["key"],
+                value=fact["value"],
+            ).delete()[0]
+    return deleted
+
+
+def forget_facts(owner: Owner, facts: QuerySet[Fact]) -> Forgotten:
+    """Delete these facts of `owner` (facts are read from the table into every
+    prompt: nothing else holds them)."""
+    deleted, _ = facts.filter(owner=owner).delete()
+    return Forgotten(facts=deleted)
+
+
+def forget_memory_file(owner: Owner, agent: str, path: str) -> Forgotten:
+    """Delete a memory file of `owner`'s `agent` on disk (never through a link)
+    and its chunks; auto-recall's records no longer quote it. Raises
+    paths.MemoryPathError (NotFound included) with a message a user can act on."""
+    shown = paths.memory_path(path)
+    workspace = workspace_dir(owner.pk, agent, create=False)
+    try:
+        paths.delete_memory_file(workspace, shown)
+    finally:
+        # Whatever happened on disk, the index follows it (a file deleted by
+        # other means meanwhile loses its chunks too).
+        indexing.index_path(owner, agent, shown)
+    quoted = f"{shown}:"
+    with transaction.atomic():
+        recalls = scrub_recalls(
+            owner,
+            lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),
+        )
+    return Forgotten(files=1, recalls=recalls)
