@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -218,12 +218,14 @@ class Turn:
         )
 
     async def execute(self, call: ToolCall) -> None:
-        await self.store(
+        recorded = await self.store(
             EventType.TOOL_CALL,
             {"id": call.id, "name": call.name, "arguments": call.arguments},
             tool_name=call.name,
         )
-        output = await call_tool(self.tools, call.name, call.arguments, approve=self.approve)
+        # What the call writes (a fact) links back to it.
+        context = replace(self.tools, event_id=recorded.pk)
+        output = await call_tool(context, call.name, call.arguments, approve=self.approve)
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from memory.models import PINNED_IMPORTANCE, Event, Fact, Macro, MemoryChunk, MemoryFile
+from neotask_site.admin import RecordedAdmin
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -65,12 +68,25 @@ class EventAdmin(OwnedAdmin):
 
 
 @admin.register(Fact)
-class FactAdmin(OwnedAdmin):
+class FactAdmin(RecordedAdmin, OwnedAdmin):
     list_display = ["category", "key", "value", "source", "owner", "updated_at"]
     list_filter = ["category", "source", "owner"]
     search_fields = ["category", "key", "value"]
     list_editable = ["value"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = [
+        "origin",
+        "origin_event",
+        "origin_session_id",
+        "origin_label",
+        "created_at",
+        "updated_at",
+    ]
+
+    def save_model(self, request: HttpRequest, obj: Fact, form: Any, change: bool) -> None:
+        if not change or "value" in form.changed_data:
+            obj.origin, obj.origin_event = Fact.Origin.ADMIN, None
+            obj.origin_session_id, obj.origin_label = "", request.user.get_username()
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Macro)

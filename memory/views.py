@@ -12,10 +12,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from memory.files import indexing, paths
+from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
 from memory.models import Fact, Macro
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
+from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
@@ -78,6 +80,7 @@ def memory_file(request: HtmxHttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         text = request.POST.get("text", "")
+        before = text_now(workspace, shown)
         try:
             paths.save_if_unchanged(workspace, shown, text, request.POST.get("sha256", ""))
         except paths.FileConflict as conflict:
@@ -89,6 +92,8 @@ def memory_file(request: HtmxHttpRequest) -> HttpResponse:
             status = 400
             context.update(error=str(exc), text=text, sha256=request.POST.get("sha256", ""))
         else:
+            actor = Actor.user(request.user)
+            record_file_change(request.user, agent, shown, actor, before, text)
             indexing.index_path(request.user, agent, shown)
             if not request.htmx:
                 messages.success(request, f"Saved {shown}.")
@@ -117,6 +122,7 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     except paths.MemoryPathError as exc:
         messages.error(request, str(exc))
         return redirect(files_url(agent))
+    record_file_change(request.user, agent, shown, Actor.user(request.user), None, "")
     indexing.index_path(request.user, agent, shown)
     return redirect(file_url(agent, shown))
 
@@ -126,11 +132,14 @@ def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
     agent, workspace = workspace_of(request)
     shown = existing_file(request, workspace)
     if request.method == "POST":
+        before = text_now(workspace, shown)
         try:
             paths.delete_memory_file(workspace, shown)
         except paths.MemoryPathError as exc:  # a link, or changed meanwhile
             messages.error(request, str(exc))
         else:
+            actor = Actor.user(request.user)
+            record_file_change(request.user, agent, shown, actor, before, None)
             messages.success(request, f"Deleted {shown}.")
         indexing.index_path(request.user, agent, shown)
         return redirect(files_url(agent))
@@ -198,7 +207,7 @@ def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def fact_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
-    fact.delete()
+    fact.forget(Actor.user(request.user))
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f"Deleted {fact}.")

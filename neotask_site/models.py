@@ -1,0 +1,83 @@
+"""The history of changes to what a user's agent knows and may do (issue 26):
+who or what changed which fact, memory file, terminal rule or task, when, from
+what to what. Written through neotask_site.history; never edited afterwards."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from django.db import models
+from django.utils import timezone
+
+from neotask_site.ownership import OwnedModel, OwnedQuerySet
+
+
+class ChangeIsPermanent(Exception):
+    """The history is a record: rows are added, never edited or deleted one by one
+    (they go with their owner's account)."""
+
+
+class ChangeQuerySet(OwnedQuerySet):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ChangeIsPermanent("the history cannot be edited")
+
+    def delete(self) -> NoReturn:
+        raise ChangeIsPermanent("the history cannot be deleted")
+
+
+class Change(OwnedModel):
+    class Actor(models.TextChoices):
+        USER = "user", "You"
+        AGENT = "agent", "Agent"
+        IMPORT = "import", "Import"
+        ADMIN = "admin", "Admin"
+        SYSTEM = "system", "Neotask"
+        TASK = "task", "Scheduled task"
+
+    class Subject(models.TextChoices):
+        FACT = "fact", "Fact"
+        MEMORY_FILE = "memory_file", "Memory file"
+        TERMINAL_RULE = "terminal_rule", "Terminal rule"
+        TASK = "task", "Task"
+
+    class Action(models.TextChoices):
+        CREATED = "created", "created"
+        CHANGED = "changed", "changed"
+        DELETED = "deleted", "deleted"
+
+    at = models.DateTimeField(default=timezone.now)
+    actor_kind = models.CharField(max_length=16, choices=Actor.choices)
+    actor_label = models.CharField(max_length=200, blank=True)
+    subject_kind = models.CharField(max_length=16, choices=Subject.choices)
+    subject_id = models.CharField(max_length=64)
+    subject_label = models.CharField(max_length=300)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    # Only what changed: {field: value}; None when the subject did not exist before / after.
+    old_value = models.JSONField(null=True, blank=True)
+    new_value = models.JSONField(null=True, blank=True)
+
+    objects = ChangeQuerySet.as_manager()
+
+    class Meta:
+        db_table = "history"
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(fields=["owner", "-at"], name="history_owner_time"),
+            models.Index(fields=["owner", "subject_kind", "subject_id"], name="history_subject"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_subject_kind_display()} {self.subject_label} {self.action}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ChangeIsPermanent("the history cannot be edited")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ChangeIsPermanent("the history cannot be deleted")
+
+    @property
+    def actor(self) -> str:
+        kind = self.get_actor_kind_display()
+        return f"{kind} ({self.actor_label})" if self.actor_label else kind
