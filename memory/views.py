@@ -5,7 +5,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -15,6 +15,7 @@ from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
 from memory.models import Fact, Macro
+from memory.provenance import with_provenance
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.history import Actor
@@ -154,13 +155,17 @@ FACT_RESULTS = "memory/_fact_rows.html"
 MACRO_ROW = "memory/_macro_row.html"
 
 
-def owned_facts(request: HtmxHttpRequest, query: str = "") -> QuerySet[Fact]:
-    facts = Fact.objects.owned_by(request.user)
+def owned_facts(request: HtmxHttpRequest, query: str = "") -> list[Fact]:
+    facts = Fact.objects.owned_by(request.user).select_related("origin_event")
     if query:
         facts = facts.filter(
             Q(category__icontains=query) | Q(key__icontains=query) | Q(value__icontains=query)
         )
-    return facts[:FACT_ROWS]
+    return with_provenance(facts[:FACT_ROWS])
+
+
+def fact_row_response(request: HtmxHttpRequest, fact: Fact) -> HttpResponse:
+    return render(request, FACT_ROW, {"fact": with_provenance([fact])[0]})
 
 
 def fact_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -186,7 +191,7 @@ def fact_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
     if not request.htmx:
         return redirect("fact-list")
-    return render(request, FACT_ROW, {"fact": fact})
+    return fact_row_response(request, fact)
 
 
 def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -200,7 +205,7 @@ def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if not request.htmx:
             messages.success(request, f"Saved {fact}.")
             return redirect("fact-list")
-        return render(request, FACT_ROW, {"fact": fact})
+        return fact_row_response(request, fact)
     return render_page(request, "memory/fact_edit.html", {"fact_pk": pk, "form": form})
 
 

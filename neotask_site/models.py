@@ -4,9 +4,10 @@ what to what. Written through neotask_site.history; never edited afterwards."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from neotask_site.ownership import OwnedModel, OwnedQuerySet
@@ -18,6 +19,21 @@ class ChangeIsPermanent(Exception):
 
 
 class ChangeQuerySet(OwnedQuerySet):
+    def matching(self, subject_kind: str = "", actor_kind: str = "", text: str = "") -> Self:
+        """The History page's filters; an empty one matches everything."""
+        changes = self
+        if subject_kind:
+            changes = changes.filter(subject_kind=subject_kind)
+        if actor_kind:
+            changes = changes.filter(actor_kind=actor_kind)
+        if text:
+            changes = changes.filter(
+                Q(subject_label__icontains=text)
+                | Q(actor_label__icontains=text)
+                | Q(subject_id__iexact=text)
+            )
+        return changes
+
     def update(self, **kwargs: Any) -> NoReturn:
         raise ChangeIsPermanent("the history cannot be edited")
 

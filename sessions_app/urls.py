@@ -27,5 +27,6 @@ urlpatterns = [
     path("api/v1/sessions/<str:pk>/messages", api.messages_view, name="api-messages"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
+    path("events/<int:pk>/", views.event_source, name="event-source"),
     path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),
 ]

@@ -74,6 +74,8 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "session-cleanup-confirm": lambda w: [],
     "session-cleanup-delete": lambda w: [],
     "event-pin": lambda w: [],
+    "event-source": lambda w: [reverse("event-source", args=[w.answer.pk])],
+    "history": lambda w: ["/history/", "/history/?subject=fact&actor=agent&q=home"],
     "import": lambda w: ["/import/"],
     "import-job": lambda w: [reverse("import-job", args=[w.import_job.pk])],
     "api-tokens": lambda w: ["/settings/tokens/"],
