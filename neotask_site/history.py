@@ -139,7 +139,8 @@ class Recorded(models.Model):
             )
 
     def delete_by(self, actor: Actor) -> None:
-        before = snapshot(self, self.history_fields)
+        # As stored: this instance may be older than the row.
+        before = self.stored() or snapshot(self, self.history_fields)
         subject_id, label = self.pk, self.history_label()
         with transaction.atomic():
             self.delete()
