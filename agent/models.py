@@ -128,7 +128,7 @@ class ApprovalRequest(OwnedModel):
             ).update(status=status, decision=decision, decided_at=timezone.now())
             if not changed:
                 raise ApprovalError("This request was already answered or has expired.")
-            if always:
+            if always and rule.prefix is not None:
                 TerminalAllowedPrefix.allow_always(self.owner_id, rule.prefix, actor)
         self.refresh_from_db()
 

@@ -82,7 +82,7 @@ class FactAdmin(RecordedAdmin, OwnedAdmin):
         "updated_at",
     ]
 
-    def save_model(self, request: HttpRequest, obj: Fact, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change or "value" in form.changed_data:
             obj.origin, obj.origin_event = Fact.Origin.ADMIN, None
             obj.origin_session_id, obj.origin_label = "", request.user.get_username()

@@ -7,7 +7,7 @@ nothing of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -58,12 +58,13 @@ def provenance_of(facts: Sequence[Fact]) -> dict[int, Provenance]:
     return told
 
 
-def with_provenance(facts: Sequence[Fact]) -> list[Fact]:
+def with_provenance(rows: Iterable[Fact]) -> list[Fact]:
     """The facts, each with its `provenance` (None if unknown) for the pages to show."""
+    facts = list(rows)
     told = provenance_of(facts)
     for fact in facts:
         fact.provenance = told.get(fact.pk)  # type: ignore[attr-defined]
-    return list(facts)
+    return facts
 
 
 def tell(fact: Fact, titles: dict[str, str]) -> Provenance | None:

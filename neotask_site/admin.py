@@ -6,19 +6,20 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from neotask_site.history import Actor, Recorded
+from neotask_site.history import Actor
 from neotask_site.models import Change
 from neotask_site.ownership import OwnedAdmin
 
 
 class RecordedAdmin(admin.ModelAdmin):
-    """Saves and deletions in the admin (forms, the list's inline edits, the
-    delete action) take the model's recorded path, naming the admin user."""
+    """For `Recorded` models: saves and deletions in the admin (forms, the list's
+    inline edits, the delete action) take the model's recorded path, naming the
+    admin user."""
 
-    def save_model(self, request: HttpRequest, obj: Recorded, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         obj.save_by(Actor.admin(request.user))
 
-    def delete_model(self, request: HttpRequest, obj: Recorded) -> None:
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         obj.delete_by(Actor.admin(request.user))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:

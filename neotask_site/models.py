@@ -4,7 +4,7 @@ what to what. Written through neotask_site.history; never edited afterwards."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, Self
+from typing import Any, ClassVar, NoReturn, Self
 
 from django.db import models
 from django.db.models import Q
@@ -41,6 +41,9 @@ class ChangeQuerySet(OwnedQuerySet):
         raise ChangeIsPermanent("the history cannot be deleted")
 
 
+ChangeManager = models.Manager.from_queryset(ChangeQuerySet)
+
+
 class Change(OwnedModel):
     class Actor(models.TextChoices):
         USER = "user", "You"
@@ -72,7 +75,7 @@ class Change(OwnedModel):
     old_value = models.JSONField(null=True, blank=True)
     new_value = models.JSONField(null=True, blank=True)
 
-    objects = ChangeQuerySet.as_manager()
+    objects: ClassVar[ChangeManager] = ChangeManager()
 
     class Meta:
         db_table = "history"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 from django.utils import timezone
 
@@ -19,6 +21,7 @@ from agent.tools import ToolContext, call_tool
 from importers.aidaemon import run as import_aidaemon_database
 from importers.report import ImportReport
 from memory import recording
+from memory.fulltext import ensure_index
 from memory.models import Event, EventType, Fact
 from memory.provenance import provenance_of
 from neotask_site.history import Actor
@@ -189,3 +192,62 @@ def test_it_answers_404_for_another_users_event_or_a_chat_that_is_not_one(
     legacy = recording.record(alice, "imported-legacy", EventType.USER_MESSAGE, {"content": "x"})
     assert alice_client.get(reverse("event-source", args=[legacy.pk])).status_code == 404
     assert alice_client.get("/events/999999/").status_code == 404
+
+
+# The backfill of rows stored before provenance was kept ------------------------
+
+
+@pytest.fixture
+def migrating_db(transactional_db):
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    ensure_index()  # `migrate` does this after rebuilding tables; the executor does not
+
+
+def migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_it_links_what_stored_rows_still_tell_when_it_migrates(migrating_db):
+    old = migrate([("memory", "0011_event_search_keys")])
+    owner = old.get_model("auth", "User").objects.create(username="carol")
+    Event, Fact = old.get_model("memory", "Event"), old.get_model("memory", "Fact")
+
+    def event(kind, **fields):
+        return Event.objects.create(owner=owner, session_id="s1", event_type=kind, **fields)
+
+    said = event("user_message", text="I moved to Porto", consolidated_at=timezone.now())
+    answered = event("assistant_response", text="Nice!", consolidated_at=timezone.now())
+    later = event("user_message", text="not consolidated yet")
+    facts = [{"category": "place", "key": "home_city", "value": "Porto"}]
+    summary = event(
+        "summary",
+        text="Moved to Porto.",
+        data={"first_event_id": said.pk, "last_event_id": answered.pk, "facts": facts},
+    )
+    arguments = json.dumps({"category": "Pref", "key": "Drink", "value": "tea"})
+    call = event("tool_call", tool_name="remember_fact", data={"arguments": arguments})
+    stale = json.dumps({"category": "pref", "key": "food", "value": "rice"})
+    event("tool_call", tool_name="remember_fact", data={"arguments": stale})
+    for category, key, value in [
+        ("place", "home_city", "Porto"),
+        ("pref", "drink", "tea"),
+        ("pref", "food", "noodles"),  # changed on the page since: not the call's value
+    ]:
+        Fact.objects.create(owner=owner, category=category, key=key, value=value)
+
+    new = migrate([("memory", "0012_provenance")])
+    Event, Fact = new.get_model("memory", "Event"), new.get_model("memory", "Fact")
+    condensed = Event.objects.get(pk=summary.pk).condensed.values_list("pk", flat=True)
+    assert sorted(condensed) == [said.pk, answered.pk]
+    assert later.pk not in condensed
+    told = {f.key: (f.origin, f.origin_event_id, f.origin_session_id) for f in Fact.objects.all()}
+    assert told == {
+        "home_city": ("consolidation", summary.pk, "s1"),
+        "drink": ("turn", call.pk, "s1"),
+        "food": ("", None, ""),
+    }
