@@ -98,7 +98,7 @@ class MacroAdmin(OwnedAdmin):
 
 
 @admin.register(MemoryFile)
-class MemoryFileAdmin(OwnedAdmin):
+class MemoryFileAdmin(RecordedAdmin, OwnedAdmin):
     list_display = ["path", "agent", "size", "skip_reason", "indexed_at", "owner"]
     list_filter = ["agent", "indexed_at", "owner"]
     search_fields = ["path", "skip_reason"]

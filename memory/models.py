@@ -445,7 +445,7 @@ class Macro(OwnedModel):
         return f"{self.trigger_tool} → {self.next_tool}"
 
 
-class MemoryFile(OwnedModel):
+class MemoryFile(Recorded, OwnedModel):
     """A markdown file of an agent's workspace (MEMORY.md, memory/**/*.md) as last indexed.
 
     `size` and `mtime_ns` make the change check a stat per file; `sha256` decides
@@ -462,6 +462,11 @@ class MemoryFile(OwnedModel):
     indexed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # The row is the file's index entry: its changes are recorded when the admin
+    # makes them; the files pages and tools record the text (memory.files.history).
+    history_subject = Change.Subject.MEMORY_FILE
+    history_fields = ("agent", "path", "size", "sha256", "skip_reason")
+
     class Meta:
         ordering = ["agent", "path"]
         constraints = [
@@ -472,6 +477,9 @@ class MemoryFile(OwnedModel):
 
     def __str__(self) -> str:
         return f"{self.agent}:{self.path}"
+
+    def history_id(self) -> str:
+        return str(self)  # as the files pages name it
 
 
 class MemoryChunk(OwnedModel):

@@ -110,6 +110,9 @@ class Recorded(models.Model):
     def history_label(self) -> str:
         return str(self)
 
+    def history_id(self) -> str:
+        return str(self.pk)
+
     def stored(self) -> dict[str, Any] | None:
         """The row as the database has it (None for a new row): what a change
         is compared with, read before the caller's edits are saved."""
@@ -131,7 +134,7 @@ class Recorded(models.Model):
                 self.owner_id,  # type: ignore[attr-defined]
                 actor,
                 self.history_subject,
-                self.pk,
+                self.history_id(),
                 self.history_label(),
                 action,
                 None if adding else before or {},
@@ -141,7 +144,7 @@ class Recorded(models.Model):
     def delete_by(self, actor: Actor) -> None:
         # As stored: this instance may be older than the row.
         before = self.stored() or snapshot(self, self.history_fields)
-        subject_id, label = self.pk, self.history_label()
+        subject_id, label = self.history_id(), self.history_label()
         with transaction.atomic():
             self.delete()
             record_change(

@@ -14,7 +14,7 @@ from agent.tools import ToolContext, get_tool
 from importers.aidaemon import run as import_aidaemon_database
 from importers.report import ImportReport
 from memory.files.paths import write_memory_file
-from memory.models import Fact
+from memory.models import Fact, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor, record_change
 from neotask_site.models import Change, ChangeIsPermanent
@@ -180,6 +180,27 @@ def test_it_records_the_admins_edits_and_deletions(alice, root):
         {"value": "tea", "source": "agent"},
         {"value": "water", "source": "user"},
     )
+
+
+def test_it_records_the_admin_removing_a_memory_files_index_entry(alice, root):
+    row = MemoryFile.objects.create(owner=alice, path="memory/old.md", size=4, sha256="ab")
+    action = {"action": "delete_selected", "_selected_action": [row.pk], "post": "yes"}
+    assert client_for(root).post("/admin/memory/memoryfile/", action).status_code == 302
+    assert changes(alice, Change.Subject.MEMORY_FILE) == [
+        (
+            "Admin (root)",
+            "main:memory/old.md",
+            "deleted",
+            {
+                "agent": "main",
+                "path": "memory/old.md",
+                "size": 4,
+                "sha256": "ab",
+                "skip_reason": "",
+            },
+            None,
+        )
+    ]
 
 
 def test_it_lets_the_admin_read_the_history_and_nobody_edit_it(alice, root):
