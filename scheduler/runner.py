@@ -261,17 +261,18 @@ def finish(task: ScheduledTask, now: datetime) -> None:
     try:
         if task.is_oneshot:
             with transaction.atomic():
-                ScheduledTask.objects.filter(pk=task.pk).delete()
-                # A one-time task is done once it ran.
-                record_change(
-                    task.owner_id,
-                    SCHEDULER,
-                    Change.Subject.TASK,
-                    task.pk,
-                    task.name,
-                    Change.Action.DELETED,
-                    snapshot(task, task.history_fields),
-                )
+                deleted, _ = ScheduledTask.objects.filter(pk=task.pk).delete()
+                # A one-time task is done once it ran (unless its owner removed it meanwhile).
+                if deleted:
+                    record_change(
+                        task.owner_id,
+                        SCHEDULER,
+                        Change.Subject.TASK,
+                        task.pk,
+                        task.name,
+                        Change.Action.DELETED,
+                        snapshot(task, task.history_fields),
+                    )
         else:
             ScheduledTask.objects.filter(pk=task.pk).update(last_run_at=now)
     except Exception:

@@ -20,9 +20,10 @@ from neotask_site.history import Actor, record_change
 from neotask_site.models import Change, ChangeIsPermanent
 from scheduler.config_sync import sync_config_tasks
 from scheduler.models import ScheduledTask
-from scheduler.runner import pause_broken
+from scheduler.runner import pause_broken, run_due_tasks
 from tests.support.imports import build_db
-from tests.support.records import FRIDAY, allow_terminal, config_task, make_task
+from tests.support.records import FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
+from tests.support.scripted_llm import Reply
 from tests.support.tools import use_tool
 from tests.support.web import client_for
 
@@ -318,3 +319,15 @@ def test_it_records_a_task_the_scheduler_paused(alice):
     assert changes(alice, Change.Subject.TASK) == [
         ("Neotask (scheduler)", "Report", "changed", {"is_paused": False}, {"is_paused": True})
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_records_a_one_time_task_its_run_ended(alice, llm):
+    make_task(alice, cron_expr="30 14 8 6 *", is_oneshot=True)
+    llm.script(Reply(text="Reminder sent."))
+    assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
+    recorded = changes(alice, Change.Subject.TASK)
+    assert [(c[0], c[1], c[2], c[4]) for c in recorded] == [
+        ("Neotask (scheduler)", "Report", "deleted", None)
+    ]
+    assert recorded[0][3]["is_oneshot"] is True
