@@ -41,6 +41,7 @@ class TurnRequest:
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
+    task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
 
 
 @dataclass
@@ -214,7 +215,11 @@ class Turn:
         """The tools' context, made at the first call (it makes the workspace)."""
         request = self.request
         return ToolContext.for_session(
-            request.owner, request.session_id, request.agent_name, trusted=request.trusted
+            request.owner,
+            request.session_id,
+            request.agent_name,
+            trusted=request.trusted,
+            task=request.task,
         )
 
     async def execute(self, call: ToolCall) -> None:

@@ -23,7 +23,7 @@ from scheduler.models import ScheduledTask
 from scheduler.runner import pause_broken, run_due_tasks
 from tests.support.imports import build_db
 from tests.support.records import FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
-from tests.support.scripted_llm import Reply
+from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.tools import use_tool
 from tests.support.web import client_for
 
@@ -331,3 +331,16 @@ def test_it_records_a_one_time_task_its_run_ended(alice, llm):
         ("Neotask (scheduler)", "Report", "deleted", None)
     ]
     assert recorded[0][3]["is_oneshot"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_names_the_task_whose_run_changed_a_fact(alice, llm):
+    make_task(alice)
+    llm.script(
+        reply_with_tool("remember_fact", {"category": "pref", "key": "drink", "value": "tea"}),
+        Reply(text="Saved."),
+    )
+    assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
+    assert [(c[0], c[2]) for c in changes(alice, Change.Subject.FACT)] == [
+        ("Scheduled task (Report)", "created")
+    ]

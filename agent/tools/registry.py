@@ -31,10 +31,14 @@ class ToolContext:
     # when a person runs the tool (a slash command).
     event_id: int | None = None
     by_person: bool = False  # typed by the owner, not decided by the agent
+    task: str = ""  # the scheduled task whose run called it
 
     @property
     def actor(self) -> Actor:
-        return Actor.user(self.owner) if self.by_person else Actor.agent(self.agent_name)
+        """Who the history says made the tool's changes."""
+        if self.by_person:
+            return Actor.user(self.owner)
+        return Actor.task(self.task) if self.task else Actor.agent(self.agent_name)
 
     @classmethod
     def for_session(
@@ -45,10 +49,13 @@ class ToolContext:
         *,
         trusted: bool = False,
         by_person: bool = False,
+        task: str = "",
     ) -> ToolContext:
         """The context of a tool called in a session of `agent_name`: its workspace made."""
         workspace = workspace_dir(owner.pk, agent_name)
-        return cls(owner, session_id, agent_name, workspace, trusted, by_person=by_person)
+        return cls(
+            owner, session_id, agent_name, workspace, trusted, by_person=by_person, task=task
+        )
 
 
 @dataclass(frozen=True)
