@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 
 from importers import uploads
+from importers.archive.reading import check_upload
 from importers.models import ImportJob
 from importers.report import ImportRefused
 from memory.workspace import DEFAULT_AGENT, validate_agent_name
@@ -29,7 +30,11 @@ class ImportForm(forms.Form):
         kwargs["prefix"] = kind
         super().__init__(*args, **kwargs)
         self.kind = kind
-        if kind == ImportJob.Kind.OPENCLAW:
+        if kind == ImportJob.Kind.NEOTASK:
+            del self.fields["agent"]  # an export names its own agents
+            self.fields["file"].widget.attrs["accept"] = ".zip,application/zip"
+            self.fields["file"].label = "Neotask export (.zip)"
+        elif kind == ImportJob.Kind.OPENCLAW:
             self.fields["file"].widget.attrs["accept"] = ".zip,application/zip"
             self.fields["file"].label = "OpenClaw agent folder, as a .zip"
         else:
@@ -39,7 +44,9 @@ class ImportForm(forms.Form):
         upload = self.cleaned_data["file"]
         try:
             uploads.check_size(upload.size)
-            if self.kind == ImportJob.Kind.OPENCLAW:
+            if self.kind == ImportJob.Kind.NEOTASK:
+                check_upload(upload, upload.size)
+            elif self.kind == ImportJob.Kind.OPENCLAW:
                 with uploads.open_zip(upload) as archive:
                     uploads.check_zip(archive, upload.size)
             elif not uploads.looks_like_sqlite(upload.read(len(uploads.SQLITE_HEADER))):
@@ -49,3 +56,7 @@ class ImportForm(forms.Form):
         finally:
             upload.seek(0)
         return upload
+
+    @property
+    def agent_name(self) -> str:
+        return self.cleaned_data.get("agent", DEFAULT_AGENT)

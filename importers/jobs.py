@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.text import get_valid_filename
 
 from importers import uploads
-from importers.models import ImportJob
+from importers.models import ExportJob, ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
@@ -69,10 +69,10 @@ def start(
 
 
 class JobProgress:
-    """The importer's progress callback: counts, and writes to the job row at
-    most once a second."""
+    """A job's progress callback (an import's or an export's): counts, and writes
+    to the job row at most once a second."""
 
-    def __init__(self, job: ImportJob) -> None:
+    def __init__(self, job: ImportJob | ExportJob) -> None:
         self.job = job
         self.done = 0
         self.written_at = 0.0
@@ -82,7 +82,7 @@ class JobProgress:
         now = time.monotonic()
         if now - self.written_at >= PROGRESS_EVERY:
             self.written_at = now
-            ImportJob.objects.filter(pk=self.job.pk).update(progress_done=self.done)
+            type(self.job).objects.filter(pk=self.job.pk).update(progress_done=self.done)
 
 
 def run_import(job_id: str) -> None:

@@ -18,6 +18,7 @@ class ImportJob(OwnedModel):
     class Kind(models.TextChoices):
         AIDAEMON = "aidaemon", "aidaemon database"
         OPENCLAW = "openclaw", "OpenClaw folder"
+        NEOTASK = "neotask", "Neotask export"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Waiting for a worker"
@@ -50,6 +51,56 @@ class ImportJob(OwnedModel):
     def upload_dir(self) -> Path:
         """Where the upload waits for the job; removed when the job ends."""
         return Path(settings.DATA_DIR) / "imports" / str(self.pk)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def percent(self) -> int | None:
+        if not self.progress_total:
+            return None
+        return min(100, self.progress_done * 100 // self.progress_total)
+
+
+class ExportJob(OwnedModel):
+    """One export of everything of its owner's, written by a background job to a
+    zip under the data dir that only its owner downloads."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Waiting for a worker"
+        RUNNING = "running", "Exporting"
+        DONE = "done", "Ready"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    progress_done = models.PositiveBigIntegerField(default=0)
+    progress_total = models.PositiveBigIntegerField(null=True, blank=True)  # None: unknown
+    filename = models.CharField(max_length=255, blank=True)  # the archive's, once written
+    size = models.PositiveBigIntegerField(null=True, blank=True)
+    counts = models.JSONField(null=True, blank=True)  # what the archive holds, by kind
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Export of {self.created_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def folder(self) -> Path:
+        return Path(settings.DATA_DIR) / "exports" / str(self.pk)
+
+    @property
+    def archive_path(self) -> Path | None:
+        """The finished archive; None until the job is done."""
+        if self.status != self.Status.DONE or not self.filename:
+            return None
+        return self.folder / self.filename
 
     @property
     def is_active(self) -> bool:

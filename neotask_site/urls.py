@@ -31,5 +31,6 @@ urlpatterns = [
     path("tasks/", include("scheduler.urls")),
     path("settings/terminal/", include("agent.urls")),
     path("import/", include("importers.urls")),
+    path("", include("importers.data_urls")),
     path("", include("sessions_app.urls")),
 ]

@@ -268,6 +268,14 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/import/", 400, htmx=False, kind="openclaw", agent="main"),
     ],
     "import-job": lambda w, bob: get(pk("import-job", w.import_job.pk), 404),
+    # Your data: bob exports and imports his own; alice's jobs are not found.
+    "data": lambda w, bob: get("/data/", 200),
+    "data-export": lambda w, bob: [*get("/data/export/", 405), *post("/data/export/", 302)],
+    "data-import": lambda w, bob: post("/data/import/", 400, htmx=False),
+    "data-export-job": lambda w, bob: get(pk("data-export-job", w.export_job.pk), 404),
+    "data-export-download": lambda w, bob: get(
+        pk("data-export-download", w.export_job.pk), 404, htmx=False
+    ),
     # API tokens and the JSON API (bob's token; test_it_answers_bobs_browser_session_
     # like his_token does the same through his browser session).
     "api-tokens": lambda w, bob: [
@@ -294,6 +302,19 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "api-messages": lambda w, bob: [
         api("POST", pk("api-messages", w.chat.pk), 404, body={"text": "what is the vault code?"}),
         api("POST", pk("api-messages", w.cron.pk), 404, body={"text": "hi"}),
+    ],
+    "api-exports": lambda w, bob: [api("POST", "/api/v1/export", 202)],
+    "api-export": lambda w, bob: [
+        api("GET", pk("api-export", w.export_job.pk), 404),
+        api("GET", pk("api-export", w.import_job.pk), 404),
+    ],
+    "api-export-download": lambda w, bob: [
+        api("GET", pk("api-export-download", w.export_job.pk), 404)
+    ],
+    "api-imports": lambda w, bob: [api("POST", "/api/v1/import", 400)],
+    "api-import": lambda w, bob: [
+        api("GET", pk("api-import", w.import_job.pk), 404),
+        api("GET", pk("api-import", w.export_job.pk), 404),
     ],
 }
 

@@ -78,12 +78,22 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "history": lambda w: ["/history/", "/history/?subject=fact&actor=agent&q=home"],
     "import": lambda w: ["/import/"],
     "import-job": lambda w: [reverse("import-job", args=[w.import_job.pk])],
+    "data": lambda w: ["/data/"],
+    "data-export": lambda w: [],
+    "data-import": lambda w: [],
+    "data-export-job": lambda w: [reverse("data-export-job", args=[w.export_job.pk])],
+    "data-export-download": lambda w: [reverse("data-export-download", args=[w.export_job.pk])],
     "api-tokens": lambda w: ["/settings/tokens/"],
     "api-token-revoke": lambda w: [],
     "api-sessions": lambda w: ["/api/v1/sessions/"],
     "api-session": lambda w: [reverse("api-session", args=[w.chat.pk])],
     "api-transcript": lambda w: [reverse("api-transcript", args=[w.chat.pk])],
     "api-messages": lambda w: [],
+    "api-exports": lambda w: [],
+    "api-export": lambda w: [reverse("api-export", args=[w.export_job.pk])],
+    "api-export-download": lambda w: [reverse("api-export-download", args=[w.export_job.pk])],
+    "api-imports": lambda w: [],
+    "api-import": lambda w: [reverse("api-import", args=[w.import_job.pk])],
 }
 # Django's own session row (a reset link's token is kept in it), not the app's data.
 NOT_COUNTED = {"sessions.session"}

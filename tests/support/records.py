@@ -16,7 +16,7 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from importers.models import ImportJob
+from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, Macro, MemoryChunk, MemoryFile
 from neotask_site.history import Actor, record_change
@@ -39,6 +39,7 @@ OWNED_MODELS = [
     ApprovalRequest,
     ApiToken,
     ImportJob,
+    ExportJob,
     ChatInput,
     ChatClaim,
     Change,
@@ -85,6 +86,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
+        ExportJob: ExportJob.objects.create(owner=owner, filename=f"export{tag}.zip"),
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
         Change: record_change(

@@ -20,7 +20,8 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
-from importers.models import ImportJob
+from importers.archive.writing import export_user
+from importers.models import ExportJob, ImportJob
 from memory import recording, tasks
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
@@ -67,6 +68,7 @@ class World:
     token: ApiToken
     token_text: str
     import_job: ImportJob
+    export_job: ExportJob  # done: its archive is on disk
     workspace: Path
     rows: dict[type[models.Model], models.Model] = field(default_factory=dict)
 
@@ -79,6 +81,7 @@ class World:
             str(self.task.pk),
             str(self.approval.pk),
             str(self.import_job.pk),
+            str(self.export_job.pk),
             self.token.prefix,
             self.token_text,
         ]
@@ -167,6 +170,11 @@ def build_alice(alice: User) -> World:
     write_memory_file(workspace, f"memory/{secret('notes')}.md", TRIP)
     index_workspace(alice, agent.name)
     tasks.embed_missing()
+    export_job = ExportJob.objects.create(owner=alice, status=ExportJob.Status.DONE)
+    export_job.filename = f"{secret('export')}.zip"
+    export_job.folder.mkdir(parents=True)
+    export_user(alice, export_job.folder / export_job.filename)
+    export_job.save()
     memory_file = MemoryFile.objects.get(owner=alice, path="MEMORY.md")
     return World(
         user=alice,
@@ -185,6 +193,7 @@ def build_alice(alice: User) -> World:
         token=token,
         token_text=token_text,
         import_job=import_job,
+        export_job=export_job,
         workspace=workspace,
         rows={
             Agent: agent,
@@ -199,6 +208,7 @@ def build_alice(alice: User) -> World:
             ApprovalRequest: approval,
             ApiToken: token,
             ImportJob: import_job,
+            ExportJob: export_job,
             # Answered, its outcome not yet read by the API call that waits for it.
             ChatInput: ChatInput.objects.create(
                 owner=alice,

@@ -1,0 +1,102 @@
+"""Exports run as django-q2 jobs, their progress stored on the `ExportJob` row the
+page and the API poll (the import jobs' machinery, importers.jobs)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import timedelta
+
+from django.utils import timezone
+
+from importers.archive.writing import export_user, total_steps
+from importers.jobs import JOB_TIMEOUT, JobProgress
+from importers.models import ExportJob
+from neotask_site.ownership import Owner
+
+log = logging.getLogger(__name__)
+
+KEEP_EXPORTS = 3  # finished exports kept per user: a newer one replaces the oldest
+STOPPED = (
+    "The export stopped without finishing (its worker was stopped, or it ran past the "
+    "job timeout). Start another one."
+)
+
+
+def archive_name(job: ExportJob) -> str:
+    return f"neotask-export-{job.owner.get_username()}-{job.created_at:%Y%m%d-%H%M%S}.zip"
+
+
+def start(owner: Owner) -> ExportJob:
+    """Queue an export of everything of `owner`'s."""
+    from django_q.tasks import async_task
+
+    job = ExportJob.objects.create(owner=owner)
+    try:
+        async_task(
+            "importers.archive.jobs.run_export", str(job.pk), group="exports", timeout=JOB_TIMEOUT
+        )
+    except Exception as exc:
+        log.warning("could not queue export %s", job.pk, exc_info=True)
+        fail(job, f"The export could not be queued ({exc}); try again later.")
+    return job
+
+
+def run_export(job_id: str) -> None:
+    """The job: write the archive under the job's folder, then mark it ready."""
+    started = ExportJob.objects.filter(pk=job_id, status=ExportJob.Status.QUEUED).update(
+        status=ExportJob.Status.RUNNING, started_at=timezone.now()
+    )
+    if not started:
+        return  # done, or another worker has it (the broker delivered it twice)
+    job = ExportJob.objects.select_related("owner").get(pk=job_id)
+    progress = JobProgress(job)
+    ExportJob.objects.filter(pk=job.pk).update(progress_total=total_steps(job.owner))
+    name = archive_name(job)
+    try:
+        job.folder.mkdir(parents=True, exist_ok=True)
+        counts = export_user(job.owner, job.folder / name, progress)
+    except Exception as exc:
+        log.exception("export %s failed", job.pk)
+        shutil.rmtree(job.folder, ignore_errors=True)
+        fail(job, f"The export stopped: {type(exc).__name__}: {exc}")
+        return
+    ExportJob.objects.filter(pk=job.pk).update(
+        status=ExportJob.Status.DONE,
+        filename=name,
+        size=(job.folder / name).stat().st_size,
+        counts=counts,
+        progress_done=progress.done,
+        finished_at=timezone.now(),
+    )
+    prune(job.owner)
+
+
+def prune(owner: Owner) -> None:
+    """Remove the owner's finished exports beyond the KEEP_EXPORTS newest."""
+    done = ExportJob.objects.owned_by(owner).filter(status=ExportJob.Status.DONE)
+    old = done.order_by("-created_at").values_list("pk", flat=True)[KEEP_EXPORTS:]
+    for stale in ExportJob.objects.filter(pk__in=list(old)):
+        stale.delete()  # its archive goes with it (remove_archive)
+
+
+def remove_archive(sender: type[ExportJob], instance: ExportJob, **kwargs: object) -> None:
+    shutil.rmtree(instance.folder, ignore_errors=True)
+
+
+def fail(job: ExportJob, error: str) -> None:
+    ExportJob.objects.filter(pk=job.pk).update(
+        status=ExportJob.Status.FAILED, error=error, finished_at=timezone.now()
+    )
+    job.refresh_from_db()
+
+
+def expire_stale(owner: Owner) -> None:
+    """A job whose worker died stays "running" for ever; past the job timeout it failed."""
+    cutoff = timezone.now() - timedelta(seconds=JOB_TIMEOUT)
+    stale = ExportJob.objects.owned_by(owner).filter(
+        status=ExportJob.Status.RUNNING, started_at__lt=cutoff
+    )
+    for job in stale:
+        shutil.rmtree(job.folder, ignore_errors=True)
+    stale.update(status=ExportJob.Status.FAILED, error=STOPPED, finished_at=timezone.now())

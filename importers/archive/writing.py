@@ -1,0 +1,265 @@
+"""Writing one user's export archive: every member staged as a file, then zipped
+behind a manifest that lists each one's size and sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agent.models import TerminalAllowedPrefix
+from importers.archive import layout
+from memory.files.discovery import scan_workspace
+from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
+from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
+from memory.models import Fact, Macro
+from memory.workspace import workspace_dir
+from neotask_site.ownership import Owner
+from neotask_site.progress import Progress, no_progress
+from scheduler.models import ScheduledTask
+from sessions_app.models import Agent, Session
+from sessions_app.transcripts import event_batches, event_line
+
+CHUNK = 1024 * 1024
+
+
+def stamp(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def agent_record(agent: Agent) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "system_prompt": agent.system_prompt,
+        "created_at": stamp(agent.created_at),
+    }
+
+
+def session_record(session: Session) -> dict[str, Any]:
+    """A session file's first line: the session, then its events follow."""
+    return {
+        "type": "session",
+        "id": str(session.pk),
+        "key": session.key,
+        "channel": session.channel,
+        "chat": session.chat,
+        **session.as_dict(),
+    }
+
+
+def fact_record(fact: Fact) -> dict[str, Any]:
+    """A fact as the archive holds it: the one place its fields are listed."""
+    return {
+        "category": fact.category,
+        "key": fact.key,
+        "value": fact.value,
+        "source": fact.source,
+        "created_at": stamp(fact.created_at),
+        "updated_at": stamp(fact.updated_at),
+    }
+
+
+def macro_record(macro: Macro) -> dict[str, Any]:
+    return {
+        "trigger_tool": macro.trigger_tool,
+        "trigger_args_pattern": macro.trigger_args_pattern,
+        "next_tool": macro.next_tool,
+        "next_args": macro.next_args,
+        "confidence": macro.confidence,
+        "used_count": macro.used_count,
+        "is_disabled": macro.is_disabled,
+        "created_at": stamp(macro.created_at),
+    }
+
+
+def task_record(task: ScheduledTask) -> dict[str, Any]:
+    return {
+        "id": str(task.pk),
+        "name": task.name,
+        "agent": task.agent.name if task.agent else None,
+        "cron_expr": task.cron_expr,
+        "original_schedule": task.original_schedule,
+        "prompt": task.prompt,
+        "source": task.source,
+        "time_zone": task.time_zone,
+        "is_oneshot": task.is_oneshot,
+        "is_paused": task.is_paused,
+        "is_trusted": task.is_trusted,
+        "next_run_at": stamp(task.next_run_at),
+        "last_run_at": stamp(task.last_run_at),
+        "created_at": stamp(task.created_at),
+    }
+
+
+def rule_record(rule: TerminalAllowedPrefix) -> dict[str, Any]:
+    return {"prefix": rule.prefix, "active": rule.active, "created_at": stamp(rule.created_at)}
+
+
+def json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+class Staging:
+    """The members written so far, as files under `root`, and what they count."""
+
+    def __init__(self, root: Path, progress: Progress) -> None:
+        self.root = root
+        self.members: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.progress = progress
+
+    def path(self, name: str) -> Path:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.members.append(name)
+        return path
+
+    def records(self, name: str, kind: str, records: Any) -> None:
+        with self.path(name).open("w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json_line(record))
+                self.counts[kind] += 1
+        self.progress(1)
+
+
+def export_user(owner: Owner, target: Path, progress: Progress = no_progress) -> dict[str, int]:
+    """Write everything of `owner` to the zip `target`; returns what it counts."""
+    staging = Staging(target.parent / f".{target.name}.staging", progress)
+    shutil.rmtree(staging.root, ignore_errors=True)
+    staging.root.mkdir(parents=True)
+    try:
+        with snapshot():
+            write_members(owner, staging)
+        write_zip(staging, target)
+    finally:
+        shutil.rmtree(staging.root, ignore_errors=True)
+    return dict(staging.counts)
+
+
+@contextmanager
+def snapshot() -> Iterator[None]:
+    """One read transaction for the whole export, so that a chat going on meanwhile
+    is in it wholly or not at all (a session's events with its token counts), and
+    goes on writing. Inside a caller's transaction, that one's view is read."""
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # only a transaction's first statement can
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+    else:
+        # Django's transactions take SQLite's write lock at once (BEGIN IMMEDIATE, see
+        # neotask_site/profiles.py), which would stop every chat for the export's length;
+        # a deferred one reads WAL's snapshot and lets them write.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+
+
+def total_steps(owner: Owner) -> int:
+    """What export_user's progress counts to: a step per session and per other member."""
+    return Session.objects.owned_by(owner).count() + len(layout.RECORD_FILES) + 2
+
+
+def write_members(owner: Owner, staging: Staging) -> None:
+    agents = list(Agent.objects.owned_by(owner).order_by("name"))
+    with staging.path(layout.AGENTS).open("w", encoding="utf-8") as out:
+        json.dump([agent_record(agent) for agent in agents], out, ensure_ascii=False, indent=1)
+    staging.counts["agents"] = len(agents)
+    staging.progress(1)
+    sessions = Session.objects.owned_by(owner).select_related("agent", "owner")
+    for session in sessions.order_by("created_at", "pk"):
+        with staging.path(layout.session_member(str(session.pk))).open(
+            "w", encoding="utf-8"
+        ) as out:
+            out.write(json_line(session_record(session)))
+            for batch in event_batches(session):
+                out.write("".join(event_line(event) for event in batch))
+                staging.counts["events"] += len(batch)
+        staging.counts["sessions"] += 1
+        staging.progress(1)
+    staging.records(
+        layout.FACTS, "facts", map(fact_record, Fact.objects.owned_by(owner).order_by("pk"))
+    )
+    staging.records(
+        layout.MACROS, "macros", map(macro_record, Macro.objects.owned_by(owner).order_by("pk"))
+    )
+    tasks = ScheduledTask.objects.owned_by(owner).select_related("agent").order_by("created_at")
+    staging.records(layout.TASKS, "tasks", map(task_record, tasks))
+    rules = TerminalAllowedPrefix.objects.owned_by(owner).order_by("prefix")
+    staging.records(layout.RULES, "rules", map(rule_record, rules))
+    for agent in agents:
+        copy_memory_files(owner, agent.name, staging)
+    staging.progress(1)
+
+
+def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
+    """The agent's memory files as they are on disk; links are not followed (nor
+    exported); a file that cannot be read now, or is not text, is left out."""
+    with WorkspaceFS(workspace_dir(owner.pk, agent, create=False)) as files:
+        for entry in scan_workspace(files).values():
+            if entry.is_link:
+                continue
+            try:
+                memory_path(entry.path)  # a name no workspace may take (too long) stays out
+                data, _ = files.read(entry.path, max_file_bytes())
+            except MemoryPathError:
+                continue
+            if skip_reason_for(data):  # binary or not UTF-8: no import could take it
+                continue
+            staging.path(layout.memory_member(agent, entry.path)).write_bytes(data)
+            staging.counts["memory_files"] += 1
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def neotask_version() -> str:
+    try:
+        return metadata.version("neotask")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def write_zip(staging: Staging, target: Path) -> None:
+    members = {
+        name: {
+            "size": (staging.root / name).stat().st_size,
+            "sha256": file_digest(staging.root / name),
+        }
+        for name in staging.members
+    }
+    manifest = {
+        "format": layout.FORMAT,
+        "version": layout.VERSION,
+        "exported_at": timezone.now().isoformat(),
+        "neotask_version": neotask_version(),
+        "counts": dict(staging.counts),
+        "members": members,
+    }
+    partial = target.with_name(f".{target.name}.partial")
+    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(layout.MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False))
+        for name in staging.members:
+            archive.write(staging.root / name, name)
+    partial.rename(target)  # a finished archive or none: never half of one
