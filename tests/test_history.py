@@ -12,6 +12,8 @@ from agent.approvals import create_request, decide
 from agent.models import TerminalAllowedPrefix
 from agent.tools import ToolContext, get_tool
 from importers.aidaemon import run as import_aidaemon_database
+from importers.archive.importing import import_archive
+from importers.archive.writing import export_user
 from importers.report import ImportReport
 from memory.files.paths import write_memory_file
 from memory.models import Fact, MemoryFile
@@ -21,6 +23,7 @@ from neotask_site.models import Change, ChangeIsPermanent
 from scheduler.config_sync import sync_config_tasks
 from scheduler.models import ScheduledTask
 from scheduler.runner import pause_broken, run_due_tasks
+from tests.support.archives import build_user_data
 from tests.support.imports import build_db
 from tests.support.records import FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
 from tests.support.scripted_llm import Reply, reply_with_tool
@@ -344,3 +347,18 @@ def test_it_names_the_task_whose_run_changed_a_fact(alice, llm):
     assert [(c[0], c[2]) for c in changes(alice, Change.Subject.FACT)] == [
         ("Scheduled task (Report)", "created")
     ]
+
+
+def test_it_records_what_a_neotask_export_brought_and_marks_its_facts(alice, bob, tmp_path):
+    build_user_data(alice)
+    archive = tmp_path / "alice.zip"
+    export_user(alice, archive)
+    import_archive(archive, bob)
+    actor = "Import (Neotask export alice.zip)"
+    kinds = {c.subject_kind for c in Change.objects.owned_by(bob) if c.actor == actor}
+    assert kinds == set(Change.Subject.values)
+    assert not Change.objects.owned_by(bob).exclude(actor_label="Neotask export alice.zip")
+    facts = Fact.objects.filter(owner=bob)
+    assert facts and {(f.origin, f.origin_label) for f in facts} == {
+        (Fact.Origin.IMPORT, "Neotask export alice.zip")
+    }

@@ -25,12 +25,14 @@ from importers.importer import Importer
 from importers.openclaw.memory_files import place_for
 from importers.report import ImportReport
 from importers.text import cut, storable
+from memory.files.history import record_file_change
 from memory.files.indexing import index_workspace
 from memory.files.paths import memory_path, skip_reason_for, write_memory_file
 from memory.files.workspace_fs import MemoryPathError
 from memory.models import Event, EventType, Fact, Macro
 from memory.recording import draft, record_many
 from memory.workspace import check_agent_name, is_agent_name, workspace_dir
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
@@ -277,6 +279,11 @@ class ArchiveImport:
     progress: Progress
     agents: dict[str, Agent] = field(default_factory=dict)
     task_ids: dict[str, str] = field(default_factory=dict)  # archive's id → new id
+    label: str = "Neotask export"  # the import, as the history and provenance name it
+
+    @property
+    def actor(self) -> Actor:
+        return Actor.importing(self.label)
 
     def records(
         self, name: str, check: Callable[[dict[str, Any]], dict[str, Any]]
@@ -424,7 +431,7 @@ class ArchiveImport:
             if fields["is_trusted"]:
                 # Trust is granted by a person with the permission, never by a file.
                 self.report.note(f"Task {name!r} was trusted: imported untrusted.")
-            task = ScheduledTask.objects.create(
+            task = ScheduledTask(
                 owner=self.owner,
                 name=name,
                 agent=self.agent(fields["agent"]) if fields["agent"] else None,
@@ -439,6 +446,7 @@ class ArchiveImport:
                 next_run_at=following,
                 last_run_at=fields["last_run_at"],
             )
+            task.save_by(self.actor)
             self.task_ids[fields["old_id"]] = str(task.pk)
             self.report.added("tasks")
 
@@ -514,7 +522,16 @@ class ArchiveImport:
             if existing.exists():
                 self.report.skip("facts", "you have another value for it: kept yours")
                 continue
-            fact = Fact.objects.create(owner=self.owner, **fields)
+            fact, _ = Fact.objects.remember(
+                self.owner,
+                fields["category"],
+                fields["key"],
+                fields["value"],
+                actor=self.actor,
+                source=fields["source"],
+                origin=Fact.Origin.IMPORT,
+                origin_label=self.label,
+            )
             Fact.objects.filter(pk=fact.pk).update(
                 **{name: value for name, value in stamps.items() if value is not None}
             )
@@ -545,15 +562,14 @@ class ArchiveImport:
         switched_off = 0
         for fields in self.records(layout.RULES, rule_fields):
             self.report.saw("rules")
-            # Off until their owner, holding the terminal permission, switches them on.
-            _, created = TerminalAllowedPrefix.objects.get_or_create(
-                owner=self.owner, prefix=fields["prefix"], defaults={"active": False}
-            )
-            if created:
-                self.report.added("rules")
-                switched_off += 1
-            else:
+            prefix = fields["prefix"]
+            if TerminalAllowedPrefix.objects.filter(owner=self.owner, prefix=prefix).exists():
                 self.report.skip("rules", "already there")
+                continue
+            # Off until their owner, holding the terminal permission, switches them on.
+            TerminalAllowedPrefix(owner=self.owner, prefix=prefix, active=False).save_by(self.actor)
+            self.report.added("rules")
+            switched_off += 1
         if switched_off:
             self.report.note(
                 f"{switched_off} terminal rule(s) imported switched off: review them on the "
@@ -584,12 +600,15 @@ class ArchiveImport:
                 self.report.note(
                     f"{entry.path}: the workspace has another one; copied to {target}."
                 )
+            text = data.decode("utf-8")
             try:
-                write_memory_file(workspace, target, data.decode("utf-8"))
+                write_memory_file(workspace, target, text)
             except MemoryPathError as exc:
                 self.report.skip("memory files", "could not be written")
                 self.report.note(f"{entry.agent}/{entry.path} not written: {exc}")
                 continue
+            # A new file: place_for never picks one that is there.
+            record_file_change(self.owner, entry.agent, target, self.actor, None, text)
             agents.add(entry.agent)
             self.report.added("memory files")
         for agent in sorted(agents):
@@ -603,7 +622,8 @@ def run(
     check_agent_name(agent_name)
     with Archive(Path(path)) as archive:
         archive.check()
-        work = ArchiveImport(archive, owner, report, progress)
+        label = f"Neotask export {Path(path).name}"  # an upload is stored under its job's id
+        work = ArchiveImport(archive, owner, report, progress, label=label)
         work.validate()
         with transaction.atomic():
             work.write()
