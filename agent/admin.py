@@ -7,6 +7,7 @@ from django.http import HttpRequest
 
 from agent.approvals import PERMISSION
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from neotask_site.admin import RecordedAdmin
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -24,7 +25,7 @@ class TerminalTrustAdmin(OwnedAdmin):
 
 
 @admin.register(TerminalAllowedPrefix)
-class TerminalAllowedPrefixAdmin(TerminalTrustAdmin):
+class TerminalAllowedPrefixAdmin(RecordedAdmin, TerminalTrustAdmin):
     list_display = ["prefix", "active", "owner", "created_at"]
     list_filter = ["active", "owner"]
     search_fields = ["prefix"]

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse, rule_for
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 
 PERMISSION = "agent.use_terminal"
@@ -55,7 +56,7 @@ def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalR
         raise ApprovalError("There is no such approval request.") from None
     if not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
-    request.decide(decision)
+    request.decide(decision, Actor.user(user))
     return request
 
 

@@ -6,6 +6,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from agent.rules import Rule, rule_for, rule_problem
+from neotask_site.history import Actor, Recorded
+from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel
 
 
@@ -13,7 +15,7 @@ class ApprovalError(Exception):
     """A decision that cannot be applied; the message is for the user."""
 
 
-class TerminalAllowedPrefix(OwnedModel):
+class TerminalAllowedPrefix(Recorded, OwnedModel):
     """A rule its owner chose to "Allow always" for the terminal tool: a
     program of the allow-list (agent.rules), plus git's subcommand."""
 
@@ -27,6 +29,9 @@ class TerminalAllowedPrefix(OwnedModel):
         help_text="Why an upgrade switched this rule off; empty if none did.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    history_subject = Change.Subject.TERMINAL_RULE
+    history_fields = ("prefix", "active", "switched_off_because")
 
     class Meta:
         db_table = "terminal_allowed_prefixes"
@@ -44,6 +49,23 @@ class TerminalAllowedPrefix(OwnedModel):
     def problem(self) -> str | None:
         """Why the allow-list does not allow this rule now (it then covers nothing)."""
         return rule_problem(self.prefix)
+
+    def switch_on(self, actor: Actor) -> None:
+        self.active = True
+        self.switched_off_because = ""
+        self.save_by(actor, update_fields=["active", "switched_off_because"])
+
+    def revoke(self, actor: Actor) -> None:
+        self.delete_by(actor)
+
+    @classmethod
+    def allow_always(cls, owner_id: int, prefix: str, actor: Actor) -> None:
+        """Store (or switch back on) the owner's rule `prefix`."""
+        rule = cls.objects.filter(owner_id=owner_id, prefix=prefix).first()
+        if rule is None:
+            rule = cls(owner_id=owner_id, prefix=prefix)
+        rule.active, rule.switched_off_because = True, ""
+        rule.save_by(actor)
 
 
 class ApprovalRequest(OwnedModel):
@@ -88,7 +110,7 @@ class ApprovalRequest(OwnedModel):
         """What "Allow always" stores for this command, or why it is not offered."""
         return rule_for(self.command)
 
-    def decide(self, decision: str) -> None:
+    def decide(self, decision: str, actor: Actor) -> None:
         """Apply a person's decision, once: of two clicks (two tabs) only the first
         counts. "Allow always" also stores the rule, where the allow-list offers one.
         Who may decide is the caller's check (agent.approvals.decide)."""
@@ -106,12 +128,8 @@ class ApprovalRequest(OwnedModel):
             ).update(status=status, decision=decision, decided_at=timezone.now())
             if not changed:
                 raise ApprovalError("This request was already answered or has expired.")
-            if always:
-                TerminalAllowedPrefix.objects.update_or_create(
-                    owner_id=self.owner_id,
-                    prefix=rule.prefix,
-                    defaults={"active": True, "switched_off_because": ""},
-                )
+            if always and rule.prefix is not None:
+                TerminalAllowedPrefix.allow_always(self.owner_id, rule.prefix, actor)
         self.refresh_from_db()
 
     def expire(self) -> None:

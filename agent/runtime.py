@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -41,6 +41,7 @@ class TurnRequest:
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
+    task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
 
 
 @dataclass
@@ -214,16 +215,22 @@ class Turn:
         """The tools' context, made at the first call (it makes the workspace)."""
         request = self.request
         return ToolContext.for_session(
-            request.owner, request.session_id, request.agent_name, trusted=request.trusted
+            request.owner,
+            request.session_id,
+            request.agent_name,
+            trusted=request.trusted,
+            task=request.task,
         )
 
     async def execute(self, call: ToolCall) -> None:
-        await self.store(
+        recorded = await self.store(
             EventType.TOOL_CALL,
             {"id": call.id, "name": call.name, "arguments": call.arguments},
             tool_name=call.name,
         )
-        output = await call_tool(self.tools, call.name, call.arguments, approve=self.approve)
+        # What the call writes (a fact) links back to it.
+        context = replace(self.tools, event_id=recorded.pk)
+        output = await call_tool(context, call.name, call.arguments, approve=self.approve)
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)

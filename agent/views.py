@@ -12,6 +12,7 @@ from agent import cgroups
 from agent.approvals import has_terminal_permission
 from agent.models import TerminalAllowedPrefix
 from agent.rules import PROGRAMS
+from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
@@ -41,9 +42,7 @@ def activate_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if problem := prefix.problem:
         messages.error(request, f"“{prefix.prefix}” stays off: {problem}.")
         return redirect("terminal-prefixes")
-    prefix.active = True
-    prefix.switched_off_because = ""
-    prefix.save(update_fields=["active", "switched_off_because"])
+    prefix.switch_on(Actor.user(request.user))
     messages.success(request, f"“{prefix.prefix}” is on: those commands run without asking.")
     return redirect("terminal-prefixes")
 
@@ -52,7 +51,7 @@ def activate_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def revoke_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """From now on commands with this prefix ask again before they run."""
     prefix = get_owned_or_404(TerminalAllowedPrefix, request.user, pk=pk)
-    prefix.delete()
+    prefix.revoke(Actor.user(request.user))
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f"Revoked “{prefix.prefix}”: those commands ask again.")

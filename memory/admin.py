@@ -17,6 +17,8 @@ from memory.models import (
     MemoryChunk,
     MemoryFile,
 )
+from neotask_site.admin import RecordedAdmin
+from neotask_site.history import Actor
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -100,19 +102,34 @@ class EventAdmin(ForgettingAdmin):
         queryset.update(importance=0.5)
 
     def forget(self, request: HttpRequest, rows: list) -> None:
-        forgetting.forget_events(rows[0].owner, [event.pk for event in rows])
+        owner, actor = rows[0].owner, Actor.admin(request.user)
+        forgetting.forget_events(owner, [event.pk for event in rows], actor)
 
 
 @admin.register(Fact)
-class FactAdmin(ForgettingAdmin):
+class FactAdmin(ForgettingAdmin, RecordedAdmin):
     list_display = ["category", "key", "value", "source", "owner", "updated_at"]
     list_filter = ["category", "source", "owner"]
     search_fields = ["category", "key", "value"]
     list_editable = ["value"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = [
+        "origin",
+        "origin_event",
+        "origin_session_id",
+        "origin_label",
+        "created_at",
+        "updated_at",
+    ]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change or "value" in form.changed_data:
+            obj.origin, obj.origin_event = Fact.Origin.ADMIN, None
+            obj.origin_session_id, obj.origin_label = "", request.user.get_username()
+        super().save_model(request, obj, form, change)
 
     def forget(self, request: HttpRequest, rows: list) -> None:
-        forgetting.forget_facts(rows[0].owner, Fact.objects.filter(pk__in=[f.pk for f in rows]))
+        facts = Fact.objects.filter(pk__in=[fact.pk for fact in rows])
+        forgetting.forget_facts(rows[0].owner, facts, Actor.admin(request.user))
 
 
 @admin.register(Macro)
@@ -124,7 +141,7 @@ class MacroAdmin(OwnedAdmin):
 
 
 @admin.register(MemoryFile)
-class MemoryFileAdmin(ForgettingAdmin):
+class MemoryFileAdmin(ForgettingAdmin, RecordedAdmin):
     """Deleting a file here deletes it in the workspace too: otherwise the next
     indexing would bring it back."""
 
@@ -136,7 +153,8 @@ class MemoryFileAdmin(ForgettingAdmin):
     def forget(self, request: HttpRequest, rows: list) -> None:
         for file in rows:
             try:
-                forgetting.forget_memory_file(file.owner, file.agent, file.path)
+                actor = Actor.admin(request.user)
+                forgetting.forget_memory_file(file.owner, file.agent, file.path, actor)
             except MemoryPathError as exc:  # a link, or gone already: the row is gone anyway
                 self.message_user(request, f"{file.path}: {exc}", messages.WARNING)
 

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from memory import recording
 from memory.models import Event, EventType, Fact, transcript
+from neotask_site.history import Actor
 
 log = logging.getLogger(__name__)
 
@@ -148,25 +149,35 @@ def is_near_duplicate(owner_id: int, value: str, threshold: float) -> bool:
     return bool(np.max(vectors[1:] @ vectors[0]) >= threshold)
 
 
-def merge_facts(owner_id: int, facts: list[dict[str, str]], report: Report) -> None:
+def merge_facts(summary: Event, facts: list[dict[str, str]], report: Report) -> None:
+    """The summary's proposed facts merged into its owner's, each linked to it."""
+    owner_id = summary.owner_id
     threshold = settings.NEOTASK["memory"]["fact_duplicate_similarity"]
     for fact in facts:
         existing = Fact.objects.filter(
             owner_id=owner_id, category=fact["category"], key=fact["key"]
         ).first()
-        if existing is not None:
-            if existing.value != fact["value"]:
-                existing.value = fact["value"]
-                existing.source = Fact.Source.AGENT
-                existing.save(update_fields=["value", "source", "updated_at"])
-                report.facts_updated += 1
-            else:
-                report.facts_skipped += 1
-        elif is_near_duplicate(owner_id, fact["value"], threshold):
+        if existing is not None and existing.value == fact["value"]:
             report.facts_skipped += 1
-        else:
-            Fact.objects.create(owner_id=owner_id, source=Fact.Source.AGENT, **fact)
+            continue
+        if existing is None and is_near_duplicate(owner_id, fact["value"], threshold):
+            report.facts_skipped += 1
+            continue
+        Fact.objects.remember(
+            summary.owner,
+            fact["category"],
+            fact["key"],
+            fact["value"],
+            actor=Actor.system("consolidation"),
+            source=Fact.Source.AGENT,
+            origin=Fact.Origin.CONSOLIDATION,
+            origin_event_id=summary.pk,
+            origin_session_id=summary.session_id,
+        )
+        if existing is None:
             report.facts_added += 1
+        else:
+            report.facts_updated += 1
 
 
 def consolidate_session(session_id: str, owner_id: int, complete: Complete, report: Report) -> None:
@@ -176,7 +187,7 @@ def consolidate_session(session_id: str, owner_id: int, complete: Complete, repo
     try:
         proposal = propose(events, complete)
         with transaction.atomic():
-            recording.record(
+            summary = recording.record(
                 events[0].owner,
                 session_id,
                 EventType.SUMMARY,
@@ -190,7 +201,8 @@ def consolidate_session(session_id: str, owner_id: int, complete: Complete, repo
                 agent=events[0].agent,
                 created_at=events[-1].created_at,
             )
-            merge_facts(owner_id, proposal.facts, report)
+            summary.condensed.set(events)
+            merge_facts(summary, proposal.facts, report)
             Event.objects.filter(consolidation_claim=token).update(
                 consolidated_at=timezone.now(), consolidation_claim=None
             )

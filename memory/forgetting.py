@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from memory.files import indexing, paths
-from memory.models import Event, EventType, Fact, ForgottenEvent
+from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
 from memory.working import working_memory
 from memory.workspace import workspace_dir
+from neotask_site.history import Actor, record_change
+from neotask_site.models import Change
 from neotask_site.ownership import Owner
 
 BATCH = 500  # ids per `IN (...)`: far below SQLite's limit on parameters
@@ -77,7 +79,7 @@ class Forgotten:
         return "Deleted " + (", ".join(parts) if parts else "nothing") + "."
 
 
-def forget_events(owner: Owner, event_ids: Iterable[int]) -> Forgotten:
+def forget_events(owner: Owner, event_ids: Iterable[int], actor: Actor) -> Forgotten:
     """Delete these events of `owner` and what was derived from them. Ids of
     other owners' events are ignored; NothingToForget if none is the owner's."""
     ids = sorted(set(event_ids))
@@ -85,30 +87,31 @@ def forget_events(owner: Owner, event_ids: Iterable[int]) -> Forgotten:
         events = owned_events(owner, Event.objects.filter(pk__in=ids)) if ids else []
         if not events:
             raise NothingToForget("No such message: it may have been deleted already.")
-        report = erase(owner, events)
+        report = erase(owner, events, actor)
         rekey_followers(owner, events)
     return report
 
 
-def forget_sessions(owner: Owner, session_ids: Iterable[str]) -> Forgotten:
+def forget_sessions(owner: Owner, session_ids: Iterable[str], actor: Actor) -> Forgotten:
     """Delete every event of these sessions of `owner` (a chat's, a cleaned-up
     session's), their summaries and compactions included."""
     sessions = sorted(set(session_ids))
     with transaction.atomic():
-        return erase(owner, owned_events(owner, Event.objects.filter(session_id__in=sessions)))
+        events = owned_events(owner, Event.objects.filter(session_id__in=sessions))
+        return erase(owner, events, actor)
 
 
 def owned_events(owner: Owner, events: QuerySet[Event]) -> list[Event]:
     return list(events.filter(owner=owner).only("id", "agent", "session_id", "event_type", "data"))
 
 
-def erase(owner: Owner, events: list[Event]) -> Forgotten:
+def erase(owner: Owner, events: list[Event], actor: Actor) -> Forgotten:
     """Delete `events` (all `owner`'s) and what was derived from them; in the
     caller's transaction."""
     report = Forgotten()
     if not events:  # e.g. a session whose events a chat's deletion took first
         return report
-    derived = mark_derived(owner, events, report)
+    derived = mark_derived(owner, events, report, actor)
     doomed = {event.pk: event for event in [*events, *derived]}
     ForgottenEvent.objects.bulk_create(
         [ForgottenEvent(owner=owner, agent=e.agent, event_id=e.pk) for e in doomed.values()],
@@ -148,18 +151,19 @@ def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
         follower.save(update_fields=["speaker", "search_key", "search_context", "key_version"])
 
 
-def mark_derived(owner: Owner, events: list[Event], report: Forgotten) -> list[Event]:
+def mark_derived(owner: Owner, events: list[Event], report: Forgotten, actor: Actor) -> list[Event]:
     """Deal with what was made from `events` before they are deleted; returns the
-    derived events that must go too. What can be known on this schema:
+    derived events that must go too:
 
-    - a consolidation summary whose range (first/last event id, same session)
-      covers a deleted event is deleted, and the events it condensed that stay
-      are released (consolidated_at cleared): the next consolidation rebuilds a
-      summary without the deleted ones; the facts it proposed that still hold
-      its value (source agent) are deleted;
-    - a compaction summary of a deleted event (its range, or the messages it
-      carried over) is deleted, not rebuilt (that needs the model); its
-      session keeps the messages it carried over;
+    - a consolidation summary that condensed a deleted event (Event.condensed,
+      or its id range for summaries older than that link) is deleted, and the
+      events it condensed that stay are released (consolidated_at cleared): the
+      next consolidation rebuilds a summary without the deleted ones;
+    - a compaction summary of a deleted event (what it condensed, or the
+      messages it carried over) is deleted, not rebuilt (that needs the model);
+      its session keeps the messages it carried over;
+    - facts whose value came from a deleted event or from a deleted summary
+      (Fact.origin_event) are forgotten too;
     - auto-recall's record of a session no longer lists a deleted event.
     """
     ids = {event.pk for event in events}
@@ -167,32 +171,50 @@ def mark_derived(owner: Owner, events: list[Event], report: Forgotten) -> list[E
     owned = Event.objects.filter(owner=owner)
     derived: list[Event] = []
 
-    for summary in owned_events(
-        owner, owned.filter(session_id__in=sessions, event_type=EventType.SUMMARY)
-    ):
-        if summary.pk not in ids and covers(summary.data, ids):
-            derived.append(summary)
-            first, last = summary.data["first_event_id"], summary.data["last_event_id"]
+    summaries = owned.filter(event_type=EventType.SUMMARY).filter(
+        Q(condensed__in=ids) | Q(session_id__in=sessions)
+    )
+    for summary in owned_events(owner, summaries.distinct()):
+        if summary.pk in ids or not condensed(summary, ids):
+            continue
+        derived.append(summary)
+        owned.filter(summaries=summary).exclude(pk__in=ids).update(consolidated_at=None)
+        if isinstance(summary.data, dict) and isinstance(summary.data.get("first_event_id"), int):
+            first, last = summary.data["first_event_id"], summary.data.get("last_event_id")
             owned.filter(session_id=summary.session_id, pk__gte=first, pk__lte=last).exclude(
                 pk__in=ids
             ).update(consolidated_at=None)
-            report.facts += forget_proposed_facts(owner, summary.data.get("facts"))
     report.summaries = len(derived)
     ids.update(event.pk for event in derived)
 
-    compactions = owned_events(
-        owner,
-        owned.filter(event_type=EventType.COMPACTION, data__continues_from__in=sessions),
+    compactions = owned.filter(event_type=EventType.COMPACTION).filter(
+        Q(condensed__in=ids) | Q(data__continues_from__in=sessions)
     )
-    for compaction in compactions:
+    for compaction in owned_events(owner, compactions.distinct()):
         carried = compaction.data.get("carried_over") or []
-        if compaction.pk not in ids and (covers(compaction.data, ids) or ids & set(carried)):
+        if compaction.pk not in ids and (condensed(compaction, ids) or ids & set(carried)):
             derived.append(compaction)
             report.compactions += 1
     ids.update(event.pk for event in derived)
 
+    from_them = Fact.objects.filter(owner=owner, origin_event__in=ids)
+    report.facts += forget_facts(owner, from_them, actor).facts
     report.recalls = scrub_recalls(owner, lambda item: item.get("event_id") in ids)
     return derived
+
+
+def condensed(summary: Event, ids: set[int]) -> bool:
+    """Whether a summary condensed one of `ids`: linked (Event.condensed), or in
+    its id range (first_event_id..last_event_id, summaries older than the link)."""
+    if summary.condensed.filter(pk__in=ids).exists():
+        return True
+    data = summary.data
+    if not isinstance(data, dict):
+        return False
+    first, last = data.get("first_event_id"), data.get("last_event_id")
+    if not isinstance(first, int) or not isinstance(last, int):
+        return False
+    return any(first <= event_id <= last for event_id in ids)
 
 
 def scrub_recalls(owner: Owner, quotes: Callable[[dict[str, Any]], bool]) -> int:
@@ -209,53 +231,40 @@ def scrub_recalls(owner: Owner, quotes: Callable[[dict[str, Any]], bool]) -> int
     return changed
 
 
-def covers(data: Any, ids: set[int]) -> bool:
-    """Whether a summary's range (first_event_id..last_event_id) holds one of `ids`."""
-    if not isinstance(data, dict):
-        return False
-    first, last = data.get("first_event_id"), data.get("last_event_id")
-    if not isinstance(first, int) or not isinstance(last, int):
-        return False
-    return any(first <= event_id <= last for event_id in ids)
+def forget_facts(owner: Owner, facts: QuerySet[Fact], actor: Actor) -> Forgotten:
+    """Delete these facts of `owner`, their values erased from the history too
+    (facts are read from the table into every prompt: nothing else holds them)."""
+    doomed = list(facts.filter(owner=owner))
+    with transaction.atomic():
+        for fact in doomed:
+            fact.forget(actor)
+    return Forgotten(facts=len(doomed))
 
 
-def forget_proposed_facts(owner: Owner, proposed: Any) -> int:
-    if not isinstance(proposed, list):
-        return 0
-    deleted = 0
-    for fact in proposed:
-        if isinstance(fact, dict) and {"category", "key", "value"} <= fact.keys():
-            deleted += Fact.objects.filter(
-                owner=owner,
-                source=Fact.Source.AGENT,
-                category=fact["category"],
-                key=fact["key"],
-                value=fact["value"],
-            ).delete()[0]
-    return deleted
-
-
-def forget_facts(owner: Owner, facts: QuerySet[Fact]) -> Forgotten:
-    """Delete these facts of `owner` (facts are read from the table into every
-    prompt: nothing else holds them)."""
-    deleted, _ = facts.filter(owner=owner).delete()
-    return Forgotten(facts=deleted)
-
-
-def forget_memory_file(owner: Owner, agent: str, path: str) -> Forgotten:
+def forget_memory_file(owner: Owner, agent: str, path: str, actor: Actor) -> Forgotten:
     """Delete a memory file of `owner`'s `agent` on disk (never through a link)
     and its chunks; auto-recall's records no longer quote it. Raises
     paths.MemoryPathError (NotFound included) with a message a user can act on."""
     shown = paths.memory_path(path)
     workspace = workspace_dir(owner.pk, agent, create=False)
+    indexed = MemoryFile.objects.filter(owner=owner, agent=agent, path=shown).exists()
     try:
         paths.delete_memory_file(workspace, shown)
+    except paths.NotFound:
+        if not indexed:
+            raise
+        # Gone from the disk already (deleted by other means): its index entry,
+        # chunks and history still go.
     finally:
         # Whatever happened on disk, the index follows it (a file deleted by
         # other means meanwhile loses its chunks too).
         indexing.index_path(owner, agent, shown)
-    quoted = f"{shown}:"
+    quoted, subject = f"{shown}:", f"{agent}:{shown}"
     with transaction.atomic():
+        Change.objects.forget_values(owner.pk, Change.Subject.MEMORY_FILE, subject)
+        record_change(
+            owner, actor, Change.Subject.MEMORY_FILE, subject, subject, Change.Action.DELETED
+        )
         recalls = scrub_recalls(
             owner,
             lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),

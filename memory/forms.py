@@ -6,6 +6,7 @@ from django import forms
 from django.db import IntegrityError, transaction
 
 from memory.models import Fact
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 
 
@@ -58,8 +59,12 @@ class FactForm(forms.ModelForm):
         fact = super().save(commit=False)
         fact.owner = self.owner
         fact.source = Fact.Source.USER  # the user wrote or confirmed it
+        if fact.pk is None or "value" in self.changed_data:
+            # The value is now the user's own, typed on this page.
+            fact.origin, fact.origin_event = Fact.Origin.PAGE, None
+            fact.origin_session_id = fact.origin_label = ""
         if commit:
-            fact.save()
+            fact.save_by(Actor.user(self.owner))
         return fact
 
     def save_unless_taken(self) -> Fact | None:

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.history import Actor, Recorded, snapshot
+from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 
 
@@ -125,6 +127,10 @@ class Event(OwnedModel):
     # When the vector was stored: the in-process indexes sync from this.
     embedded_at = models.DateTimeField(null=True, blank=True)
     legacy_message_id = models.CharField(max_length=64, null=True, blank=True)
+    # A summary's sources: the events consolidation condensed into it.
+    condensed = models.ManyToManyField(
+        "self", symmetrical=False, related_name="summaries", blank=True
+    )
 
     class Meta:
         db_table = "events"
@@ -249,12 +255,65 @@ class Event(OwnedModel):
         }
 
 
-class Fact(OwnedModel):
-    """Something durable about the user or the world, keyed by category/key."""
+class FactQuerySet(OwnedQuerySet):
+    def remember(
+        self,
+        owner: Owner,
+        category: str,
+        key: str,
+        value: str,
+        *,
+        actor: Actor,
+        source: str,
+        origin: str,
+        origin_event_id: int | None = None,
+        origin_session_id: str = "",
+        origin_label: str = "",
+    ) -> tuple[Fact, bool]:
+        """Store `value` under category/key (normalised), replacing an older value,
+        and record who did it and where the value came from. Returns the fact and
+        whether it is new. The one way facts are written by the agent, slash
+        commands, consolidation and imports."""
+        category, key = Fact.normalise(category), Fact.normalise(key)
+        provenance = {
+            "origin": origin,
+            "origin_event_id": origin_event_id,
+            "origin_session_id": origin_session_id,
+            "origin_label": origin_label[:200],
+        }
+        with transaction.atomic():
+            fact = self.select_for_update().filter(owner=owner, category=category, key=key).first()
+            created = fact is None
+            if fact is None:
+                fact = Fact(owner=owner, category=category, key=key)
+            elif fact.value == value and fact.source == source:
+                return fact, False  # said again: it keeps where it first came from
+            before = None if created else snapshot(fact, Fact.history_fields)
+            fact.value, fact.source = value, source
+            for name, known in provenance.items():
+                setattr(fact, name, known)
+            fact.save_by(actor, before=before)
+        return fact, created
+
+
+FactManager = models.Manager.from_queryset(FactQuerySet)
+
+
+class Fact(Recorded, OwnedModel):
+    """Something durable about the user or the world, keyed by category/key,
+    with where its value came from (`origin`, and the event or session)."""
 
     class Source(models.TextChoices):
         AGENT = "agent", "Agent"
         USER = "user", "User"
+
+    class Origin(models.TextChoices):
+        TURN = "turn", "a turn of the agent's"
+        MESSAGE = "message", "your message"
+        IMPORT = "import", "an import"
+        CONSOLIDATION = "consolidation", "a summary of a conversation"
+        PAGE = "page", "the facts page"
+        ADMIN = "admin", "the admin"
 
     MAX_VALUE = 4000  # longer notes belong in a memory file
 
@@ -262,8 +321,22 @@ class Fact(OwnedModel):
     key = models.CharField(max_length=255)
     value = models.TextField()
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.USER)
+    # Empty for facts stored before provenance was kept, where nothing told it.
+    origin = models.CharField(max_length=16, choices=Origin.choices, blank=True)
+    # The turn (the tool call, or the summary) the value came from; the fact
+    # outlives it if it is deleted, its session id kept in origin_session_id.
+    origin_event = models.ForeignKey(
+        Event, null=True, blank=True, on_delete=models.SET_NULL, related_name="facts_derived"
+    )
+    origin_session_id = models.CharField(max_length=255, blank=True)
+    origin_label = models.CharField(max_length=200, blank=True)  # e.g. the import job
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects: ClassVar[FactManager] = FactManager()
+
+    history_subject = Change.Subject.FACT
+    history_fields = ("category", "key", "value", "source")
 
     class Meta:
         db_table = "facts"
@@ -280,6 +353,11 @@ class Fact(OwnedModel):
         """Category and key as stored: the agent, the page and consolidation
         must all address the same fact."""
         return name.strip().lower()
+
+    def forget(self, actor: Actor) -> None:
+        """Deleted and its values erased from the history: whoever deletes a fact
+        (the user, the agent asked to forget it, the admin), it is forgotten."""
+        self.erase_by(actor)
 
 
 class MacroQuerySet(OwnedQuerySet):
@@ -369,7 +447,7 @@ class Macro(OwnedModel):
         return f"{self.trigger_tool} → {self.next_tool}"
 
 
-class MemoryFile(OwnedModel):
+class MemoryFile(Recorded, OwnedModel):
     """A markdown file of an agent's workspace (MEMORY.md, memory/**/*.md) as last indexed.
 
     `size` and `mtime_ns` make the change check a stat per file; `sha256` decides
@@ -386,6 +464,11 @@ class MemoryFile(OwnedModel):
     indexed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # The row is the file's index entry: its changes are recorded when the admin
+    # makes them; the files pages and tools record the text (memory.files.history).
+    history_subject = Change.Subject.MEMORY_FILE
+    history_fields = ("agent", "path", "size", "sha256", "skip_reason")
+
     class Meta:
         ordering = ["agent", "path"]
         constraints = [
@@ -396,6 +479,9 @@ class MemoryFile(OwnedModel):
 
     def __str__(self) -> str:
         return f"{self.agent}:{self.path}"
+
+    def history_id(self) -> str:
+        return str(self)  # as the files pages name it
 
 
 class MemoryChunk(OwnedModel):

@@ -5,7 +5,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,10 +13,13 @@ from django.views.decorators.http import require_POST
 
 from memory import forgetting
 from memory.files import indexing, paths
+from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
 from memory.models import Fact, Macro
+from memory.provenance import with_provenance
 from memory.search import search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
+from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 
@@ -79,6 +82,7 @@ def memory_file(request: HtmxHttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         text = request.POST.get("text", "")
+        before = text_now(workspace, shown)
         try:
             paths.save_if_unchanged(workspace, shown, text, request.POST.get("sha256", ""))
         except paths.FileConflict as conflict:
@@ -90,6 +94,8 @@ def memory_file(request: HtmxHttpRequest) -> HttpResponse:
             status = 400
             context.update(error=str(exc), text=text, sha256=request.POST.get("sha256", ""))
         else:
+            actor = Actor.user(request.user)
+            record_file_change(request.user, agent, shown, actor, before, text)
             indexing.index_path(request.user, agent, shown)
             if not request.htmx:
                 messages.success(request, f"Saved {shown}.")
@@ -118,6 +124,7 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     except paths.MemoryPathError as exc:
         messages.error(request, str(exc))
         return redirect(files_url(agent))
+    record_file_change(request.user, agent, shown, Actor.user(request.user), None, "")
     indexing.index_path(request.user, agent, shown)
     return redirect(file_url(agent, shown))
 
@@ -128,7 +135,7 @@ def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
     shown = existing_file(request, workspace)
     if request.method == "POST":
         try:
-            forgetting.forget_memory_file(request.user, agent, shown)
+            forgetting.forget_memory_file(request.user, agent, shown, Actor.user(request.user))
         except paths.MemoryPathError as exc:  # a link, or changed meanwhile
             messages.error(request, str(exc))
         else:
@@ -145,13 +152,17 @@ FACT_RESULTS = "memory/_fact_rows.html"
 MACRO_ROW = "memory/_macro_row.html"
 
 
-def owned_facts(request: HtmxHttpRequest, query: str = "") -> QuerySet[Fact]:
-    facts = Fact.objects.owned_by(request.user)
+def owned_facts(request: HtmxHttpRequest, query: str = "") -> list[Fact]:
+    facts = Fact.objects.owned_by(request.user).select_related("origin_event")
     if query:
         facts = facts.filter(
             Q(category__icontains=query) | Q(key__icontains=query) | Q(value__icontains=query)
         )
-    return facts[:FACT_ROWS]
+    return with_provenance(facts[:FACT_ROWS])
+
+
+def fact_row_response(request: HtmxHttpRequest, fact: Fact) -> HttpResponse:
+    return render(request, FACT_ROW, {"fact": with_provenance([fact])[0]})
 
 
 def fact_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -177,7 +188,7 @@ def fact_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
     if not request.htmx:
         return redirect("fact-list")
-    return render(request, FACT_ROW, {"fact": fact})
+    return fact_row_response(request, fact)
 
 
 def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -191,14 +202,14 @@ def fact_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if not request.htmx:
             messages.success(request, f"Saved {fact}.")
             return redirect("fact-list")
-        return render(request, FACT_ROW, {"fact": fact})
+        return fact_row_response(request, fact)
     return render_page(request, "memory/fact_edit.html", {"fact_pk": pk, "form": form})
 
 
 @require_POST
 def fact_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=pk)
-    forgetting.forget_facts(request.user, Fact.objects.filter(pk=fact.pk))
+    forgetting.forget_facts(request.user, Fact.objects.filter(pk=fact.pk), Actor.user(request.user))
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f"Deleted {fact}.")

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm, UserCreationForm
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from neotask_site import throttle
 from neotask_site.client_address import client_address
+from neotask_site.models import Change
 from neotask_site.ownership import Owner
 
 
@@ -52,3 +54,17 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
         except ValidationError:
             throttle.count_failure(username, self.address)
             raise
+
+
+class HistoryFilterForm(forms.Form):
+    subject = forms.ChoiceField(
+        choices=[("", "Everything"), *Change.Subject.choices], required=False, label="What"
+    )
+    actor = forms.ChoiceField(
+        choices=[("", "Anyone"), *Change.Actor.choices], required=False, label="Who"
+    )
+    q = forms.CharField(max_length=200, required=False, strip=True, label="Search")
+
+    def clean_q(self) -> str:
+        # NUL never matches, and PostgreSQL refuses it in a query.
+        return self.cleaned_data["q"].replace("\x00", "")

@@ -26,6 +26,7 @@ urlpatterns = [
         name="admin-password-change",
     ),
     path("admin/", admin.site.urls),
+    path("history/", views.history, name="history"),
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),
     path("settings/terminal/", include("agent.urls")),

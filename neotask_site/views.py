@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import PasswordChangeView
+from django.core.paginator import Paginator
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
@@ -16,7 +17,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from neotask_site import first_run
-from neotask_site.forms import AdminAccountForm, ThrottledPasswordChangeForm
+from neotask_site.forms import (
+    AdminAccountForm,
+    HistoryFilterForm,
+    ThrottledPasswordChangeForm,
+)
+from neotask_site.htmx import HtmxHttpRequest, render_page
+from neotask_site.models import Change
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +81,24 @@ def healthz(request: HttpRequest) -> JsonResponse:
         log.exception("health check: the database did not answer")
         return JsonResponse({"db": "unavailable"}, status=503)
     return JsonResponse({"db": "ok"})
+
+
+HISTORY_PER_PAGE = 50
+
+
+def history(request: HtmxHttpRequest) -> HttpResponse:
+    """The owner's history of changes, newest first, filtered by what changed, who
+    changed it and text; htmx gets only the results."""
+    form = HistoryFilterForm(request.GET)
+    changes = Change.objects.owned_by(request.user)
+    status = 200
+    if form.is_valid():
+        data = form.cleaned_data
+        changes = changes.matching(data["subject"], data["actor"], data["q"])
+    else:  # an unknown filter: say so rather than show what it did not ask for
+        changes, status = changes.none(), 400
+    page = Paginator(changes, HISTORY_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"form": form, "page": page, "query": query.urlencode()}
+    return render_page(request, "neotask_site/history.html", context, status=status)

@@ -6,11 +6,12 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from agent.admin import TerminalTrustAdmin
+from neotask_site.admin import RecordedAdmin
 from scheduler.models import ScheduledTask
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(TerminalTrustAdmin):
+class ScheduledTaskAdmin(RecordedAdmin, TerminalTrustAdmin):
     list_display = [
         "name",
         "original_schedule",

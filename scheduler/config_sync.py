@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.users import UnknownUser, find_user
 from scheduler.models import ScheduledTask
@@ -103,6 +104,10 @@ def check_entry(number: int, entry: dict[str, Any], now: datetime) -> Wanted:
     return Wanted(owner, name, prompt, agent_name, bool(entry.get("trusted", False)), planned)
 
 
+# Who changes the tasks of config.toml, as the history says.
+CONFIG = Actor.system("config.toml")
+
+
 def apply(wanted: list[Wanted], now: datetime) -> SyncReport:
     report = SyncReport()
     existing = {
@@ -113,18 +118,18 @@ def apply(wanted: list[Wanted], now: datetime) -> SyncReport:
         task = existing.pop((item.owner.pk, item.name), None)
         agent, _ = Agent.objects.get_or_create(owner=item.owner, name=item.agent_name)
         if task is None:
-            ScheduledTask.objects.create(
+            ScheduledTask(
                 owner=item.owner,
                 name=item.name,
                 source=ScheduledTask.Source.CONFIG,
                 **fields_for(item, agent),
                 next_run_at=item.plan.runs[0],
-            )
+            ).save_by(CONFIG)
             report.created.append(item.name)
         elif update(task, item, agent):
             report.updated.append(item.name)
     for task in existing.values():
-        task.delete()
+        task.delete_by(CONFIG)
         report.deleted.append(task.name)
     return report
 
@@ -153,5 +158,5 @@ def update(task: ScheduledTask, item: Wanted, agent: Agent) -> bool:
     if {"cron_expr", "time_zone"} & set(changed):
         task.next_run_at = item.plan.runs[0]
         changed.append("next_run_at")
-    task.save(update_fields=[*changed, "updated_at"])
+    task.save_by(CONFIG, update_fields=[*changed, "updated_at"])
     return True

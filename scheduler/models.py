@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from neotask_site.history import Actor, Recorded
+from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, default_name, plan
 from scheduler.schedule import ScheduleError, next_run
@@ -30,6 +32,7 @@ class ScheduledTaskQuerySet(OwnedQuerySet):
         prompt: str,
         name: str = "",
         *,
+        actor: Actor,
         agent: Agent | None = None,
         now: datetime | None = None,
     ) -> tuple[ScheduledTask, Plan]:
@@ -43,7 +46,7 @@ class ScheduledTaskQuerySet(OwnedQuerySet):
                 f'You already have a task named "{name}". Pick another name, or cancel that '
                 "task first."
             )
-        task = self.create(
+        task = ScheduledTask(
             owner=owner,
             name=name,
             cron_expr=planned.cron_expr,
@@ -55,6 +58,7 @@ class ScheduledTaskQuerySet(OwnedQuerySet):
             is_oneshot=planned.is_oneshot,
             next_run_at=planned.runs[0],
         )
+        task.save_by(actor)
         return task, planned
 
     def find(self, reference: str) -> ScheduledTask:
@@ -78,7 +82,7 @@ class ScheduledTaskQuerySet(OwnedQuerySet):
 ScheduledTaskManager = models.Manager.from_queryset(ScheduledTaskQuerySet)
 
 
-class ScheduledTask(OwnedModel):
+class ScheduledTask(Recorded, OwnedModel):
     """A prompt the agent runs on a cron schedule, or once.
 
     Its owner changes it through `edit`, `pause`, `resume` and `cancel`, which
@@ -110,6 +114,19 @@ class ScheduledTask(OwnedModel):
     updated_at = models.DateTimeField(auto_now=True)
 
     objects: ClassVar[ScheduledTaskManager] = ScheduledTaskManager()
+
+    history_subject = Change.Subject.TASK
+    history_fields = (
+        "name",
+        "original_schedule",
+        "cron_expr",
+        "time_zone",
+        "prompt",
+        "agent_id",
+        "is_oneshot",
+        "is_paused",
+        "is_trusted",
+    )
 
     class Meta:
         db_table = "scheduled_tasks"
@@ -143,7 +160,9 @@ class ScheduledTask(OwnedModel):
                 "it there, then restart Neotask."
             )
 
-    def edit(self, schedule: str, prompt: str, now: datetime | None = None) -> Plan:
+    def edit(
+        self, schedule: str, prompt: str, *, actor: Actor, now: datetime | None = None
+    ) -> Plan:
         """A new schedule and prompt, checked as create_task checks them; the next
         run follows the new schedule."""
         self.check_editable()
@@ -152,15 +171,15 @@ class ScheduledTask(OwnedModel):
         self.cron_expr, self.original_schedule = planned.cron_expr, planned.original
         self.time_zone, self.is_oneshot = planned.time_zone, planned.is_oneshot
         self.prompt, self.next_run_at = prompt, planned.runs[0]
-        self.save()
+        self.save_by(actor)
         return planned
 
-    def pause(self) -> None:
+    def pause(self, *, actor: Actor) -> None:
         self.check_editable()
         self.is_paused = True
-        self.save(update_fields=["is_paused", "updated_at"])
+        self.save_by(actor, update_fields=["is_paused", "updated_at"])
 
-    def resume(self, now: datetime | None = None) -> None:
+    def resume(self, *, actor: Actor, now: datetime | None = None) -> None:
         self.check_editable()
         fields = ["is_paused", "updated_at"]
         if self.is_paused and not self.is_oneshot:
@@ -172,8 +191,8 @@ class ScheduledTask(OwnedModel):
                 raise TaskError(f'"{self.name}" cannot run again: {exc}') from None
             fields.append("next_run_at")
         self.is_paused = False
-        self.save(update_fields=fields)
+        self.save_by(actor, update_fields=fields)
 
-    def cancel(self) -> None:
+    def cancel(self, *, actor: Actor) -> None:
         self.check_editable()
-        self.delete()
+        self.delete_by(actor)

@@ -29,6 +29,8 @@ from agent.models import ApprovalRequest
 from memory import recording
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
+from neotask_site.history import Actor, record_change, snapshot
+from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app import runner
@@ -38,6 +40,7 @@ from sessions_app.models import Agent, Session
 log = logging.getLogger(__name__)
 
 SCHEDULE_NAME = "scheduler: run due tasks"
+SCHEDULER = Actor.system("scheduler")  # what pauses a broken task, ends a one-time one
 # Nobody watches a scheduled run: a command that needs approval is recorded and
 # skipped at once instead of holding a worker for the usual approval timeout.
 APPROVAL_TIMEOUT_SECONDS = 0.0
@@ -121,7 +124,18 @@ def claim(task_id: uuid.UUID, now: datetime) -> ScheduledTask | None:
 
 def pause_broken(task: ScheduledTask, reason: str) -> None:
     """A schedule that cannot run again (edited to nonsense, a zone that vanished)."""
-    ScheduledTask.objects.filter(pk=task.pk).update(is_paused=True)
+    with transaction.atomic():
+        ScheduledTask.objects.filter(pk=task.pk).update(is_paused=True)
+        record_change(
+            task.owner_id,
+            SCHEDULER,
+            Change.Subject.TASK,
+            task.pk,
+            task.name,
+            Change.Action.CHANGED,
+            {"is_paused": task.is_paused},
+            {"is_paused": True},
+        )
     log.warning("scheduled task %s paused: %s", task.pk, reason)
     session = cron_session(task)
     note = f'"{task.name}" was paused because its schedule cannot run: {reason}'
@@ -246,7 +260,19 @@ def record(
 def finish(task: ScheduledTask, now: datetime) -> None:
     try:
         if task.is_oneshot:
-            ScheduledTask.objects.filter(pk=task.pk).delete()
+            with transaction.atomic():
+                deleted, _ = ScheduledTask.objects.filter(pk=task.pk).delete()
+                # A one-time task is done once it ran (unless its owner removed it meanwhile).
+                if deleted:
+                    record_change(
+                        task.owner_id,
+                        SCHEDULER,
+                        Change.Subject.TASK,
+                        task.pk,
+                        task.name,
+                        Change.Action.DELETED,
+                        snapshot(task, task.history_fields),
+                    )
         else:
             ScheduledTask.objects.filter(pk=task.pk).update(last_run_at=now)
     except Exception:

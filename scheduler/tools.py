@@ -9,6 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
+from neotask_site.history import Actor
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_NAME_CHARS, MAX_PROMPT_CHARS, Plan, TaskError
 from sessions_app.models import Agent
@@ -37,6 +38,7 @@ def schedule_task(context: ToolContext, arguments: dict[str, Any]) -> str:
             arguments["schedule"],
             arguments["prompt"],
             arguments.get("name", ""),
+            actor=context.actor,
             agent=agent,
         )
     except TaskError as exc:
@@ -66,13 +68,13 @@ def describe_task(task: ScheduledTask) -> str:
 
 
 def change(
-    verb: str, apply: Callable[[ScheduledTask], None]
+    verb: str, apply: Callable[[ScheduledTask, Actor], None]
 ) -> Callable[[ToolContext, dict[str, Any]], str]:
     def run(context: ToolContext, arguments: dict[str, Any]) -> str:
         try:
             task = ScheduledTask.objects.owned_by(context.owner).find(arguments["task"])
             done = f'{verb} "{task.name}" (id {task.pk}).'  # before a delete clears the id
-            apply(task)
+            apply(task, context.actor)
         except TaskError as exc:
             raise ToolError(str(exc)) from None
         return done
@@ -122,19 +124,19 @@ for tool in [
         name="pause_task",
         description="Pause a scheduled task until it is resumed.",
         parameters=TASK_REFERENCE,
-        run=change("Paused", ScheduledTask.pause),
+        run=change("Paused", lambda task, actor: task.pause(actor=actor)),
     ),
     Tool(
         name="resume_task",
         description="Resume a paused scheduled task from its next scheduled time.",
         parameters=TASK_REFERENCE,
-        run=change("Resumed", ScheduledTask.resume),
+        run=change("Resumed", lambda task, actor: task.resume(actor=actor)),
     ),
     Tool(
         name="cancel_task",
         description="Delete a scheduled task for good.",
         parameters=TASK_REFERENCE,
-        run=change("Cancelled", ScheduledTask.cancel),
+        run=change("Cancelled", lambda task, actor: task.cancel(actor=actor)),
     ),
 ]:
     register(tool)

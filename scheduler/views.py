@@ -16,6 +16,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from scheduler import runner
@@ -42,7 +43,11 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             created, _ = ScheduledTask.objects.create_task(
-                request.user, data["schedule"], data["prompt"], data["name"]
+                request.user,
+                data["schedule"],
+                data["prompt"],
+                data["name"],
+                actor=Actor.user(request.user),
             )
         except TaskError as exc:  # e.g. a duplicate name
             form.add_error(None, str(exc))
@@ -86,7 +91,11 @@ def task_edit(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     form = TaskEditForm(data, initial=initial, auto_id=f"id_%s{key}")
     if form.is_valid():
         try:
-            task.edit(form.cleaned_data["schedule"], form.cleaned_data["prompt"])
+            task.edit(
+                form.cleaned_data["schedule"],
+                form.cleaned_data["prompt"],
+                actor=Actor.user(request.user),
+            )
         except TaskError as exc:
             form.add_error(None, str(exc))
         else:
@@ -106,14 +115,14 @@ def task_row(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
 def act(
     request: HtmxHttpRequest,
     pk: uuid.UUID,
-    apply: Callable[[ScheduledTask], str],
+    apply: Callable[[ScheduledTask, Actor], str],
     *,
     running: bool = False,
 ) -> HttpResponse:
     """Apply an action to the user's task; `apply` returns what to tell the user."""
     task = get_owned_or_404(owned_tasks(request), request.user, pk=pk)
     try:
-        note = apply(task)
+        note = apply(task, Actor.user(request.user))
     except TaskError as exc:
         return answer(request, task, error=str(exc))
     return answer(request, task, note=note, running=running)
@@ -138,17 +147,17 @@ def answer(
     return redirect("task-list")
 
 
-def pause(task: ScheduledTask) -> str:
-    task.pause()
+def pause(task: ScheduledTask, actor: Actor) -> str:
+    task.pause(actor=actor)
     return "Paused: it will not run until you resume it."
 
 
-def resume(task: ScheduledTask) -> str:
-    task.resume()
+def resume(task: ScheduledTask, actor: Actor) -> str:
+    task.resume(actor=actor)
     return "Resumed from its next scheduled time."
 
 
-def run_now(task: ScheduledTask) -> str:
+def run_now(task: ScheduledTask, actor: Actor) -> str:
     try:
         runner.queue_run_now(task)
     except Exception as exc:  # the broker is down: say so instead of pretending it runs
@@ -182,7 +191,7 @@ def task_delete(request: HtmxHttpRequest, pk: uuid.UUID) -> HttpResponse:
     if request.method != "POST":
         return render_page(request, "scheduler/task_delete.html", {"task": task})
     name = task.name
-    task.cancel()
+    task.cancel(actor=Actor.user(request.user))
     if request.htmx:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f'Deleted "{name}".')

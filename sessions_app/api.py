@@ -29,6 +29,7 @@ from memory.files.paths import MemoryPathError, NotFound
 from memory.forgetting import Forgotten, NothingToForget
 from memory.models import Event, Fact
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, forgetting, runner, views
 from sessions_app.commands import parse_command
@@ -316,7 +317,8 @@ def delete_turn(request: ApiRequest, pk: str) -> HttpResponse:
 
 def delete_fact(request: ApiRequest, pk: str) -> HttpResponse:
     fact = get_owned_or_404(Fact, request.user, pk=row_id(pk))
-    return forgotten(memory_forgetting.forget_facts(request.user, Fact.objects.filter(pk=fact.pk)))
+    facts = Fact.objects.filter(pk=fact.pk)
+    return forgotten(memory_forgetting.forget_facts(request.user, facts, Actor.user(request.user)))
 
 
 def delete_memory_file(request: ApiRequest) -> HttpResponse:
@@ -330,7 +332,8 @@ def delete_memory_file(request: ApiRequest) -> HttpResponse:
     if not path:
         raise ApiError(400, "Name the file: ?path=memory/notes.md (and &agent=, default main).")
     try:
-        return forgotten(memory_forgetting.forget_memory_file(request.user, agent, path))
+        actor = Actor.user(request.user)
+        return forgotten(memory_forgetting.forget_memory_file(request.user, agent, path, actor))
     except NotFound:
         raise Http404 from None
     except MemoryPathError as exc:

@@ -7,6 +7,10 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Sessions"
 
     def ready(self) -> None:
+        from memory import provenance
         from sessions_app import cleanup, signals  # noqa: F401
+        from sessions_app.models import Session
 
+        # Memory tells where a fact came from by its chat's title, which is kept here.
+        provenance.name_chats_with(Session.objects.titles)
         post_migrate.connect(cleanup.install_schedule, sender=self)

@@ -19,11 +19,13 @@ from django.utils import timezone
 
 from memory.forgetting import forget_sessions
 from memory.models import Event
+from neotask_site.history import Actor
 from sessions_app.models import Session
 
 log = logging.getLogger(__name__)
 
 CLEANUP_SCHEDULE = "sessions: clean up idle sessions"
+CLEANUP = Actor.system("session cleanup")
 # Ids per query when measuring events: well under every database's parameter limit.
 ID_BATCH = 500
 MAX_SELECTED = 1000
@@ -133,7 +135,8 @@ def remove(sessions: QuerySet[Session], candidates: list[Candidate]) -> None:
     for candidate in candidates:
         owners.setdefault(candidate.session.owner_id, []).append(candidate)
     for owned in owners.values():
-        forget_sessions(owned[0].session.owner, [str(c.session.pk) for c in owned])
+        owner = owned[0].session.owner
+        forget_sessions(owner, [str(c.session.pk) for c in owned], CLEANUP)
     chosen.delete()
 
 

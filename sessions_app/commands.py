@@ -166,7 +166,7 @@ async def run_tool(owner: Owner, key: str, command: Command) -> Frame:
         session = await database_sync_to_async(find_chat)(owner, key)
     except ChatError as exc:
         return Error(str(exc))
-    context = ToolContext.for_session(owner, str(session.pk), session.agent.name)
+    context = ToolContext.for_session(owner, str(session.pk), session.agent.name, by_person=True)
     # As JSON, like the model's: through the same schema check its calls get.
     output = await call_tool(context, slash.tool, json.dumps(arguments))
     return Error(output.error) if output.error else Notice(output.text)

@@ -113,7 +113,7 @@ def replace_session(
         fresh = session.continue_as(compaction_count=session.compaction_count + 1)
         if fresh is None:
             raise CompactionError("the session changed meanwhile (another tab reset it?)")
-        recording.record(
+        compaction = recording.record(
             session.owner,
             str(fresh.pk),
             EventType.COMPACTION,
@@ -128,6 +128,7 @@ def replace_session(
             },
             agent=session.agent.name,
         )
+        compaction.condensed.set(older)  # what it stands for, kept in the earlier session
     return fresh
 
 

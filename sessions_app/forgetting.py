@@ -14,6 +14,7 @@ from django.db import transaction
 
 from memory.forgetting import Forgotten, NothingToForget, forget_events, forget_sessions
 from memory.models import Event, EventType
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from sessions_app.models import ChatClaim, ChatInput, Session
 
@@ -39,7 +40,7 @@ def delete_chat(owner: Owner, key: str) -> Forgotten:
         if not ids:
             raise NothingToForget("No such chat: it may have been deleted already.")
         check_idle(owner, key)
-        report = forget_sessions(owner, ids)
+        report = forget_sessions(owner, ids, Actor.user(owner))
         sessions.delete()  # (sessions_app.signals then finds no event left)
         ChatInput.objects.owned_by(owner).filter(key=key).delete()
     return report
@@ -66,7 +67,7 @@ def session_uuid(session_id: str) -> uuid.UUID | None:
 
 def delete_message(owner: Owner, event_id: int) -> Forgotten:
     """Delete one event of the owner's; the rest of its session stays."""
-    return forget_events(owner, [owned_event(owner, event_id).pk])
+    return forget_events(owner, [owned_event(owner, event_id).pk], Actor.user(owner))
 
 
 def turn_of(event: Event) -> list[int]:
@@ -100,4 +101,4 @@ def turn_of(event: Event) -> list[int]:
 def delete_turn(owner: Owner, event_id: int) -> Forgotten:
     """Delete the turn of one of the owner's events (`turn_of`)."""
     with transaction.atomic():
-        return forget_events(owner, turn_of(owned_event(owner, event_id)))
+        return forget_events(owner, turn_of(owned_event(owner, event_id)), Actor.user(owner))

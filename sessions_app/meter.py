@@ -17,7 +17,8 @@ from channels.db import database_sync_to_async
 from agent.llm import configured_endpoint
 from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
 from agent.runtime import embed_query
-from memory.models import Event, EventType
+from memory.models import Event, EventType, Fact
+from memory.provenance import provenance_of
 from memory.retrieval import get_context
 from sessions_app.models import Session
 
@@ -115,7 +116,28 @@ def status_text(session: Session, readings: TokenMeter, query_vector: np.ndarray
         f"{m.cache_write:,} cache write",
         f"Context: about {m.context_tokens:,} of {m.context_window:,} tokens ({m.share:.0%})",
     ]
-    return "\n".join(lines + recalled_lines(session, query_vector))
+    return "\n".join(lines + recalled_lines(session, query_vector) + fact_lines(session))
+
+
+STATUS_FACTS = 10  # the newest; the facts page lists them all
+
+
+def fact_lines(session: Session) -> list[str]:
+    """The facts changed last, each with where it came from."""
+    owned = Fact.objects.owned_by(session.owner)
+    facts = list(owned.select_related("origin_event").order_by("-updated_at")[:STATUS_FACTS])
+    if not facts:
+        return []
+    told = provenance_of(facts)
+    lines = ["Facts changed last (where each came from):"]
+    for fact in facts:
+        where = told.get(fact.pk)
+        lines.append(
+            f"- {fact}: {' '.join(fact.value.split())[:60]}" + (f" — {where}" if where else "")
+        )
+    if (more := owned.count() - len(facts)) > 0:
+        lines.append(f"… and {more} more on the facts page.")
+    return lines
 
 
 def latest_message(session: Session) -> str | None:

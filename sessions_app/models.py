@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -63,6 +65,16 @@ class Agent(OwnedModel):
 
 
 class SessionQuerySet(OwnedQuerySet):
+    def titles(self, owner_id: int, session_ids: Collection[str]) -> dict[str, str]:
+        """The names of the owner's chats among `session_ids` (any text: memory
+        keeps ids of every kind), by session id."""
+        valid = []
+        for session_id in session_ids:
+            with contextlib.suppress(ValueError):
+                valid.append(uuid.UUID(session_id))
+        sessions = self.filter(owner_id=owner_id, pk__in=valid).only("pk", "title", "key")
+        return {str(session.pk): str(session) for session in sessions}
+
     def active(self, owner: Owner, key: str) -> Session | None:
         """`owner`'s active session of the chat `key` (there is one at most)."""
         return (

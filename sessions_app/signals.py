@@ -10,6 +10,7 @@ from django.dispatch import receiver
 
 from agent.models import ApprovalRequest
 from memory.forgetting import forget_sessions
+from neotask_site.history import Actor
 from sessions_app import deactivation
 from sessions_app.models import Session
 
@@ -25,7 +26,7 @@ def delete_session_events(
     deleting = origin.model if isinstance(origin, QuerySet) else type(origin)
     if deleting is get_user_model():
         return
-    forget_sessions(instance.owner, [str(instance.pk)])
+    forget_sessions(instance.owner, [str(instance.pk)], Actor.system("a session deleted"))
     # The commands the agent asked to run there quote the chat too.
     ApprovalRequest.objects.filter(owner_id=instance.owner_id, session_id=str(instance.pk)).delete()
 

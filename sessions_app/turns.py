@@ -149,6 +149,8 @@ async def respond(
         trusted=trusted,
         approval_timeout=approval_timeout,
         retry_of=retry_of,
+        # A task's runs are titled with its name (scheduler.runner.cron_session).
+        task=(session.title or session.key) if session.is_scheduled else "",
     )
     result = await run_turn(request, text, emit)
     prompt = result.next_prompt or await database_sync_to_async(next_messages)(session)

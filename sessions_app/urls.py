@@ -33,6 +33,7 @@ urlpatterns = [
     path("api/v1/memory-files/", api.memory_file_view, name="api-memory-file"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
+    path("events/<int:pk>/", views.event_source, name="event-source"),
     path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),
     path("events/<int:pk>/delete/", views.event_delete, name="event-delete"),
 ]

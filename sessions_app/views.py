@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -120,14 +121,32 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def session_detail(request: HtmxHttpRequest, pk: str) -> HttpResponse:
-    try:
-        uuid.UUID(pk)
-    except ValueError:
-        raise Http404("No such session") from None
-    session = get_owned_or_404(Session, request.user, pk=pk)
+    session = get_owned_or_404(Session, request.user, pk=session_uuid(pk))
     events = Event.objects.owned_by(request.user).filter(session_id=str(session.pk))
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
+
+
+def event_source(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """An event in its place: the page of its session that shows it, anchored at it
+    (where a fact's provenance links)."""
+    event = get_owned_or_404(Event, request.user, pk=pk)
+    session = get_owned_or_404(Session, request.user, pk=session_uuid(event.session_id))
+    before = Event.objects.owned_by(request.user).filter(
+        Q(created_at__lt=event.created_at) | Q(created_at=event.created_at, id__lt=event.pk),
+        session_id=event.session_id,
+    )
+    page = before.count() // EVENTS_PER_PAGE + 1
+    url = reverse("session-detail", args=[session.pk])
+    return redirect(f"{url}?page={page}#event-{event.pk}")
+
+
+def session_uuid(session_id: str) -> uuid.UUID:
+    """The id of a Neotask session, or 404 (memory also keeps imported ids of other kinds)."""
+    try:
+        return uuid.UUID(session_id)
+    except ValueError:
+        raise Http404("No such session") from None
 
 
 def session_transcript(request: HttpRequest, pk: uuid.UUID) -> StreamingHttpResponse:

@@ -62,6 +62,10 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
     assert fresh.continues_from_id == session.pk and fresh.compaction_count == 1
     # Every old event is still there and searchable.
     assert await Event.objects.filter(session_id=str(session.pk)).acount() == 30
+    # The summary links what it condensed: the older events, not the ones carried over.
+    compaction = await Event.objects.aget(session_id=str(fresh.pk), event_type="compaction")
+    condensed = [event.data["content"][:12] async for event in compaction.condensed.all()]
+    assert len(condensed) == 26 and "question 13 " not in condensed
     hits = await sync_to_async(search_memory)(
         owner, "question 3 about the Kyoto trip", branch="lexical"
     )

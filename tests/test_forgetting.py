@@ -27,6 +27,7 @@ from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 from memory.working import working_memory
 from memory.workspace import workspace_dir
+from neotask_site.history import Actor
 from sessions_app import cleanup, forgetting
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
@@ -137,7 +138,7 @@ def test_it_deletes_nothing_of_a_chat_that_is_answering(alice, alice_api, chat, 
 
 def test_it_forgets_nothing_of_another_owner_by_id(alice, bob, turns):
     with pytest.raises(NothingToForget):
-        forget_events(bob, [turns[0].pk])
+        forget_events(bob, [turns[0].pk], Actor.user(bob))
     with pytest.raises(NothingToForget):
         forgetting.delete_turn(bob, turns[0].pk)
     assert Event.objects.owned_by(alice).count() == len(turns)
@@ -171,8 +172,6 @@ def test_it_deletes_a_summary_of_a_deleted_event_and_releases_the_rest(alice, ch
     now = timezone.now()
     Event.objects.filter(pk__in=[e.pk for e in turns]).update(consolidated_at=now)
     proposed = {"category": "place", "key": "bicycle", "value": "garage level 3"}
-    Fact.objects.create(owner=alice, source=Fact.Source.AGENT, **proposed)
-    Fact.objects.create(owner=alice, category="food", key="dinner", value="soup")
     summary = say(
         alice,
         chat,
@@ -182,10 +181,15 @@ def test_it_deletes_a_summary_of_a_deleted_event_and_releases_the_rest(alice, ch
         last_event_id=turns[-1].pk,
         facts=[proposed],
     )
+    summary.condensed.set(turns)
+    # Facts whose value came from the summary, or from the deleted message itself.
+    Fact.objects.create(owner=alice, source="agent", origin_event=summary, **proposed)
+    Fact.objects.create(owner=alice, category="pet", key="dog", value="Rex", origin_event=turns[0])
+    Fact.objects.create(owner=alice, category="food", key="dinner", value="soup")
 
     report = forgetting.delete_message(alice, turns[0].pk)
 
-    assert (report.summaries, report.facts) == (1, 1)
+    assert (report.summaries, report.facts) == (1, 2)
     assert not Event.objects.filter(pk=summary.pk).exists()
     assert ForgottenEvent.objects.filter(event_id=summary.pk).exists()
     # The next consolidation summarises the rest again, without the deleted message.
@@ -240,7 +244,7 @@ def test_it_deletes_a_memory_file_on_disk_with_its_chunks(alice):
     write_memory_file(workspace, "memory/locker.md", "# Locker\nThe code is 4417.\n")
     index_workspace(alice, "main")
     assert MemoryChunk.objects.owned_by(alice).exists()
-    report = forget_memory_file(alice, "main", "memory/locker.md")
+    report = forget_memory_file(alice, "main", "memory/locker.md", Actor.user(alice))
     assert report.files == 1
     assert not (workspace / "memory" / "locker.md").exists()
     assert not MemoryFile.objects.exists()

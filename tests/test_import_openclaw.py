@@ -20,6 +20,7 @@ from memory.models import Event, MemoryFile
 from memory.search import search_memory
 from memory.tasks import embed_missing
 from memory.workspace import workspace_dir
+from neotask_site.models import Change
 from sessions_app.models import Agent, Session
 from tests.support.records import take_queued_tasks
 
@@ -511,3 +512,14 @@ def test_it_stores_text_the_databases_refuse_cleaned(alice, tmp_path):
     event = Event.objects.get(event_type="user_message")
     assert event.text == "nul and ? surrogate" and event.legacy_message_id == "n"
     assert row(again, "transcript lines")[1] == 0
+
+
+def test_it_records_the_memory_files_it_copied_in_the_history(alice, folder):
+    report = import_openclaw(folder, alice)
+    import_openclaw(folder, alice)  # copies nothing again, records nothing again
+    copied = Change.objects.owned_by(alice).filter(subject_kind=Change.Subject.MEMORY_FILE)
+    assert len(copied) == report.imported["memory files"] > 0
+    assert {(c.actor, c.action, c.old_value) for c in copied} == {
+        ("Import (OpenClaw import openclaw)", "created", None)
+    }
+    assert all(c.new_value["text"] for c in copied)

@@ -15,6 +15,7 @@ from django_q.models import Schedule
 from agent.models import ApprovalRequest
 from agent.tools import ToolError, available_tools, get_tool
 from memory.models import Event, EventType
+from neotask_site.history import Actor
 from scheduler import runner
 from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask
@@ -363,7 +364,7 @@ def test_it_refuses_to_change_a_config_task(alice, tool):
 
 def test_it_creates_a_task_untrusted_with_its_first_run(alice, berlin):
     task, planned = ScheduledTask.objects.create_task(
-        alice, "every weekday at 9am", " todos ", now=FRIDAY
+        alice, "every weekday at 9am", " todos ", actor=Actor.user(alice), now=FRIDAY
     )
     assert (task.name, task.prompt, task.source) == ("todos", "todos", ScheduledTask.Source.TOOL)
     assert task.next_run_at == planned.runs[0] == MONDAY_9
@@ -383,14 +384,14 @@ def test_it_finds_a_task_by_id_or_name_among_the_owners_own(alice, bob):
 
 def test_it_resumes_from_the_next_slot_after_now(alice):
     task = make_task(alice, is_paused=True)
-    task.resume(now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
+    task.resume(actor=Actor.user(alice), now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
     task.refresh_from_db()
     assert not task.is_paused and task.next_run_at == datetime(2026, 6, 11, 9, tzinfo=BERLIN)
 
 
 def test_it_resumes_a_oneshot_at_its_own_time(alice):
     task = make_task(alice, is_oneshot=True, is_paused=True)
-    task.resume(now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
+    task.resume(actor=Actor.user(alice), now=datetime(2026, 6, 10, 12, 0, tzinfo=BERLIN))
     task.refresh_from_db()
     assert not task.is_paused and task.next_run_at == MONDAY_9  # passed: runs once
 
@@ -398,13 +399,13 @@ def test_it_resumes_a_oneshot_at_its_own_time(alice):
 def test_it_keeps_a_task_paused_when_its_schedule_cannot_run_again(alice):
     task = make_task(alice, cron_expr="0 9 30 2 *", is_paused=True)
     with pytest.raises(TaskError, match='"Report" cannot run again'):
-        task.resume(now=FRIDAY)
+        task.resume(actor=Actor.user(alice), now=FRIDAY)
     assert ScheduledTask.objects.get(pk=task.pk).is_paused
 
 
 def test_it_edits_the_schedule_and_prompt_and_moves_the_next_run(alice, berlin):
     task = make_task(alice)
-    task.edit("daily at 14:30", "water the plants", now=FRIDAY)
+    task.edit("daily at 14:30", "water the plants", actor=Actor.user(alice), now=FRIDAY)
     task.refresh_from_db()
     assert (task.cron_expr, task.original_schedule, task.prompt) == (
         "30 14 * * *",
@@ -417,25 +418,25 @@ def test_it_edits_the_schedule_and_prompt_and_moves_the_next_run(alice, berlin):
 def test_it_changes_nothing_on_a_bad_edit(alice):
     task = make_task(alice)
     with pytest.raises(TaskError, match="never runs"):
-        task.edit("0 9 30 2 *", "water the plants")
+        task.edit("0 9 30 2 *", "water the plants", actor=Actor.user(alice))
     with pytest.raises(TaskError, match="The prompt is empty"):
-        task.edit("daily", "  ")
+        task.edit("daily", "  ", actor=Actor.user(alice))
     assert ScheduledTask.objects.get(pk=task.pk).prompt == "summarise my open todos"
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        lambda task: task.edit("daily", "other"),
-        ScheduledTask.pause,
-        ScheduledTask.resume,
-        ScheduledTask.cancel,
+        lambda task, actor: task.edit("daily", "other", actor=actor),
+        lambda task, actor: task.pause(actor=actor),
+        lambda task, actor: task.resume(actor=actor),
+        lambda task, actor: task.cancel(actor=actor),
     ],
 )
 def test_it_leaves_a_config_task_to_config_toml(alice, change):
     task = make_task(alice, source=ScheduledTask.Source.CONFIG, is_paused=True)
     with pytest.raises(TaskError, match=r"comes from config\.toml"):
-        change(task)
+        change(task, Actor.user(alice))
     kept = ScheduledTask.objects.get(pk=task.pk)
     assert (kept.is_paused, kept.prompt) == (True, "summarise my open todos")
 

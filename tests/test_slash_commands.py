@@ -125,12 +125,14 @@ async def test_it_remembers_and_updates_a_fact(alice, session):
         "Updated preference/tea: oolong"
     )
     fact = await Fact.objects.aget(owner=alice)
+    # Typed by the user: theirs, from their message in this chat.
     assert (fact.category, fact.key, fact.value, fact.source) == (
         "preference",
         "tea",
         "oolong",
-        Fact.Source.AGENT,
+        Fact.Source.USER,
     )
+    assert (fact.origin, fact.origin_session_id) == (Fact.Origin.MESSAGE, str(session.pk))
 
 
 async def test_it_answers_bad_arguments_with_the_usage(alice, session, llm):

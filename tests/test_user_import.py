@@ -47,6 +47,13 @@ def test_it_gives_back_the_same_content_after_a_round_trip(alice, archive, tmp_p
         task["is_trusted"] = False
     for rule in expected[layout.RULES]:
         rule["active"] = False
+    # A fact keeps where it came from when that turn came along (linked to the
+    # imported turn); the others came from this import.
+    carried = [fact for fact in expected[layout.FACTS] if fact["origin_event_id"]]
+    assert carried and carried[0]["origin"] == "turn"
+    for fact in expected[layout.FACTS]:
+        if not fact["origin_event_id"]:
+            fact.update(origin="import", origin_label=f"Neotask export {archive.name}")
     assert content(again) == expected
     assert report.imported["sessions"] == 4 and report.imported["events"] == 7
     assert not ScheduledTask.objects.get(owner=carol).is_trusted

@@ -9,14 +9,17 @@ REMEMBERED_IMPORTANCE = 0.8
 
 
 def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
-    category = Fact.normalise(arguments["category"])
-    key = Fact.normalise(arguments["key"])
-    value = arguments["value"].strip()
-    fact, created = Fact.objects.update_or_create(
-        owner=context.owner,
-        category=category,
-        key=key,
-        defaults={"value": value, "source": Fact.Source.AGENT},
+    fact, created = Fact.objects.remember(
+        context.owner,
+        arguments["category"],
+        arguments["key"],
+        arguments["value"].strip(),
+        actor=context.actor,
+        # A person's /remember is theirs; the agent's call is its own, linked to the turn.
+        source=Fact.Source.USER if context.by_person else Fact.Source.AGENT,
+        origin=Fact.Origin.MESSAGE if context.by_person else Fact.Origin.TURN,
+        origin_event_id=context.event_id,
+        origin_session_id=context.session_id,
     )
     # What made the agent remember this matters too: keep that message handy.
     latest = (
@@ -33,9 +36,10 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
 def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
     category = Fact.normalise(arguments["category"])
     key = Fact.normalise(arguments["key"])
-    deleted, _ = Fact.objects.owned_by(context.owner).filter(category=category, key=key).delete()
-    if not deleted:
+    fact = Fact.objects.owned_by(context.owner).filter(category=category, key=key).first()
+    if fact is None:
         raise ToolError(f"There is no fact {category}/{key}.")
+    fact.forget(context.actor)
     return f"Forgot {category}/{key}."
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
+from memory.files.history import record_file_change, text_now
 from memory.files.indexing import index_path, index_workspace
 from memory.files.paths import (
     MemoryPathError,
@@ -49,16 +50,25 @@ def read_file(context: ToolContext, arguments: dict[str, Any]) -> str:
     return text or "(the file is empty)"
 
 
+def recorded(context: ToolContext, path: str, before: str | None) -> None:
+    after = text_now(context.workspace, path)
+    record_file_change(context.owner, context.agent_name, path, context.actor, before, after)
+
+
 @confined
 def append_file(context: ToolContext, arguments: dict[str, Any]) -> str:
+    before = text_now(context.workspace, arguments["path"])
     path = append_memory_file(context.workspace, arguments["path"], arguments["text"])
+    recorded(context, path, before)
     reindex(context, path)
     return f"Appended {len(arguments['text'])} characters to {path}."
 
 
 @confined
 def write_file(context: ToolContext, arguments: dict[str, Any]) -> str:
+    before = text_now(context.workspace, arguments["path"])
     path = write_memory_file(context.workspace, arguments["path"], arguments["text"])
+    recorded(context, path, before)
     reindex(context, path)
     return f"Wrote {path} ({len(arguments['text'])} characters)."
 

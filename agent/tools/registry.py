@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from memory.workspace import workspace_dir
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 
 
@@ -26,13 +27,35 @@ class ToolContext:
     agent_name: str
     workspace: Path
     trusted: bool = False  # scheduled tasks marked trusted skip approvals
+    # The tool_call event of the agent's call, what its writes came from; None
+    # when a person runs the tool (a slash command).
+    event_id: int | None = None
+    by_person: bool = False  # typed by the owner, not decided by the agent
+    task: str = ""  # the scheduled task whose run called it
+
+    @property
+    def actor(self) -> Actor:
+        """Who the history says made the tool's changes."""
+        if self.by_person:
+            return Actor.user(self.owner)
+        return Actor.task(self.task) if self.task else Actor.agent(self.agent_name)
 
     @classmethod
     def for_session(
-        cls, owner: Owner, session_id: str, agent_name: str, *, trusted: bool = False
+        cls,
+        owner: Owner,
+        session_id: str,
+        agent_name: str,
+        *,
+        trusted: bool = False,
+        by_person: bool = False,
+        task: str = "",
     ) -> ToolContext:
         """The context of a tool called in a session of `agent_name`: its workspace made."""
-        return cls(owner, session_id, agent_name, workspace_dir(owner.pk, agent_name), trusted)
+        workspace = workspace_dir(owner.pk, agent_name)
+        return cls(
+            owner, session_id, agent_name, workspace, trusted, by_person=by_person, task=task
+        )
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,10 @@ def run(
 ) -> None:
     with open_database(path) as source:
         tables = usable_tables(source, report)
-        work = DatabaseImport(source, tables, owner, agent_name, report, progress)
+        # What the history and a fact's provenance name as the import (an upload is
+        # stored under its job's id).
+        label = f"aidaemon import {Path(path).name}"
+        work = DatabaseImport(source, tables, owner, agent_name, report, progress, label)
         work.conversations()
         work.facts()
         work.macros()

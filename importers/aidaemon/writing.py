@@ -36,6 +36,7 @@ from importers.report import ImportReport, ImportStopped
 from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.recording import record_many
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
@@ -91,6 +92,11 @@ class DatabaseImport:
     agent_name: str
     report: ImportReport
     progress: Progress
+    label: str  # the import, as the history names it
+
+    @property
+    def actor(self) -> Actor:
+        return Actor.importing(self.label)
 
     @property
     def dry_run(self) -> bool:
@@ -310,25 +316,30 @@ class DatabaseImport:
             source = row["source"] if row["source"] in Fact.Source.values else Fact.Source.AGENT
             with self.row_unit(kind):
                 fact = Fact.objects.filter(owner=self.owner, category=category, key=key).first()
-                if fact is None:
-                    fact = Fact.objects.create(
-                        owner=self.owner, category=category, key=key, value=value, source=source
-                    )
+                if fact is not None and fact.value == value:
+                    self.report.skip(kind, ALREADY)
+                    continue
+                if fact is not None and fact.source == Fact.Source.USER:
+                    self.report.skip(kind, "you set another value in Neotask: kept yours")
+                    continue
+                fact, created = Fact.objects.remember(
+                    self.owner,
+                    category,
+                    key,
+                    value,
+                    actor=self.actor,
+                    source=source,
+                    origin=Fact.Origin.IMPORT,
+                    origin_label=self.label,
+                )
+                if created:
                     stamps = {
                         name: stamp
                         for name in ("created_at", "updated_at")
                         if (stamp := optional_timestamp(row[name]))
                     }
                     Fact.objects.filter(pk=fact.pk).update(**stamps)
-                elif fact.value == value:
-                    self.report.skip(kind, ALREADY)
-                    continue
-                elif fact.source == Fact.Source.USER:
-                    self.report.skip(kind, "you set another value in Neotask: kept yours")
-                    continue
                 else:
-                    fact.value, fact.source = value, source
-                    fact.save(update_fields=["value", "source", "updated_at"])
                     self.report.note(f"Fact {category}/{key}: the agent's value replaced.")
                 self.report.added(kind)
 
@@ -420,7 +431,7 @@ class DatabaseImport:
                         f"Task {name!r} came from aidaemon's config: imported as a task you "
                         "manage in Neotask (config.toml tasks are synced from the file)."
                     )
-                ScheduledTask.objects.create(
+                ScheduledTask(
                     pk=pk,
                     owner=self.owner,
                     name=name,
@@ -434,7 +445,7 @@ class DatabaseImport:
                     is_paused=paused,
                     is_trusted=False,
                     next_run_at=following,
-                )
+                ).save_by(self.actor, force_insert=True)
                 self.report.added(kind)
 
     def prefixes(self) -> None:
@@ -447,14 +458,13 @@ class DatabaseImport:
                 continue
             with self.row_unit(kind):
                 # Off until their owner, holding the terminal permission, switches them on.
-                _, created = TerminalAllowedPrefix.objects.get_or_create(
-                    owner=self.owner, prefix=prefix, defaults={"active": False}
-                )
-                if created:
-                    self.report.added(kind)
-                    switched_off += 1
-                else:
+                if TerminalAllowedPrefix.objects.filter(owner=self.owner, prefix=prefix).exists():
                     self.report.skip(kind, ALREADY)
+                    continue
+                rule = TerminalAllowedPrefix(owner=self.owner, prefix=prefix, active=False)
+                rule.save_by(self.actor)
+                self.report.added(kind)
+                switched_off += 1
         if switched_off:
             self.report.note(
                 f"{switched_off} terminal prefix(es) imported switched off: "

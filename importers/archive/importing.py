@@ -25,12 +25,14 @@ from importers.importer import Importer
 from importers.openclaw.memory_files import place_for
 from importers.report import ImportReport
 from importers.text import cut, storable
+from memory.files.history import record_file_change
 from memory.files.indexing import index_workspace
 from memory.files.paths import memory_path, skip_reason_for, write_memory_file
 from memory.files.workspace_fs import MemoryPathError
 from memory.models import Event, EventType, Fact, Macro
 from memory.recording import draft, record_many
 from memory.workspace import check_agent_name, is_agent_name, workspace_dir
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
@@ -166,7 +168,9 @@ def event_fields(record: dict[str, Any]) -> dict[str, Any]:
     data = storable(data)
     if (smaller := cut(data)) is not None:
         data = smaller
+    old_id = record.get("id")
     return {
+        "old_id": old_id if isinstance(old_id, int) else None,
         "event_type": kind,
         "data": data,
         "text": data["content"] if isinstance(data.get("content"), str) else "",
@@ -185,6 +189,10 @@ def fact_fields(record: dict[str, Any]) -> dict[str, Any]:
         "key": Fact.normalise(text(record, "key", 255)),
         "value": text(record, "value", Fact.MAX_VALUE).strip(),
         "source": source,
+        "origin": origin if (origin := record.get("origin")) in Fact.Origin.values else "",
+        "origin_event_id": event_id
+        if isinstance(event_id := record.get("origin_event_id"), int)
+        else None,
         "created_at": moment(record, "created_at"),
         "updated_at": moment(record, "updated_at"),
     }
@@ -277,6 +285,12 @@ class ArchiveImport:
     progress: Progress
     agents: dict[str, Agent] = field(default_factory=dict)
     task_ids: dict[str, str] = field(default_factory=dict)  # archive's id → new id
+    imported_events: dict[int, Event] = field(default_factory=dict)  # archive id → event
+    label: str = "Neotask export"  # the import, as the history and provenance name it
+
+    @property
+    def actor(self) -> Actor:
+        return Actor.importing(self.label)
 
     def records(
         self, name: str, check: Callable[[dict[str, Any]], dict[str, Any]]
@@ -424,7 +438,7 @@ class ArchiveImport:
             if fields["is_trusted"]:
                 # Trust is granted by a person with the permission, never by a file.
                 self.report.note(f"Task {name!r} was trusted: imported untrusted.")
-            task = ScheduledTask.objects.create(
+            task = ScheduledTask(
                 owner=self.owner,
                 name=name,
                 agent=self.agent(fields["agent"]) if fields["agent"] else None,
@@ -439,6 +453,7 @@ class ArchiveImport:
                 next_run_at=following,
                 last_run_at=fields["last_run_at"],
             )
+            task.save_by(self.actor)
             self.task_ids[fields["old_id"]] = str(task.pk)
             self.report.added("tasks")
 
@@ -483,7 +498,11 @@ class ArchiveImport:
                 links.append((session, head.continues_from))
             batch: list[Event] = []
             for fields in events:
-                batch.append(draft(self.owner, str(session.pk), agent=agent.name, **fields))
+                old_id = fields.pop("old_id")
+                event = draft(self.owner, str(session.pk), agent=agent.name, **fields)
+                if old_id is not None:
+                    self.imported_events[old_id] = event  # for facts from it (provenance)
+                batch.append(event)
                 if len(batch) >= BATCH:
                     self.write_events(batch)
                     batch = []
@@ -505,6 +524,7 @@ class ArchiveImport:
         for fields in self.records(layout.FACTS, fact_fields):
             self.report.saw("facts")
             stamps = {name: fields.pop(name) for name in ("created_at", "updated_at")}
+            origin = self.fact_origin(fields.pop("origin"), fields.pop("origin_event_id"))
             existing = Fact.objects.owned_by(self.owner).filter(
                 category=fields["category"], key=fields["key"]
             )
@@ -514,11 +534,31 @@ class ArchiveImport:
             if existing.exists():
                 self.report.skip("facts", "you have another value for it: kept yours")
                 continue
-            fact = Fact.objects.create(owner=self.owner, **fields)
+            fact, _ = Fact.objects.remember(
+                self.owner,
+                fields["category"],
+                fields["key"],
+                fields["value"],
+                actor=self.actor,
+                source=fields["source"],
+                **origin,
+            )
             Fact.objects.filter(pk=fact.pk).update(
                 **{name: value for name, value in stamps.items() if value is not None}
             )
             self.report.added("facts")
+
+    def fact_origin(self, origin: str, event_id: int | None) -> dict[str, Any]:
+        """A fact keeps where its value came from when that event came with it;
+        otherwise it came from this import."""
+        event = self.imported_events.get(event_id) if event_id is not None else None
+        if origin and event is not None and event.pk is not None:
+            return {
+                "origin": origin,
+                "origin_event_id": event.pk,
+                "origin_session_id": event.session_id,
+            }
+        return {"origin": Fact.Origin.IMPORT, "origin_label": self.label}
 
     def write_macros(self) -> None:
         for fields in self.records(layout.MACROS, macro_fields):
@@ -545,15 +585,14 @@ class ArchiveImport:
         switched_off = 0
         for fields in self.records(layout.RULES, rule_fields):
             self.report.saw("rules")
-            # Off until their owner, holding the terminal permission, switches them on.
-            _, created = TerminalAllowedPrefix.objects.get_or_create(
-                owner=self.owner, prefix=fields["prefix"], defaults={"active": False}
-            )
-            if created:
-                self.report.added("rules")
-                switched_off += 1
-            else:
+            prefix = fields["prefix"]
+            if TerminalAllowedPrefix.objects.filter(owner=self.owner, prefix=prefix).exists():
                 self.report.skip("rules", "already there")
+                continue
+            # Off until their owner, holding the terminal permission, switches them on.
+            TerminalAllowedPrefix(owner=self.owner, prefix=prefix, active=False).save_by(self.actor)
+            self.report.added("rules")
+            switched_off += 1
         if switched_off:
             self.report.note(
                 f"{switched_off} terminal rule(s) imported switched off: review them on the "
@@ -584,12 +623,15 @@ class ArchiveImport:
                 self.report.note(
                     f"{entry.path}: the workspace has another one; copied to {target}."
                 )
+            text = data.decode("utf-8")
             try:
-                write_memory_file(workspace, target, data.decode("utf-8"))
+                write_memory_file(workspace, target, text)
             except MemoryPathError as exc:
                 self.report.skip("memory files", "could not be written")
                 self.report.note(f"{entry.agent}/{entry.path} not written: {exc}")
                 continue
+            # A new file: place_for never picks one that is there.
+            record_file_change(self.owner, entry.agent, target, self.actor, None, text)
             agents.add(entry.agent)
             self.report.added("memory files")
         for agent in sorted(agents):
@@ -603,7 +645,8 @@ def run(
     check_agent_name(agent_name)
     with Archive(Path(path)) as archive:
         archive.check()
-        work = ArchiveImport(archive, owner, report, progress)
+        label = f"Neotask export {Path(path).name}"  # an upload is stored under its job's id
+        work = ArchiveImport(archive, owner, report, progress, label=label)
         work.validate()
         with transaction.atomic():
             work.write()

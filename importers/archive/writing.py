@@ -64,6 +64,12 @@ def fact_record(fact: Fact) -> dict[str, Any]:
         "key": fact.key,
         "value": fact.value,
         "source": fact.source,
+        # Where its value came from: an event and session of this archive (their
+        # archive ids), or just a label (an import, the admin).
+        "origin": fact.origin,
+        "origin_event_id": fact.origin_event_id,
+        "origin_session_id": fact.origin_session_id,
+        "origin_label": fact.origin_label,
         "created_at": stamp(fact.created_at),
         "updated_at": stamp(fact.updated_at),
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from importers.openclaw.reading import Folder
 from importers.report import ImportReport
 from memory.files.discovery import scan_workspace
+from memory.files.history import record_file_change, text_now
 from memory.files.indexing import index_workspace
 from memory.files.paths import (
     MEMORY_DIR,
@@ -23,6 +24,7 @@ from memory.files.paths import (
 )
 from memory.files.workspace_fs import FileStat, WorkspaceFS
 from memory.workspace import workspace_dir
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from sessions_app.models import Agent
 
@@ -58,6 +60,7 @@ def copy_memory_files(
     shown = "workspace/" if source != folder.root else "the folder itself"
     report.note(f"Memory files taken from {shown} ({source}).")
     workspace = workspace_dir(owner.pk, agent_name, create=not dry_run)
+    actor = Actor.importing(f"OpenClaw import {folder.root.name}")
     with WorkspaceFS(source) as files:
         for entry in memory_sources(files, report):
             report.saw(MEMORY_FILES)
@@ -67,8 +70,11 @@ def copy_memory_files(
                 report.skip(MEMORY_FILES, "could not be copied")
                 report.note(f"{entry.path} not copied: {exc}")
                 continue
-            if copied:
+            if copied is not None:
                 report.added(MEMORY_FILES)
+                if not dry_run:  # a new file: place_for never picks one that is there
+                    after = text_now(workspace, copied)
+                    record_file_change(owner, agent_name, copied, actor, None, after)
     if not dry_run:
         Agent.objects.get_or_create(owner=owner, name=agent_name)
         index_workspace(owner, agent_name)
@@ -76,28 +82,29 @@ def copy_memory_files(
 
 def copy_memory_file(
     workspace: Path, files: WorkspaceFS, entry: FileStat, report: ImportReport, dry_run: bool
-) -> bool:
+) -> str | None:
+    """Where the file is copied to (or would be, in a dry run); None if it is not."""
     relative = memory_path(entry.path)  # a name too long for a workspace is reported
     if entry.size > max_file_bytes():
         report.skip(MEMORY_FILES, f"larger than {max_file_bytes()} bytes")
-        return False
+        return None
     data, _ = files.read(relative, max_file_bytes())
     if reason := skip_reason_for(data):
         report.skip(MEMORY_FILES, reason)
-        return False
+        return None
     target = place_for(workspace, relative, data)
     if target is None:
         report.skip(MEMORY_FILES, "already there")
-        return False
+        return None
     if target == "":
         report.skip(MEMORY_FILES, "another version is there, and in memory/imported/ too")
         report.note(f"{relative} not copied: the workspace has other versions of it.")
-        return False
+        return None
     if target != relative:
         report.note(f"{relative}: the workspace has another one; copied to {target}.")
     if not dry_run:
         write_memory_file(workspace, target, data.decode("utf-8"))
-    return True
+    return target
 
 
 def place_for(workspace: Path, relative: str, data: bytes) -> str | None:

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0011_event_search_keys"),
+        ("memory", "0012_provenance"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -20,6 +20,7 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, Macro, MemoryFile
 from memory.workspace import workspace_dir
+from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 from tests.support.records import OWNED_MODELS, make_rows
@@ -167,7 +168,7 @@ def remove_made_since(since: str, file: str) -> None:
     made = list(Session.objects.filter(created_at__gte=since).values_list("key", flat=True))
     ChatClaim.objects.filter(key__in=made).delete()
     for model in reversed(OWNED_MODELS):
-        if model is not Agent and model is not ChatClaim:
+        if model not in (Agent, ChatClaim, Change):  # the history is never deleted
             model._default_manager.filter(Q(created_at__gte=since)).delete()
     (workspace_dir(user.pk, "main") / file).unlink(missing_ok=True)
     index_workspace(user, "main")

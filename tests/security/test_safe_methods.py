@@ -76,6 +76,8 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "event-pin": lambda w: [],
     "chat-delete": lambda w: [reverse("chat-delete", args=[w.chat.key])],
     "event-delete": lambda w: [reverse("event-delete", args=[w.answer.pk])],
+    "event-source": lambda w: [reverse("event-source", args=[w.answer.pk])],
+    "history": lambda w: ["/history/", "/history/?subject=fact&actor=agent&q=home"],
     "import": lambda w: ["/import/"],
     "import-job": lambda w: [reverse("import-job", args=[w.import_job.pk])],
     "data": lambda w: ["/data/"],

@@ -47,7 +47,7 @@ def build_user_data(user: User, marker: str = "") -> None:
         "assistant_response",
         {"content": "", "tool_calls": [call], "usage": USAGE, "finish_reason": "tool_calls"},
     )
-    recording.record(
+    told = recording.record(
         user,
         sid,
         "tool_call",
@@ -92,7 +92,14 @@ def build_user_data(user: User, marker: str = "") -> None:
     recording.record(user, str(run.pk), "assistant_response", {"content": f"Standup{marker}"})
     Fact.objects.create(owner=user, category="home", key="city", value=f"Lyon{marker}")
     Fact.objects.create(
-        owner=user, category="work", key="editor", value=f"vim{marker}", source="agent"
+        owner=user,
+        category="work",
+        key="editor",
+        value=f"vim{marker}",
+        source="agent",
+        origin=Fact.Origin.TURN,
+        origin_event=told,
+        origin_session_id=sid,
     )
     Macro.objects.create(
         owner=user,
@@ -135,6 +142,7 @@ def content(archive: bytes | Path) -> dict[str, Any]:
         return names.setdefault(match.group(), f"<id {len(names)}>")
 
     sessions = []
+    places: dict[Any, str] = {}  # a session's or an event's archive id → its place
     for name in sorted(
         found,
         key=lambda n: lines(found[n])[0]["created_at"] if n.startswith(layout.SESSIONS_DIR) else "",
@@ -142,8 +150,8 @@ def content(archive: bytes | Path) -> dict[str, Any]:
         if not name.startswith(layout.SESSIONS_DIR):
             continue
         records = lines(found[name])
-        for record in records:
-            record.pop("id", None)
+        for number, record in enumerate(records):
+            places[record.pop("id", None)] = f"<{len(sessions)}.{number}>"
             record.pop("session_id", None)
         sessions.append(json.loads(UUID.sub(anonymous, json.dumps(records))))
     result: dict[str, Any] = {"sessions": sessions}
@@ -151,7 +159,10 @@ def content(archive: bytes | Path) -> dict[str, Any]:
         records = lines(found[name])
         for record in records:
             record.pop("id", None)
-            if name != layout.FACTS:
+            if name == layout.FACTS:
+                for link in ("origin_event_id", "origin_session_id"):
+                    record[link] = places.get(record[link] or None, record[link])
+            else:
                 record.pop("created_at", None)
         result[name] = records
     result["agents"] = [

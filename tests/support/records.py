@@ -19,6 +19,8 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
+from neotask_site.history import Actor, record_change
+from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
@@ -41,6 +43,7 @@ OWNED_MODELS = [
     ChatInput,
     ChatClaim,
     ForgottenEvent,
+    Change,
 ]
 
 
@@ -48,13 +51,14 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
     agent = Agent.objects.default_for(owner)
     session = Session.start(owner, agent, "web", f"chat{tag}", title=f"Chat {tag}")
     memory_file = MemoryFile.objects.create(owner=owner, path=f"memory/notes{tag}.md", size=6)
+    fact = Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue")
     return {
         Agent: agent,
         Session: session,
         Event: recording.record(
             owner, str(session.pk), "user_message", {"content": f"hello {tag}"}
         ),
-        Fact: Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue"),
+        Fact: fact,
         Macro: Macro.objects.create(
             owner=owner, trigger_tool=f"search_memory{tag}", next_tool="terminal"
         ),
@@ -87,6 +91,15 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
         ForgottenEvent: ForgottenEvent.objects.create(owner=owner, event_id=0),
+        Change: record_change(
+            owner,
+            Actor.user(owner),
+            Change.Subject.FACT,
+            fact.pk,
+            str(fact),
+            Change.Action.CREATED,
+            new={"value": f"blue {tag}"},
+        ),
     }
 
 

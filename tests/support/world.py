@@ -27,6 +27,8 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
+from neotask_site.history import Actor
+from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
@@ -136,8 +138,17 @@ def build_alice(alice: User) -> World:
     )
     cron = Session.start(alice, agent, "cron", str(task.pk), title=secret("cron-title"))
     recording.record(alice, str(cron.pk), "assistant_response", {"content": secret("cron-answer")})
-    fact = Fact.objects.create(
-        owner=alice, category="home", key=secret("fact-key"), value=secret("fact-value")
+    # Remembered in her chat: its provenance and its history name her turn and chat.
+    fact, _ = Fact.objects.remember(
+        alice,
+        "home",
+        secret("fact-key"),
+        secret("fact-value"),
+        actor=Actor.agent(agent.name),
+        source=Fact.Source.AGENT,
+        origin=Fact.Origin.TURN,
+        origin_event_id=answer.pk,
+        origin_session_id=session_id,
     )
     macro = Macro.objects.create(
         owner=alice, trigger_tool=secret("macro-tool"), next_tool="terminal"
@@ -209,6 +220,7 @@ def build_alice(alice: User) -> World:
             ),
             ChatClaim: ChatClaim.objects.create(owner=alice, key=active.key),
             ForgottenEvent: ForgottenEvent.objects.create(owner=alice, event_id=0),
+            Change: Change.objects.owned_by(alice).get(subject_id=str(fact.pk)),
         },
     )
 
@@ -221,7 +233,16 @@ def build_bob(bob: User) -> Session:
     pinned = {"content": "Pinned: bob's gym is open late."}
     recording.record(bob, "bob-old", "user_message", pinned, importance=1.0)
     recording.record(bob, str(session.pk), "user_message", {"content": "What is on for today?"})
-    Fact.objects.create(owner=bob, category="sport", key="gym", value="open late")
+    Fact.objects.remember(
+        bob,
+        "sport",
+        "gym",
+        "open late",
+        actor=Actor.user(bob),
+        source=Fact.Source.USER,
+        origin=Fact.Origin.MESSAGE,
+        origin_session_id=str(session.pk),
+    )
     write_memory_file(workspace_dir(bob.pk, "main"), "memory/bob.md", "# Bob\nTea.\n")
     index_workspace(bob, "main")
     tasks.embed_missing()

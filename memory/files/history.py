@@ -1,0 +1,46 @@
+"""Changes to memory files in their owner's history. The files live on disk, not
+in rows, so each writer (the files pages, the agent's file tools) reads the text
+before and after and records the two here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memory.files.paths import MemoryPathError, read_memory_file
+from neotask_site.history import Actor, record_change
+from neotask_site.models import Change
+from neotask_site.ownership import Owner
+
+
+def text_now(workspace: Path, path: str) -> str | None:
+    """The file's text, or None if it is not there or not text (a link, binary):
+    what a change is told from."""
+    try:
+        text, _ = read_memory_file(workspace, path)
+    except MemoryPathError:  # NotFound is one
+        return None
+    return text
+
+
+def record_file_change(
+    owner: Owner, agent: str, path: str, actor: Actor, before: str | None, after: str | None
+) -> None:
+    if before is None and after is None:
+        return
+    if before is None:
+        action = Change.Action.CREATED
+    elif after is None:
+        action = Change.Action.DELETED
+    else:
+        action = Change.Action.CHANGED
+    subject = f"{agent}:{path}"
+    record_change(
+        owner,
+        actor,
+        Change.Subject.MEMORY_FILE,
+        subject,
+        subject,
+        action,
+        None if before is None else {"text": before},
+        None if after is None else {"text": after},
+    )
