@@ -28,8 +28,11 @@ from memory import forgetting as memory_forgetting
 from memory.files.paths import MemoryPathError, NotFound
 from memory.forgetting import Forgotten, NothingToForget
 from memory.models import Event, Fact
+from memory.provenance import provenance_of
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site.forms import HistoryFilterForm
 from neotask_site.history import Actor
+from neotask_site.models import Change
 from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, forgetting, runner, views
 from sessions_app.commands import parse_command
@@ -207,26 +210,101 @@ def session_dict(session: Session) -> dict[str, Any]:
     return {"id": str(session.pk), "key": session.key, **session.as_dict()}
 
 
-def list_sessions(request: ApiRequest) -> HttpResponse:
-    sessions = (
-        Session.objects.owned_by(request.user)
-        .select_related("agent")
-        .order_by("-created_at", "-pk")
-    )
-    paginator = Paginator(sessions, SESSIONS_PER_PAGE)
+def paged(
+    request: ApiRequest,
+    name: str,
+    rows: Any,
+    as_dicts: Callable[[list[Any]], list[dict[str, Any]]],
+    per_page: int = SESSIONS_PER_PAGE,
+) -> JsonResponse:
+    """A list endpoint's answer: a page of `rows` (?page=N) and where the next is."""
+    paginator = Paginator(rows, per_page)
     try:
         page = paginator.page(request.GET.get("page", 1))
     except InvalidPage as exc:
         raise ApiError(400, f"Bad 'page': {exc}.") from None
     return JsonResponse(
         {
-            "sessions": [session_dict(session) for session in page],
+            name: as_dicts(list(page)),
             "page": page.number,
             "pages": paginator.num_pages,
             "count": paginator.count,
             "next_page": page.next_page_number() if page.has_next() else None,
         }
     )
+
+
+def list_sessions(request: ApiRequest) -> HttpResponse:
+    sessions = (
+        Session.objects.owned_by(request.user)
+        .select_related("agent")
+        .order_by("-created_at", "-pk")
+    )
+    return paged(request, "sessions", sessions, lambda rows: [session_dict(s) for s in rows])
+
+
+def fact_dicts(facts: list[Fact]) -> list[dict[str, Any]]:
+    told = provenance_of(facts)
+    return [
+        {
+            "id": fact.pk,
+            "category": fact.category,
+            "key": fact.key,
+            "value": fact.value,
+            "source": fact.source,
+            "origin": fact.origin,
+            "origin_event_id": fact.origin_event_id,
+            "origin_session_id": fact.origin_session_id,
+            "origin_label": fact.origin_label,
+            "provenance": (
+                {"text": told[fact.pk].text, "url": told[fact.pk].url} if fact.pk in told else None
+            ),
+            "created_at": fact.created_at.isoformat(),
+            "updated_at": fact.updated_at.isoformat(),
+        }
+        for fact in facts
+    ]
+
+
+def list_facts(request: ApiRequest) -> HttpResponse:
+    """The owner's facts, each with where its value came from."""
+    facts = Fact.objects.owned_by(request.user).select_related("origin_event")
+    return paged(request, "facts", facts, fact_dicts)
+
+
+def change_dicts(changes: list[Change]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": change.pk,
+            "at": change.at.isoformat(),
+            "actor": {"kind": change.actor_kind, "label": change.actor_label},
+            "subject": {
+                "kind": change.subject_kind,
+                "id": change.subject_id,
+                "label": change.subject_label,
+            },
+            "action": change.action,
+            "old": change.old_value,
+            "new": change.new_value,
+        }
+        for change in changes
+    ]
+
+
+def list_history(request: ApiRequest) -> HttpResponse:
+    """The owner's history of changes, newest first, filtered as the History page
+    filters it (?subject=, ?actor=, ?q=)."""
+    form = HistoryFilterForm(request.GET)
+    if not form.is_valid():
+        problems = "; ".join(
+            f"'{name}': {' '.join(errors)}" for name, errors in form.errors.items()
+        )
+        raise ApiError(400, f"Bad filter: {problems}")
+    data = form.cleaned_data
+    changes = Change.objects.owned_by(request.user).matching(
+        data["subject"], data["actor"], data["q"]
+    )
+    return paged(request, "changes", changes, change_dicts)
 
 
 def start_session(request: ApiRequest) -> HttpResponse:
@@ -391,7 +469,9 @@ session_view = endpoint(GET=read_session, DELETE=delete_session)
 chat_view = endpoint(DELETE=delete_chat)
 event_view = endpoint(DELETE=delete_event)
 turn_view = endpoint(DELETE=delete_turn)
+facts_view = endpoint(GET=list_facts)
 fact_view = endpoint(DELETE=delete_fact)
+history_view = endpoint(GET=list_history)
 memory_file_view = endpoint(DELETE=delete_memory_file)
 transcript_view = endpoint(GET=transcript)
 messages_view = endpoint(POST=post_message)

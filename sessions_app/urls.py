@@ -29,7 +29,9 @@ urlpatterns = [
     path("api/v1/chats/<str:key>/", api.chat_view, name="api-chat"),
     path("api/v1/events/<str:pk>/", api.event_view, name="api-event"),
     path("api/v1/events/<str:pk>/turn", api.turn_view, name="api-event-turn"),
+    path("api/v1/facts/", api.facts_view, name="api-facts"),
     path("api/v1/facts/<str:pk>/", api.fact_view, name="api-fact"),
+    path("api/v1/history/", api.history_view, name="api-history"),
     path("api/v1/memory-files/", api.memory_file_view, name="api-memory-file"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),

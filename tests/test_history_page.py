@@ -1,13 +1,16 @@
 """The History page: the owner's changes, newest first, filtered by what changed,
-who changed it and text; htmx gets the results only."""
+who changed it and text; htmx gets the results only. The API lists it the same way."""
 
 from __future__ import annotations
 
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 
 from neotask_site.history import Actor, record_change
 from neotask_site.models import Change
 from neotask_site.views import HISTORY_PER_PAGE
+from sessions_app.models import ApiToken
 from tests.support.web import HTMX, text
 
 
@@ -89,3 +92,19 @@ def test_it_shows_nobody_elses_changes(alice, bob, bob_client):
 def test_it_sends_a_visitor_to_log_in(alice, client):
     response = client.get("/history/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_it_lists_the_history_in_the_api_with_the_pages_filters(alice, bob):
+    change(alice, "pref/drink", Actor.agent("main"))
+    change(alice, "home/city", Actor.user(alice))
+    change(bob, "pref/bobs", Actor.agent("main"))
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(alice, 'script')[1]}"})
+
+    everything = api.get(reverse("api-history")).json()
+    by_agent = api.get(reverse("api-history"), {"actor": "agent"}).json()
+
+    assert [c["subject"]["label"] for c in everything["changes"]] == ["home/city", "pref/drink"]
+    assert [c["subject"]["label"] for c in by_agent["changes"]] == ["pref/drink"]
+    assert by_agent["changes"][0]["actor"] == {"kind": "agent", "label": "main"}
+    refused = api.get(reverse("api-history"), {"subject": "passwords"})
+    assert refused.status_code == 400 and "subject" in refused.json()["error"]

@@ -12,6 +12,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -27,7 +28,7 @@ from memory.provenance import provenance_of
 from neotask_site.history import Actor
 from sessions_app import chat
 from sessions_app.meter import fact_lines
-from sessions_app.models import Session
+from sessions_app.models import ApiToken, Session
 from sessions_app.views import EVENTS_PER_PAGE
 from tests.support.consolidation import answer, chat_yesterday
 from tests.support.imports import build_db
@@ -251,3 +252,21 @@ def test_it_links_what_stored_rows_still_tell_when_it_migrates(migrating_db):
         "drink": ("turn", call.pk, "s1"),
         "food": ("", None, ""),
     }
+
+
+def test_it_lists_facts_with_their_provenance_in_the_api(alice, bob):
+    session = chat.start_chat(alice)
+    Session.objects.filter(pk=session.pk).update(title="Breakfast talk")
+    turn = recording.record(alice, str(session.pk), EventType.TOOL_CALL, {"name": "remember_fact"})
+    remember(alice, session, origin_event_id=turn.pk)
+    Fact.objects.create(owner=bob, category="pref", key="drink", value="bob's milk")
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(alice, 'script')[1]}"})
+
+    answer = api.get(reverse("api-facts")).json()
+
+    assert answer["count"] == 1  # bob's fact is not alice's
+    fact = answer["facts"][0]
+    assert (fact["key"], fact["value"], fact["origin_event_id"]) == ("drink", "tea", turn.pk)
+    assert fact["provenance"]["text"].startswith("from “Breakfast talk”, ")
+    assert fact["provenance"]["url"] == reverse("event-source", args=[turn.pk])
+    assert api.get(reverse("api-facts") + "?page=9").status_code == 400

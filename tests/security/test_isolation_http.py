@@ -321,6 +321,12 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ],
     "api-event-turn": lambda w, bob: [api("DELETE", pk("api-event-turn", w.pinned.pk), 404)],
     "api-fact": lambda w, bob: [api("DELETE", pk("api-fact", w.fact.pk), 404)],
+    "api-facts": lambda w, bob: [api("GET", "/api/v1/facts/", 200)],
+    "api-history": lambda w, bob: [
+        api("GET", "/api/v1/history/", 200),
+        api("GET", f"/api/v1/history/?q={MARK}", 200),
+        api("GET", f"/api/v1/history/?q={w.fact.pk}&subject=fact", 200),
+    ],
     "api-memory-file": lambda w, bob: [
         # Her paths name files in bob's own workspace (he has none of those names);
         # the others are no memory path or no agent name of his.

@@ -100,6 +100,8 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "api-event": lambda w: [reverse("api-event", args=[w.answer.pk])],
     "api-event-turn": lambda w: [reverse("api-event-turn", args=[w.answer.pk])],
     "api-fact": lambda w: [reverse("api-fact", args=[w.fact.pk])],
+    "api-facts": lambda w: ["/api/v1/facts/"],
+    "api-history": lambda w: ["/api/v1/history/", "/api/v1/history/?actor=agent"],
     "api-memory-file": lambda w: [reverse("api-memory-file") + "?path=MEMORY.md"],
 }
 # Django's own session row (a reset link's token is kept in it), not the app's data.
