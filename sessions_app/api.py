@@ -297,7 +297,8 @@ def list_history(request: ApiRequest) -> HttpResponse:
     form = HistoryFilterForm(request.GET)
     if not form.is_valid():
         problems = "; ".join(
-            f"'{name}': {' '.join(errors)}" for name, errors in form.errors.items()
+            f"'{name}': {' '.join(str(error) for error in errors)}"
+            for name, errors in form.errors.items()
         )
         raise ApiError(400, f"Bad filter: {problems}")
     data = form.cleaned_data

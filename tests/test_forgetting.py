@@ -22,7 +22,7 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.forgetting import NothingToForget, forget_events, forget_memory_file
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryChunk, MemoryFile
-from memory.search import search_memory
+from memory.search import SearchHit, search_memory
 from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 from memory.working import working_memory
@@ -54,7 +54,8 @@ def texts(owner) -> list[str]:
 
 
 def words(owner, query) -> list[int]:
-    return [hit.event.pk for hit in search_memory(owner, query, branch="lexical", files=False)]
+    hits = search_memory(owner, query, branch="lexical", files=False)
+    return [hit.event.pk for hit in hits if isinstance(hit, SearchHit)]
 
 
 @pytest.fixture

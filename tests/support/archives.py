@@ -141,7 +141,7 @@ def content(archive: bytes | Path) -> dict[str, Any]:
     def anonymous(match: re.Match[str]) -> str:
         return names.setdefault(match.group(), f"<id {len(names)}>")
 
-    sessions = []
+    sessions: list[Any] = []
     places: dict[Any, str] = {}  # a session's or an event's archive id → its place
     for name in sorted(
         found,

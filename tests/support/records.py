@@ -19,7 +19,6 @@ from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
-from neotask_site.history import Actor, record_change
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
@@ -91,14 +90,14 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
         ForgottenEvent: ForgottenEvent.objects.create(owner=owner, event_id=0),
-        Change: record_change(
-            owner,
-            Actor.user(owner),
-            Change.Subject.FACT,
-            fact.pk,
-            str(fact),
-            Change.Action.CREATED,
-            new={"value": f"blue {tag}"},
+        Change: Change.objects.create(
+            owner=owner,
+            actor_kind=Change.Actor.USER,
+            subject_kind=Change.Subject.FACT,
+            subject_id=str(fact.pk),
+            subject_label=str(fact),
+            action=Change.Action.CREATED,
+            new_value={"value": f"blue {tag}"},
         ),
     }
 
