@@ -73,7 +73,7 @@ def start_server(
 
     `poll` is llama.cpp's busy-wait level (0-100) for threads waiting on each
     other: 0 makes them sleep, so they give a shared core away (measured:
-    bench/local_model.py, the README's embedded model figures)."""
+    bench/local_model.py, docs/performance.md)."""
     try:
         import xllamacpp
     except ImportError as exc:

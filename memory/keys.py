@@ -19,7 +19,7 @@ old key and vector serve, so no event is ever unsearchable. Change the version
 whenever `key_for` or `context_for` would give different text.
 
 How much each part is worth was measured by `memory_eval` on the project's own
-dataset and on LoCoMo (README, "Memory").
+dataset and on LoCoMo (docs/memory.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ started, and a fourth branch, search: the top of the fused memory search
 (memory.search) for the message. The similarity branch alone rarely reaches an
 earlier conversation (all-MiniLM-L6-v2 seldom gives a question and its answer a
 cosine above its 0.65 floor); the search branch is what makes the agent
-remember (`memory_eval`'s context figures, README "Memory"). Items are
+remember (`memory_eval`'s context figures, docs/memory.md). Items are
 de-duplicated by event id, each tagged with the branch that brought it (so
 /status can show why a memory was included), all scoped to the owner and agent.
 """

@@ -10,7 +10,7 @@ The fused ranking takes both branches' candidates and scores each by
 
 so both always contribute, and a branch with nothing to say (no word in
 common, or no vector yet) adds nothing. Chosen with `memory_eval` on two
-datasets that disagree about the branches (README, "Memory"): on the
+datasets that disagree about the branches (docs/memory.md): on the
 project's own, vector search beats full text; on LoCoMo, full text beats
 vectors. Reciprocal-rank fusion lost to the better branch on both; this
 score fusion beats both branches on both datasets.

@@ -20,7 +20,7 @@ just after it in the same session. An event's contextual vector is its own plus
 `NEIGHBOUR_WEIGHT` times each of those two neighbours', normalised; the index keeps
 only the neighbours' rows and the norms, and computes the cosine to that vector
 from the plain scores (q·(v + w·a + w·b) = s_v + w·s_a + w·s_b), so it costs two
-gathers instead of a second matrix. Measured by `memory_eval` (README, "Memory"):
+gathers instead of a second matrix. Measured by `memory_eval` (docs/memory.md):
 the same speaker's neighbours help on both datasets; the other speaker's turns
 (the immediate neighbours) hurt, so they are left to the full-text context.
 """

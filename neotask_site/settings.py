@@ -25,7 +25,7 @@ os.umask(0o077)
 # settings): a turn's matrix-vector product over the vector index takes ~4 ms
 # either way on idle cores, but OpenBLAS's second thread spins while it waits for
 # one, and on two cores shared with the other workers that doubled get_context's
-# CPU time (memory_bench; README "Memory").
+# CPU time (memory_bench; docs/memory.md).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:

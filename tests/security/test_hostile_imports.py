@@ -26,7 +26,7 @@ from tests.support.imports import SCHEMA, upload, zipped
 from tests.support.records import take_queued_tasks
 
 ROWS, ROW_BYTES = 200, 100 * 1024  # what the small files below expand to
-MAX_EVENT_BYTES = 64 * 1024  # what the README promises an imported message keeps at most
+MAX_EVENT_BYTES = 64 * 1024  # what docs/data.md promises an imported message keeps at most
 BUDGET = "importers.aidaemon.database.READ_SECONDS"
 MESSAGE_COLUMNS = "id, session_id, role, content, created_at"
 # A message a row, counted by a recursive CTE: for ever, or ROWS times.

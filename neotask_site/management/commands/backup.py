@@ -1,5 +1,5 @@
 """`python manage.py backup [--output FILE] [--include-secret-key]`: the whole
-installation in one .tar, taken while Neotask runs (README "Backups")."""
+installation in one .tar, taken while Neotask runs (docs/data.md, "Backups")."""
 
 from __future__ import annotations
 

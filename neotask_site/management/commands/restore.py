@@ -1,5 +1,5 @@
 """`python manage.py restore FILE [--force]`: a backup back into an empty data dir
-and database, checked before and after (README "Backups")."""
+and database, checked before and after (docs/data.md, "Backups")."""
 
 from __future__ import annotations
 
