@@ -20,6 +20,7 @@ from agent.models import ApprovalRequest
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
+from neotask_site.history import Actor
 from sessions_app import chat, runner
 from sessions_app.broadcast import APPROVAL, signal
 from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session
@@ -197,7 +198,7 @@ async def test_it_wakes_the_turn_waiting_for_approval_by_the_chats_signal(
     await send(ws, type="message", text="run it")
     request_id = (await until(ws, "approval_request"))[-1]["request_id"]
     request = await ApprovalRequest.objects.aget(pk=request_id)
-    await sync_to_async(request.decide)("once")
+    await sync_to_async(request.decide)("once", Actor.user(owner))
     await signal(owner.pk, session.key, APPROVAL, request_id=request_id)
     frames = await until(ws)
     assert frames[-1]["status"] == "completed"

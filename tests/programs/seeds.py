@@ -18,7 +18,7 @@ from importers.report import ImportReport
 from memory import recording
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
-from memory.models import Event, Fact, Macro, MemoryFile
+from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
@@ -168,7 +168,9 @@ def remove_made_since(since: str, file: str) -> None:
     made = list(Session.objects.filter(created_at__gte=since).values_list("key", flat=True))
     ChatClaim.objects.filter(key__in=made).delete()
     for model in reversed(OWNED_MODELS):
-        if model not in (Agent, ChatClaim, Change):  # the history is never deleted
-            model._default_manager.filter(Q(created_at__gte=since)).delete()
+        if model in (Agent, ChatClaim, Change):  # the history is never deleted
+            continue
+        made_at = "forgotten_at" if model is ForgottenEvent else "created_at"
+        model._default_manager.filter(Q(**{f"{made_at}__gte": since})).delete()
     (workspace_dir(user.pk, "main") / file).unlink(missing_ok=True)
     index_workspace(user, "main")

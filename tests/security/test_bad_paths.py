@@ -46,7 +46,13 @@ PLACEHOLDER = re.compile(r"<(?:\w+:)?\w+>")
 # Where a bad value is not the path's only answer: Django's reset page says the
 # link is invalid (200); the admin sends an unknown row back to its list (302).
 NOT_FOUND = (400, 404, 405)
-ANSWERS = {"accounts/reset/": (200, 302, 404), "admin/": (200, 301, 302, *NOT_FOUND)}
+# Nobody may edit or delete the history: its admin may refuse those views (403)
+# before it looks for the row.
+ANSWERS = {
+    "accounts/reset/": (200, 302, 404),
+    "admin/neotask_site/change/": (200, 301, 302, 403, *NOT_FOUND),
+    "admin/": (200, 301, 302, *NOT_FOUND),
+}
 
 
 def routes_with_parameters() -> list[str]:
