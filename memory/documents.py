@@ -28,6 +28,7 @@ from memory.files import indexing
 from memory.files.history import record_file_change
 from memory.files.paths import (
     MAX_NAME_BYTES,
+    delete_memory_file,
     max_file_bytes,
     memory_file_exists,
     write_memory_file,
@@ -402,6 +403,14 @@ def add_document(owner: Owner, agent: str, name: str, data: bytes, actor: Actor)
             f"{shown} already exists: delete it first, or rename the file and upload again."
         )
     write_memory_file(workspace, shown, text)  # atomic; checks the workspace's quota
-    record_file_change(owner, agent, shown, actor, None, text)
-    indexing.index_path(owner, agent, shown)
+    try:
+        indexing.index_path(owner, agent, shown)
+        # Last: history rows are permanent, so none is written for a file taken back out.
+        record_file_change(owner, agent, shown, actor, None, text)
+    except BaseException:
+        # The database failed (or the request was cancelled) after the write: take the
+        # file back out, with the rows stored for it, rather than keep half of it.
+        delete_memory_file(workspace, shown)
+        indexing.index_path(owner, agent, shown)
+        raise
     return shown

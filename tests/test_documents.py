@@ -9,6 +9,7 @@ from pathlib import Path
 
 import docx
 import pytest
+from django.db import DatabaseError
 from pypdf import PdfReader, PdfWriter
 
 from memory import documents
@@ -294,6 +295,19 @@ def test_it_refuses_a_document_past_the_workspace_quota(alice, workspace, config
     (workspace / "big.bin").write_bytes(bytes(1024 * 1024))
     with pytest.raises(MemoryPathError, match="past its limit"):
         add(alice, "notes.md", b"# Notes\nsomething to remember\n")
+    assert nothing_written(alice, workspace)
+
+
+@pytest.mark.parametrize("failing_step", ["indexing.index_file", "record_file_change"])
+def test_it_takes_the_file_back_out_when_the_database_fails(
+    alice, workspace, monkeypatch, failing_step
+):
+    def failing(*args, **kwargs):
+        raise DatabaseError("the database went away")
+
+    monkeypatch.setattr(f"memory.documents.{failing_step}", failing)
+    with pytest.raises(DatabaseError):
+        add(alice, "trip.docx", make_docx(trip_docx))
     assert nothing_written(alice, workspace)
 
 
