@@ -9,9 +9,11 @@ from pathlib import Path
 
 import docx
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from pypdf import PdfReader, PdfWriter
 
+from agent.runtime import TurnRequest, run_turn
 from memory import documents
 from memory.documents import DocumentError, add_document, convert
 from memory.files.paths import MemoryPathError
@@ -22,6 +24,8 @@ from neotask_site.history import Actor
 from neotask_site.models import Change
 from sessions_app.chat import start_chat
 from sessions_app.models import Agent
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import ignore
 
 # Fixtures, made here: a real PDF written by hand, DOCX files by python-docx and zipfile.
 
@@ -212,6 +216,19 @@ def test_it_cites_the_heading_in_the_answers_recalled_items(alice):
     items = recall(alice, "main", "s1", query, embed_text(query))
     assert items[0]["source"].startswith("memory/docs/Q3 report.md:")
     assert items[0]["heading"] == "Page 3"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_names_the_file_and_page_to_the_model_in_a_new_chat(alice, llm):
+    await sync_to_async(add)(alice, "Q3 report.pdf", BUDGET_PDF)
+    llm.script(Reply(text="48,000 euros (Q3 report, page 3)."))
+
+    await run_turn(
+        TurnRequest(owner=alice, session_id="new"), "What is the marketing budget for 2027?", ignore
+    )
+    system = llm.requests[0]["messages"][0]["content"]
+    assert "- [memory file: memory/docs/Q3 report.md:" in system
+    assert ", Page 3] ## Page 3 Budget The marketing budget for 2027 is 48,000 euros." in system
 
 
 # Bad files: a clear message, and nothing written
