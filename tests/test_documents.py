@@ -364,6 +364,7 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
     back = f"/chat/{session.key}/"
     page = alice_client.get(back)
     assert b'id="attach"' in page.content and b'name="agent" value="research"' in page.content
+    assert f'accept="{documents.ACCEPT_ATTRIBUTE}"'.encode() in page.content
 
     response = alice_client.post(
         "/memory/files/upload/",
@@ -372,6 +373,17 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
     assert (response.status_code, response.url) == (302, back)
     assert (workspace_dir(alice.pk, "research") / "memory/docs/pets.md").exists()
     assert MemoryFile.objects.get(owner=alice).agent == "research"
+
+
+def test_it_refuses_a_too_large_upload_before_reading_it(alice, alice_client, monkeypatch):
+    monkeypatch.setattr(documents, "MAX_UPLOAD_BYTES", 10)
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": named(b"more than ten bytes", "a.md")},
+        follow=True,
+    )
+    assert b"Not added to memory: a.md is larger than 20 MB." in response.content
+    assert not MemoryFile.objects.exists()
 
 
 def test_it_returns_only_to_a_page_of_this_site(alice, alice_client):
