@@ -22,7 +22,14 @@ from django.utils import timezone
 
 from agent.llm import Endpoint, LLMClient
 from memory.models import Event, EventType, Fact
-from memory.retrieval import RECALLED_CHARS, Context, estimate_tokens, get_context, recent_exchange
+from memory.retrieval import (
+    RECALLED_CHARS,
+    Context,
+    RecalledItem,
+    estimate_tokens,
+    get_context,
+    recent_exchange,
+)
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -69,6 +76,15 @@ def recalled_line(event: Event) -> str:
     return f"- [{event.created_at:%Y-%m-%d}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
 
 
+def session_recall_line(item: RecalledItem) -> str:
+    """A recalled memory; one from a memory file names it, and its page or section, so
+    that the answer can cite them."""
+    if "event_id" in item:
+        return f"- [{item['date']}] {item['text']}"
+    where = ", ".join(part for part in (item["source"], item.get("heading", "")) if part)
+    return f"- [{item['date']}: {where}] {item['text']}"
+
+
 def memory_blocks(context: Context) -> list[str]:
     """What the system prompt says of memory: the summary, what was recalled when
     the session started, and what was recalled for this message."""
@@ -78,7 +94,7 @@ def memory_blocks(context: Context) -> list[str]:
     if context.session_recall:
         blocks.append(
             "Recalled from earlier conversations when this session started:\n"
-            + "\n".join(f"- [{item['date']}] {item['text']}" for item in context.session_recall)
+            + "\n".join(session_recall_line(item) for item in context.session_recall)
         )
     if context.recalled:
         blocks.append(

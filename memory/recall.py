@@ -32,14 +32,15 @@ def recall(
         if isinstance(hit, FileHit):
             if hit.score < floor:
                 continue
-            items.append(
-                {
-                    "source": hit.source,
-                    "date": "memory file",
-                    "text": clip(hit.text),
-                    "score": round(hit.score, 3),
-                }
-            )
+            item: RecalledItem = {
+                "source": hit.source,
+                "date": "memory file",
+                "text": clip(hit.text),
+                "score": round(hit.score, 3),
+            }
+            if hit.heading:  # a document's page ("Page 3") or section
+                item["heading"] = hit.heading
+            items.append(item)
         elif hit.event.session_id != session_id and hit.bears_on_query(floor):
             items.append(
                 {

@@ -48,6 +48,7 @@ class RecalledItem(TypedDict):
     text: str  # clipped, after its speaker's name when it has one
     score: float
     event_id: NotRequired[int]  # an event's, not a file chunk's
+    heading: NotRequired[str]  # a file chunk's headings, e.g. "Page 3" or "Trips > Japan"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ urlpatterns = [
     path("files/", views.memory_files, name="memory-files"),
     path("files/view/", views.memory_file, name="memory-file"),
     path("files/new/", views.memory_file_new, name="memory-file-new"),
+    path("files/upload/", views.memory_document_upload, name="memory-document-upload"),
     path("files/delete/", views.memory_file_delete, name="memory-file-delete"),
     path("facts/", views.fact_list, name="fact-list"),
     path("facts/<int:pk>/", views.fact_row, name="fact-row"),

@@ -9,9 +9,10 @@ from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from memory import forgetting
+from memory import documents, forgetting
 from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
@@ -58,7 +59,8 @@ def memory_files(request: HtmxHttpRequest) -> HttpResponse:
     """The files on disk now; a GET indexes nothing (writes, searches and the watcher job do)."""
     agent, _ = workspace_of(request)
     listed = indexing.list_files(request.user, agent)
-    return render(request, "memory/files.html", {"agent": agent, "files": listed})
+    context = {"agent": agent, "files": listed, "accept": documents.ACCEPT_ATTRIBUTE}
+    return render(request, "memory/files.html", context)
 
 
 def existing_file(request: HtmxHttpRequest, workspace: Path) -> str:
@@ -127,6 +129,31 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     record_file_change(request.user, agent, shown, Actor.user(request.user), None, "")
     indexing.index_path(request.user, agent, shown)
     return redirect(file_url(agent, shown))
+
+
+@require_POST
+def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
+    """A document converted into a memory file of the agent, from the files page or
+    the chat's paperclip; back to `next` (a page of this site) or the files page."""
+    agent, _ = workspace_of(request)
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = files_url(agent)
+    upload = request.FILES.get("document")
+    if upload is None:
+        messages.error(request, "Choose a file to add to memory.")
+        return redirect(back)
+    try:
+        # Before reading it: a huge upload is refused without holding it in memory.
+        documents.check_upload_size(upload.name or "", upload.size or 0)
+        shown = documents.add_document(
+            request.user, agent, upload.name or "", upload.read(), Actor.user(request.user)
+        )
+    except (documents.DocumentError, paths.MemoryPathError) as exc:
+        messages.error(request, f"Not added to memory: {exc}")
+    else:
+        messages.success(request, f"Added {upload.name} to memory as {shown}.")
+    return redirect(back)
 
 
 def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:

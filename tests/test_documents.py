@@ -1,0 +1,417 @@
+from __future__ import annotations
+
+import io
+import re
+import socket
+import zipfile
+import zlib
+from pathlib import Path
+
+import docx
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+from pypdf import PdfReader, PdfWriter
+
+from agent.runtime import TurnRequest, run_turn
+from memory import documents
+from memory.documents import DocumentError, add_document, convert
+from memory.files.paths import MemoryPathError
+from memory.models import MemoryChunk, MemoryFile
+from memory.search import search_memory
+from memory.workspace import workspace_dir
+from neotask_site.history import Actor
+from neotask_site.models import Change
+from sessions_app.chat import start_chat
+from sessions_app.models import Agent
+from tests.support.documents import BUDGET_PDF, make_pdf
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import ignore
+
+# Fixtures, made here: PDFs written by hand (tests.support.documents) and pypdf, DOCX files
+# by python-docx and zipfile.
+
+
+def encrypted(pdf: bytes) -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    writer.encrypt("secret")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def make_docx(build) -> bytes:
+    document = docx.Document()
+    build(document)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def trip_docx(document) -> None:
+    document.add_heading("Travel plans", level=1)
+    document.add_paragraph("Notes for the spring.")
+    document.add_heading("Lisbon", level=2)
+    document.add_paragraph("The hotel in Lisbon is the Casa Azul, booked for five nights.")
+    table = document.add_table(rows=1, cols=2)
+    table.rows[0].cells[0].text = "Flight"
+    table.rows[0].cells[1].text = "TP1234"
+
+
+def rewritten_zip(data: bytes, replace: dict[str, bytes]) -> bytes:
+    """The same zip with some parts replaced or added."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for item in source.infolist():
+            if item.filename not in replace:
+                target.writestr(item, source.read(item.filename))
+        for name, content in replace.items():
+            target.writestr(name, content, compress_type=zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def nothing_written(owner, workspace: Path) -> bool:
+    docs = workspace / "memory" / "docs"
+    return (
+        not (docs.exists() and any(docs.iterdir()))
+        and not MemoryFile.objects.filter(owner=owner).exists()
+        and not MemoryChunk.objects.filter(owner=owner).exists()
+        and not Change.objects.filter(owner=owner).exists()
+    )
+
+
+@pytest.fixture
+def workspace(alice) -> Path:
+    return workspace_dir(alice.pk, "main", create=False)
+
+
+def add(owner, name: str, data: bytes, agent: str = "main") -> str:
+    return add_document(owner, agent, name, data, Actor.user(owner))
+
+
+def file_hits(owner, query: str):
+    return [hit for hit in search_memory(owner, query, k=10) if hit.kind == "file"]
+
+
+# Each format, converted and found with its citation
+
+
+def test_it_cites_the_page_of_a_pdf_in_memory_search(alice, workspace):
+    shown = add(alice, "Q3 report.pdf", BUDGET_PDF)
+
+    assert shown == "memory/docs/Q3 report.md"
+    text = (workspace / shown).read_text()
+    assert text.startswith("Converted from the PDF file “Q3 report.pdf”, 3 pages.\n")
+    assert "## Page 3\n\nBudget\nThe marketing budget for 2027 is 48,000 euros." in text
+    # Text that looks like Markdown stays text: it makes no false heading (or page).
+    assert "\\# not a heading" in text
+    hit = file_hits(alice, "what is the marketing budget for next year?")[0]
+    assert (hit.path, hit.heading) == ("memory/docs/Q3 report.md", "Page 3")
+    assert "48,000 euros" in hit.text
+
+
+def test_it_cites_the_heading_of_a_docx(alice, workspace):
+    shown = add(alice, "trip.docx", make_docx(trip_docx))
+
+    text = (workspace / shown).read_text()
+    assert "# Travel plans\n\nNotes for the spring.\n\n## Lisbon\n" in text
+    assert "| Flight | TP1234 |" in text
+    hit = file_hits(alice, "which hotel in Lisbon?")[0]
+    assert (hit.path, hit.heading) == ("memory/docs/trip.md", "Travel plans > Lisbon")
+
+
+def test_it_keeps_the_text_and_headings_of_html_and_drops_its_code(alice, workspace):
+    page = (
+        b"<!doctype html><html><head><title>x</title><style>p{color:red}</style>"
+        b"<script>alert('steal')</script></head><body><h1>Garden</h1>"
+        b"<h2>Tomatoes</h2><p>Water the <b>tomatoes</b> every\n morning &amp; evening.</p>"
+        b"<ul><li>Basil</li><li>Mint</li></ul><img src='http://127.0.0.1:9/x.png'></body></html>"
+    )
+    shown = add(alice, "garden.html", page)
+
+    text = (workspace / shown).read_text()
+    assert "# Garden\n\n## Tomatoes\n\nWater the tomatoes every morning & evening." in text
+    assert "- Basil\n- Mint" in text
+    assert "alert" not in text and "color" not in text and "<" not in text
+    hit = file_hits(alice, "how often do I water the tomatoes?")[0]
+    assert (hit.path, hit.heading) == ("memory/docs/garden.md", "Garden > Tomatoes")
+
+
+def test_it_stores_markdown_as_written_and_text_as_text(alice, workspace):
+    add(alice, "wifi.md", b"# Home\r\n\r\n## Wifi\r\nThe wifi password is sunflower42.\r\n")
+    add(alice, "plain.txt", b"\xef\xbb\xbf# TODO\nThe car is due for service in May.\n")
+
+    assert (
+        (workspace / "memory/docs/wifi.md")
+        .read_text()
+        .endswith("# Home\n\n## Wifi\nThe wifi password is sunflower42.\n")
+    )
+    assert "\n\\# TODO\nThe car is due" in (workspace / "memory/docs/plain.md").read_text()
+    hit = file_hits(alice, "what is the wifi password?")[0]
+    assert (hit.path, hit.heading) == ("memory/docs/wifi.md", "Home > Wifi")
+
+
+def test_it_records_the_upload_in_history_and_indexes_it(alice, workspace):
+    shown = add(alice, "trip.docx", make_docx(trip_docx))
+
+    change = Change.objects.get(owner=alice)
+    assert (change.subject_label, change.action, change.actor_kind) == (
+        f"main:{shown}",
+        Change.Action.CREATED,
+        Change.Actor.USER,
+    )
+    assert change.new_value == {"text": (workspace / shown).read_text()}
+    assert MemoryChunk.objects.filter(owner=alice, file__path=shown).count() >= 1
+
+
+def test_it_cites_the_heading_in_the_answers_recalled_items(alice):
+    from memory.embeddings import embed_text
+    from memory.recall import recall
+
+    add(alice, "Q3 report.pdf", BUDGET_PDF)
+    query = "what is the marketing budget for 2027?"
+    items = recall(alice, "main", "s1", query, embed_text(query))
+    assert items[0]["source"].startswith("memory/docs/Q3 report.md:")
+    assert items[0]["heading"] == "Page 3"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_names_the_file_and_page_to_the_model_in_a_new_chat(alice, llm):
+    await sync_to_async(add)(alice, "Q3 report.pdf", BUDGET_PDF)
+    llm.script(Reply(text="48,000 euros (Q3 report, page 3)."))
+
+    await run_turn(
+        TurnRequest(owner=alice, session_id="new"), "What is the marketing budget for 2027?", ignore
+    )
+    system = llm.requests[0]["messages"][0]["content"]
+    assert "- [memory file: memory/docs/Q3 report.md:" in system
+    assert ", Page 3] ## Page 3 Budget The marketing budget for 2027 is 48,000 euros." in system
+
+
+# Bad files: a clear message, and nothing written
+
+
+def flate_bomb_pdf() -> bytes:
+    """A page whose content stream unpacks from 80 KB to 80 MB."""
+    pdf = make_pdf([["x"]])
+    stream = zlib.compress(b" " * 80_000_000, 9)
+    old = re.search(rb"<< /Length \d+ >>\nstream\n.*?\nendstream", pdf, re.S)
+    assert old is not None
+    new = f"<< /Length {len(stream)} /Filter /FlateDecode >>\nstream\n".encode()
+    # pypdf finds the objects again without the xref (the offsets moved): it is lenient.
+    return pdf[: old.start()] + new + stream + b"\nendstream" + pdf[old.end() :]
+
+
+def zip_bomb_docx() -> bytes:
+    # 150 MB of zeros compress to about 150 KB; the directory says what they unpack to.
+    return rewritten_zip(make_docx(trip_docx), {"word/media/huge.bin": bytes(150 * 1024 * 1024)})
+
+
+BAD_FILES = [
+    ("secret.pdf", lambda: encrypted(BUDGET_PDF), "encrypted: remove its password"),
+    ("broken.pdf", lambda: BUDGET_PDF[:200], "damaged: it cannot be read as a PDF"),
+    ("bomb.pdf", flate_bomb_pdf, "a possible decompression bomb"),
+    ("bomb.docx", zip_bomb_docx, "refused as a possible zip bomb"),
+    ("broken.docx", lambda: make_docx(trip_docx)[:300], "damaged: it cannot be read as a DOCX"),
+    ("photo.pdf", lambda: b"\x89PNG\r\n\x1a\n" + bytes(100), "not a PDF: it holds a PNG image"),
+    ("report.pdf", lambda: b"Just some text", "not a PDF: it holds text"),
+    ("report.docx", lambda: BUDGET_PDF, "not a DOCX: it holds a PDF"),
+    ("notes.txt", lambda: b"\x00\x01binary", "not text"),
+    ("notes.md", lambda: b"caf\xe9", "not UTF-8 text"),
+    ("image.png", lambda: b"\x89PNG\r\n\x1a\n", "not a file Neotask can read"),
+    ("Makefile", lambda: b"all:", "not a file Neotask can read"),
+    ("empty.txt", lambda: b"", "is empty"),
+    ("blank.md", lambda: b"  \n\n", "no text to remember"),
+    ("scan.pdf", lambda: make_pdf([[]]), "no text to remember (a scanned PDF"),
+    ("../../etc/evil.md", lambda: b"x", "is a path"),
+    ("/etc/evil.md", lambda: b"x", "is a path"),
+    ("C:\\evil.md", lambda: b"x", "is a path"),
+    ("evil\x00.md", lambda: b"x", "NUL"),
+    ("a" * 300 + ".md", lambda: b"x", "name is too long"),
+    ("....md", lambda: b"x", "no usable name"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "message"), BAD_FILES, ids=[name[:20] for name, _, _ in BAD_FILES]
+)
+def test_it_refuses_a_bad_file_and_writes_nothing(alice, workspace, name, make, message):
+    with pytest.raises(DocumentError, match=re.escape(message)):
+        add(alice, name, make())
+    assert nothing_written(alice, workspace)
+
+
+def test_it_refuses_a_notes_zip_that_is_not_a_docx(alice, workspace):
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("notes.txt", "hello")
+    with pytest.raises(DocumentError, match="a zip archive without a document"):
+        add(alice, "notes.docx", archive.getvalue())
+    assert nothing_written(alice, workspace)
+
+
+def test_it_refuses_too_many_pages_and_too_much_text(alice, workspace, configure, monkeypatch):
+    monkeypatch.setattr(documents, "MAX_PAGES", 2)
+    with pytest.raises(DocumentError, match="has 3 pages, more than the 2 allowed"):
+        add(alice, "long.pdf", BUDGET_PDF)
+    configure("memory", file_max_bytes=1024)
+    with pytest.raises(DocumentError, match="more than 1,024 bytes of text"):
+        add(alice, "long.txt", b"word " * 300)
+    monkeypatch.setattr(documents, "MAX_UPLOAD_BYTES", 10)
+    with pytest.raises(DocumentError, match="larger than 20 MB"):
+        add(alice, "big.txt", b"more than ten bytes")
+    assert nothing_written(alice, workspace)
+
+
+def test_it_refuses_a_document_past_the_workspace_quota(alice, workspace, configure):
+    configure("terminal", workspace_mb=1)
+    (workspace / "memory").mkdir(parents=True)
+    (workspace / "big.bin").write_bytes(bytes(1024 * 1024))
+    with pytest.raises(MemoryPathError, match="past its limit"):
+        add(alice, "notes.md", b"# Notes\nsomething to remember\n")
+    assert nothing_written(alice, workspace)
+
+
+@pytest.mark.parametrize("failing_step", ["indexing.index_file", "record_file_change"])
+def test_it_takes_the_file_back_out_when_the_database_fails(
+    alice, workspace, monkeypatch, failing_step
+):
+    def failing(*args, **kwargs):
+        raise DatabaseError("the database went away")
+
+    monkeypatch.setattr(f"memory.documents.{failing_step}", failing)
+    with pytest.raises(DatabaseError):
+        add(alice, "trip.docx", make_docx(trip_docx))
+    assert nothing_written(alice, workspace)
+
+
+def test_it_never_overwrites_a_memory_file(alice, workspace):
+    add(alice, "wifi.md", b"The wifi password is sunflower42.")
+    with pytest.raises(DocumentError, match=r"memory/docs/wifi\.md already exists"):
+        add(alice, "wifi.txt", b"something else")
+    assert "sunflower42" in (workspace / "memory/docs/wifi.md").read_text()
+    assert Change.objects.filter(owner=alice).count() == 1
+
+
+ATTACHED_TEMPLATE = (
+    "http://schemas.openxmlformats.org/officeDocument/2006/relationships/attachedTemplate"
+)
+
+
+def test_it_never_fetches_what_a_docx_refers_to(alice, workspace):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/template.dotx"
+
+    def linked(document) -> None:
+        document.add_paragraph("The linked template is not fetched.")
+        document.part.relate_to(url, docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, True)
+        document.part.relate_to(url, docx.opc.constants.RELATIONSHIP_TYPE.IMAGE, True)
+        document.part._settings_part.relate_to(url, ATTACHED_TEMPLATE, True)
+
+    try:
+        assert "not fetched" in convert("linked.docx", make_docx(linked)).markdown
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+# The page and the paperclip
+
+
+def test_it_adds_a_document_from_the_files_page(alice, alice_client, workspace):
+    page = alice_client.get("/memory/files/")
+    assert b'name="document"' in page.content and b'accept=".pdf,.docx' in page.content
+
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": named(BUDGET_PDF, "Q3.pdf")},
+        follow=True,
+    )
+    assert response.redirect_chain[-1][0] == "/memory/files/?agent=main"
+    assert b"Added Q3.pdf to memory as memory/docs/Q3.md" in response.content
+    assert b"memory/docs/Q3.md" in response.content  # listed
+    assert (workspace / "memory/docs/Q3.md").exists()
+
+
+def named(data: bytes, name: str) -> io.BytesIO:
+    upload = io.BytesIO(data)
+    upload.name = name
+    return upload
+
+
+def test_it_shows_why_an_upload_was_refused(alice, alice_client, workspace):
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": named(encrypted(BUDGET_PDF), "secret.pdf")},
+        follow=True,
+    )
+    assert b"Not added to memory: secret.pdf is encrypted" in response.content
+    assert nothing_written(alice, workspace)
+    missing = alice_client.post("/memory/files/upload/", {"agent": "main"}, follow=True)
+    assert b"Choose a file to add to memory." in missing.content
+    assert alice_client.get("/memory/files/upload/").status_code == 405
+
+
+def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
+    alice, alice_client, workspace
+):
+    agent = Agent.objects.create(owner=alice, name="research")
+    session = start_chat(alice, agent)
+    back = f"/chat/{session.key}/"
+    page = alice_client.get(back)
+    assert b'id="attach"' in page.content and b'name="agent" value="research"' in page.content
+    assert f'accept="{documents.ACCEPT_ATTRIBUTE}"'.encode() in page.content
+
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "research", "next": back, "document": named(b"The dog is Pixel.", "pets.md")},
+    )
+    assert (response.status_code, response.url) == (302, back)
+    assert (workspace_dir(alice.pk, "research") / "memory/docs/pets.md").exists()
+    assert MemoryFile.objects.get(owner=alice).agent == "research"
+
+
+def test_it_refuses_a_too_large_upload_before_reading_it(alice, alice_client, monkeypatch):
+    monkeypatch.setattr(documents, "MAX_UPLOAD_BYTES", 10)
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": named(b"more than ten bytes", "a.md")},
+        follow=True,
+    )
+    assert b"Not added to memory: a.md is larger than 20 MB." in response.content
+    assert not MemoryFile.objects.exists()
+
+
+def test_it_returns_only_to_a_page_of_this_site(alice, alice_client):
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "next": "https://evil.example/", "document": named(b"x", "a.md")},
+    )
+    assert response.url == "/memory/files/?agent=main"
+
+
+# Isolation
+
+
+def test_it_writes_only_into_the_uploaders_own_workspace(alice, bob, alice_client):
+    response = alice_client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": named(b"# Secret\nAlice's note.", "note.md")},
+    )
+    assert response.status_code == 302
+    assert not (workspace_dir(bob.pk, "main", create=False) / "memory/docs/note.md").exists()
+    assert not MemoryFile.objects.filter(owner=bob).exists()
+    assert file_hits(bob, "Alice's note") == []
+
+
+@pytest.mark.parametrize("agent", ["../2/main", "main/../../x", ".hidden", "a" * 65, "x\x00"])
+def test_it_refuses_an_agent_name_that_is_not_one(alice, alice_client, agent):
+    response = alice_client.post(
+        "/memory/files/upload/", {"agent": agent, "document": named(b"x", "a.md")}
+    )
+    assert response.status_code == 404
+    assert not MemoryFile.objects.exists() and not Change.objects.exists()
