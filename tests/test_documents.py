@@ -11,6 +11,7 @@ import docx
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
+from docx.opc.constants import RELATIONSHIP_TYPE
 from pypdf import PdfReader, PdfWriter
 
 from agent.runtime import TurnRequest, run_turn
@@ -307,8 +308,8 @@ def test_it_never_fetches_what_a_docx_refers_to(alice, workspace):
 
     def linked(document) -> None:
         document.add_paragraph("The linked template is not fetched.")
-        document.part.relate_to(url, docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, True)
-        document.part.relate_to(url, docx.opc.constants.RELATIONSHIP_TYPE.IMAGE, True)
+        document.part.relate_to(url, RELATIONSHIP_TYPE.HYPERLINK, True)
+        document.part.relate_to(url, RELATIONSHIP_TYPE.IMAGE, True)
         document.part._settings_part.relate_to(url, ATTACHED_TEMPLATE, True)
 
     try:

@@ -13,7 +13,7 @@ One module per concern; callers import from the module that defines what they us
 - `search`: the chunks nearest a query, from the in-process or the LanceDB index.
 
 Indexing happens on writes (the tools, the files page, documents added to memory
-(`memory.documents`), the importer, after each terminal command) and in the watcher job (`indexing.index_all_workspaces`, every
-minute), a stat per file when nothing changed; a search and a GET of the files page
-only read.
+(`memory.documents`), the importer, after each terminal command) and in the
+watcher job (`indexing.index_all_workspaces`, every minute), a stat per file when
+nothing changed; a search and a GET of the files page only read.
 """
