@@ -9,10 +9,11 @@ static/neotask/highlight.css (tests/test_code_highlighting.py keeps them equal).
 
 from __future__ import annotations
 
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import get_lexer_by_name
-from pygments.util import ClassNotFound
+# Pygments ships no types and its stubs (types-Pygments) are not worth a dependency.
+from pygments import highlight  # type: ignore[import-untyped]
+from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+from pygments.lexers import get_lexer_by_name  # type: ignore[import-untyped]
+from pygments.util import ClassNotFound  # type: ignore[import-untyped]
 
 LIGHT_STYLE = "default"
 DARK_STYLE = "github-dark"
