@@ -19,7 +19,7 @@ from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
-from sessions_app.forms import ApiTokenForm
+from sessions_app.forms import ApiTokenForm, ChatTitleForm
 from sessions_app.meter import meter
 from sessions_app.models import ApiToken, ChatInput, Session
 from sessions_app.runner import answer_approval
@@ -107,12 +107,36 @@ def chat_events(request: HtmxHttpRequest, key: str) -> HttpResponse:
 
 
 def sidebar(request: HtmxHttpRequest) -> HttpResponse:
+    """The chat list; for the chat page that asks, its title too (out of band): a
+    chat is named by its first message after the page was drawn."""
     current = request.GET.get("current", "")
+    chats = chat.sidebar_chats(request.user)
+    current_chat = next((session for session in chats if session.key == current), None)
     return render(
         request,
         "sessions_app/_sidebar.html",
-        {"chats": chat.sidebar_chats(request.user), "current_key": current},
+        {"chats": chats, "current_key": current, "current_chat": current_chat},
     )
+
+
+def chat_rename(request: HtmxHttpRequest, key: str) -> HttpResponse:
+    """A page with the title form (the chat header's form posts here too); htmx
+    gets the header's title back, a plain form a redirect to the chat."""
+    session = open_chat(request, key)
+    form = ChatTitleForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        session = chat.rename_chat(request.user, key, form.cleaned_data["title"])
+        if not request.htmx:
+            messages.success(request, f"Renamed the chat “{session.title}”.")
+            return redirect("chat", key=key)
+        response = render(request, "sessions_app/_chat_title.html", {"session": session})
+        response["HX-Trigger"] = "neotask:sessions"  # the sidebar shows the new title
+        return response
+    status = 400 if form.is_bound else 200
+    context = {"session": session, "form": form}
+    if request.htmx:
+        return render(request, "sessions_app/_chat_title.html", context, status=status)
+    return render(request, "sessions_app/chat_rename.html", context, status=status)
 
 
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
