@@ -90,6 +90,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/setup/", 302, htmx=False, username="mallory", password1="x", password2="x"),
     ],
     "healthz": lambda w, bob: get("/healthz", 200, htmx=False),
+    "web-manifest": lambda w, bob: get("/manifest.webmanifest", 200, htmx=False),
     "login": lambda w, bob: [
         *get("/accounts/login/", 200, htmx=False),
         *post("/accounts/login/", 200, htmx=False, username="alice", password="wrong"),
@@ -262,6 +263,12 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post(pk("chat-delete", w.chat.key), 404),
         *post(pk("chat-delete", w.archived.key), 404),
         *post(pk("chat-delete", w.cron.key), 404),
+    ],
+    "chat-rename": lambda w, bob: [
+        *get(pk("chat-rename", w.chat.key), 404),
+        *post(pk("chat-rename", w.chat.key), 404, title="renamed by bob"),
+        *post(pk("chat-rename", w.archived.key), 404, title="renamed by bob"),
+        *post(pk("chat-rename", w.cron.key), 404, title="renamed by bob"),
     ],
     "event-delete": lambda w, bob: [
         *get(pk("event-delete", w.answer.pk), 404),

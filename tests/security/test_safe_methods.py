@@ -27,6 +27,7 @@ from tests.support.world import World, build_alice
 GETS: dict[str, Callable[[World], list[str]]] = {
     "setup": lambda w: ["/setup/"],
     "healthz": lambda w: ["/healthz"],
+    "web-manifest": lambda w: ["/manifest.webmanifest"],
     "login": lambda w: ["/accounts/login/"],
     "logout": lambda w: [],
     "password_change": lambda w: ["/accounts/password_change/"],
@@ -75,6 +76,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "session-cleanup-delete": lambda w: [],
     "event-pin": lambda w: [],
     "chat-delete": lambda w: [reverse("chat-delete", args=[w.chat.key])],
+    "chat-rename": lambda w: [reverse("chat-rename", args=[w.chat.key])],
     "event-delete": lambda w: [reverse("event-delete", args=[w.answer.pk])],
     "event-source": lambda w: [reverse("event-source", args=[w.answer.pk])],
     "history": lambda w: ["/history/", "/history/?subject=fact&actor=agent&q=home"],
