@@ -39,5 +39,5 @@ def test_it_links_the_manifest_theme_color_and_every_memory_page(alice_client):
     page = text(alice_client.get("/memory/"))
     assert '<link rel="manifest" href="/manifest.webmanifest">' in page
     assert f'<meta name="theme-color" content="{THEME_COLOR}">' in page
-    for href in ('href="/memory/facts/"', 'href="/memory/macros/"'):
+    for href in ('href="/memory/facts/"', 'href="/memory/macros/"', 'href="/agents/"'):
         assert href in page

@@ -222,7 +222,18 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ),
     # Chats and sessions.
     "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
-    "chat-new": lambda w, bob: post("/chat/new/", 302, htmx=False),
+    "chat-new": lambda w, bob: [
+        *post("/chat/new/", 302, htmx=False),
+        *post("/chat/new/", 404, htmx=False, agent=str(w.agent.pk)),
+    ],
+    "agent-list": lambda w, bob: [
+        *get("/agents/", 200),
+        *post("/agents/", 302, htmx=False, name="bobs-agent", system_prompt="bob's"),
+    ],
+    "agent-edit": lambda w, bob: [
+        *get(pk("agent-edit", w.agent.pk), 404),
+        *post(pk("agent-edit", w.agent.pk), 404, system_prompt="bob was here"),
+    ],
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),
         *get("/chat/sidebar/", 200, current=w.chat.key),
