@@ -146,10 +146,10 @@ def chat_rename(request: HtmxHttpRequest, key: str) -> HttpResponse:
         response = render(request, "sessions_app/_chat_title.html", {"session": session})
         response["HX-Trigger"] = "neotask:sessions"  # the sidebar shows the new title
         return response
-    status = 400 if form.is_bound else 200
     context = {"session": session, "form": form}
-    if request.htmx:
-        return render(request, "sessions_app/_chat_title.html", context, status=status)
+    if request.htmx:  # a 200: htmx swaps in no other answer, and the errors must show
+        return render(request, "sessions_app/_chat_title.html", context)
+    status = 400 if form.is_bound else 200
     return render(request, "sessions_app/chat_rename.html", context, status=status)
 
 
