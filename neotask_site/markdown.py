@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 import nh3
 from markdown_it import MarkdownIt
 
-from neotask_site.highlight import highlight_code
+from neotask_site.highlight import budget_for_message, highlight_code
 
 _renderer = MarkdownIt(
     "commonmark", {"html": False, "breaks": True, "highlight": highlight_code}
@@ -87,6 +87,7 @@ def render_markdown(text: str) -> str:
 
 
 def markdown_to_html(text: str) -> str:
+    budget_for_message()
     return nh3.clean(
         _renderer.render(text),
         tags=ALLOWED_TAGS,

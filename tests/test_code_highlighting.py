@@ -24,6 +24,29 @@ def test_it_leaves_a_block_without_a_language_or_with_an_unknown_one_plain():
         assert "x = &lt;b&gt;1&lt;/b&gt;" in html
 
 
+def test_it_highlights_only_the_languages_whose_cost_was_measured():
+    # c-objdump is a Pygments lexer, and one that takes seconds on crafted input.
+    html = markdown_to_html("```c-objdump\nint x;\n```")
+    assert "<span" not in html and "int x;" in html
+    assert '<span class="kt">int</span>' in markdown_to_html("```C\nint x;\n```")
+
+
+def test_it_highlights_at_most_its_budget_of_code_in_one_message():
+    block = "x = 1\n" * (highlight.HIGHLIGHT_BUDGET // 6 - 10)
+    html = markdown_to_html(f"```python\n{block}```\n\n```python\n{block}```")
+    first, second = html.split("</pre>")[:2]
+    assert '<span class="n">x</span>' in first
+    assert "<span" not in second and "x = 1" in second
+    # The budget is per message: the next one is highlighted again.
+    assert '<span class="n">x</span>' in markdown_to_html(f"```python\n{block}```")
+
+
+def test_it_leaves_a_block_with_a_very_long_line_plain():
+    line = "y" * (highlight.LINE_LIMIT + 1)
+    html = markdown_to_html(f"```diff\n+ a\n{line}\n```")
+    assert "<span" not in html and line in html
+
+
 def test_it_keeps_hostile_code_escaped_inside_the_highlighted_block():
     hostile = (
         "```html\n"
