@@ -57,6 +57,11 @@ PATTERNS: dict[str, Callable[[int], str]] = {
     "list items": repeat("- a\n"),
     "table rows": lambda n: ("| a | b |\n|---|---|\n" + "| x | y |\n" * (n // 10))[:n],
     "tables": lambda n: (TABLE_BOMB * (n // len(TABLE_BOMB) + 1))[:n],
+    # Code blocks in the language whose lexer was slowest within neotask_site.highlight's
+    # bounds: lines of 300 symbols, quotes and escapes.
+    "css code": repeat(
+        "```css\n" + "\n".join(["<{[(\"'`/*\\#$@%&|;:,.!?-+=~^" * 11] * 3) + "\n```\n"
+    ),
     "prose": repeat("Some **bold** and _italic_ text, `code` and a [link](https://x.org). "),
 }
 

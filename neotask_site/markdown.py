@@ -1,6 +1,7 @@
 """Markdown from the model or the user, rendered to HTML that is safe to show.
 
-Two layers: markdown-it escapes raw HTML in the source, and nh3 then keeps
+Two layers: markdown-it escapes raw HTML in the source (code blocks are escaped
+by Pygments, which highlights them: neotask_site.highlight), and nh3 then keeps
 only an allow-list of tags and attributes (no scripts, no event handlers, no
 javascript: links), adding rel="noopener noreferrer" to every link.
 
@@ -23,9 +24,11 @@ from concurrent.futures.process import BrokenProcessPool
 import nh3
 from markdown_it import MarkdownIt
 
-_renderer = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(
-    ["table", "strikethrough"]
-)
+from neotask_site.highlight import budget_for_message, highlight_code
+
+_renderer = MarkdownIt(
+    "commonmark", {"html": False, "breaks": True, "highlight": highlight_code}
+).enable(["table", "strikethrough"])
 
 ALLOWED_TAGS = {
     "p",
@@ -53,10 +56,12 @@ ALLOWED_TAGS = {
     "tr",
     "th",
     "td",
+    "span",  # Pygments' tokens in a highlighted code block
 }  # no <img>: a model's answer must not make the browser fetch remote URLs
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
     "code": {"class"},
+    "span": {"class"},
     "th": {"style"},
     "td": {"style"},
     "ol": {"start"},
@@ -82,6 +87,7 @@ def render_markdown(text: str) -> str:
 
 
 def markdown_to_html(text: str) -> str:
+    budget_for_message()
     return nh3.clean(
         _renderer.render(text),
         tags=ALLOWED_TAGS,

@@ -12,6 +12,7 @@ admin.site.index_title = "Memory, sessions and tasks"
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
     path("healthz", views.healthz, name="healthz"),
+    path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
     path(
         "accounts/login/",
         LoginView.as_view(authentication_form=ThrottledAuthenticationForm),

@@ -12,8 +12,9 @@ from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
-from django.views.decorators.cache import never_cache
+from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
 from neotask_site import first_run
@@ -67,6 +68,38 @@ def admin_password_change(request: HttpRequest) -> HttpResponseBase:
         extra_context=admin.site.each_context(request),
     )
     return view(request)
+
+
+THEME_COLOR = "#4f46e5"  # the accent of static/neotask/neotask.css and the icons
+
+
+# Open to all: a browser fetches the manifest without the session cookie.
+@login_not_required
+@cache_control(max_age=3600)
+@require_GET
+def web_manifest(request: HttpRequest) -> JsonResponse:
+    """What a phone needs to install the chat as an app."""
+    manifest = {
+        "name": "Neotask",
+        "short_name": "Neotask",
+        "description": "Chat with an AI agent whose memory persists.",
+        "start_url": "/",
+        "scope": "/",
+        "display": "standalone",
+        "background_color": "#f7f7f8",
+        "theme_color": THEME_COLOR,
+        "icons": [
+            {
+                "src": static(f"neotask/icon-{size}.png"),
+                "sizes": f"{size}x{size}",
+                "type": "image/png",
+                # Drawn inside the safe zone, so one file serves as both.
+                "purpose": "any maskable",
+            }
+            for size in (192, 512)
+        ],
+    }
+    return JsonResponse(manifest, content_type="application/manifest+json")
 
 
 @login_not_required

@@ -8,6 +8,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from django.utils import timezone
+
 from neotask_site.ownership import Owner
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
@@ -44,6 +46,15 @@ def start_chat(user: Owner, agent: Agent | None = None) -> Session:
     agent = agent or Agent.objects.default_for(user)
     # A random chat id keeps keys unguessable and unique across users.
     return Session.start(user, agent, WEB, secrets.token_hex(6))
+
+
+def rename_chat(user: Owner, key: str, title: str) -> Session:
+    """Name the chat `key` (every session of it: its archived transcripts are the
+    same conversation); 4404 if it is not the user's."""
+    session = find_chat(user, key)
+    Session.objects.owned_by(user).filter(key=key).update(title=title, updated_at=timezone.now())
+    session.title = title
+    return session
 
 
 def latest_chat(user: Owner) -> Session | None:

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
-from sessions_app.models import ApiToken
+from memory.workspace import validate_agent_name
+from neotask_site.ownership import Owner
+from sessions_app.models import Agent, ApiToken, Session
+
+SYSTEM_PROMPT_LENGTH = 20_000  # characters: it is in every prompt the agent sends
 
 
 class ApiTokenForm(forms.ModelForm):
@@ -10,3 +16,56 @@ class ApiTokenForm(forms.ModelForm):
         model = ApiToken
         fields = ["name"]
         widgets = {"name": forms.TextInput(attrs={"placeholder": "e.g. backup script"})}
+
+
+class ChatTitleForm(forms.Form):
+    title = forms.CharField(
+        max_length=Session._meta.get_field("title").max_length,
+        error_messages={
+            "required": "Give the chat a title.",
+            "max_length": (
+                "A title can have at most %(limit_value)d characters (it has %(show_value)d)."
+            ),
+        },
+    )
+
+
+class AgentPromptForm(forms.ModelForm):
+    """What can change in an agent: its system prompt. Its name cannot: it is the
+    name of its workspace directory, a part of its chats' session keys, and what
+    its events and scheduled tasks record."""
+
+    system_prompt = forms.CharField(
+        required=False,
+        max_length=SYSTEM_PROMPT_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="Instructions the agent follows in every chat, e.g. its role and tone.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = ["system_prompt"]
+
+
+class NewAgentForm(AgentPromptForm):
+    def __init__(self, owner: Owner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+        # The whole rule in one message (the model's validator says less of it).
+        self.fields["name"].validators = [validate_agent_name]
+
+    class Meta:
+        model = Agent
+        fields = ["name", "system_prompt"]
+        widgets = {"name": forms.TextInput(attrs={"placeholder": "e.g. research"})}
+        help_texts = {"name": "Fixed once created: it names the agent's workspace and chats."}
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if Agent.objects.owned_by(self.owner).filter(name=name).exists():
+            raise forms.ValidationError(f"You already have an agent named {name!r}.")
+        return name
+
+    def save(self, commit: bool = True) -> Agent:
+        self.instance.owner = self.owner
+        return super().save(commit)

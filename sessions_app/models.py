@@ -240,10 +240,15 @@ class Session(OwnedModel):
     def note_message(self, text: str) -> None:
         """A message arrived: the chat is active now, and named by its first message."""
         now = timezone.now()
-        fields: dict[str, Any] = {"last_activity_at": now, "updated_at": now}
+        Session.objects.filter(pk=self.pk).update(last_activity_at=now, updated_at=now)
         if not self.title:
-            self.title = fields["title"] = Session.title_from(text)
-        Session.objects.filter(pk=self.pk).update(**fields)
+            # Only if still untitled: the user may have renamed the chat since this
+            # instance was read (and a rename is what they chose).
+            title = Session.title_from(text)
+            if Session.objects.filter(pk=self.pk, title="").update(title=title):
+                self.title = title
+            else:
+                self.title = Session.objects.values_list("title", flat=True).get(pk=self.pk)
 
 
 def hash_secret(secret: str) -> str:

@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.db.models import Q
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -19,9 +20,9 @@ from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
-from sessions_app.forms import ApiTokenForm
+from sessions_app.forms import AgentPromptForm, ApiTokenForm, ChatTitleForm, NewAgentForm
 from sessions_app.meter import meter
-from sessions_app.models import ApiToken, ChatInput, Session
+from sessions_app.models import Agent, ApiToken, ChatInput, Session
 from sessions_app.runner import answer_approval
 
 EVENTS_PER_PAGE = 100
@@ -32,13 +33,25 @@ def chat_home(request: HtmxHttpRequest) -> HttpResponse:
     """The latest chat; without one, a button that starts it (a GET creates nothing)."""
     session = chat.latest_chat(request.user)
     if session is None:
-        return render(request, "sessions_app/start.html")
+        return render(request, "sessions_app/start.html", {"agents": own_agents(request)})
     return redirect("chat", key=session.key)
+
+
+def own_agents(request: HtmxHttpRequest) -> list[Agent]:
+    return list(Agent.objects.owned_by(request.user))
 
 
 @require_POST
 def new_chat(request: HtmxHttpRequest) -> HttpResponse:
-    return redirect("chat", key=chat.start_chat(request.user).key)
+    """A chat with the agent chosen in the form (`agent`, an id), else the default one."""
+    agent = None
+    if request.POST.get("agent"):
+        try:
+            agent_id = int(request.POST["agent"])
+        except ValueError:
+            raise Http404("No such agent") from None
+        agent = get_owned_or_404(Agent, request.user, pk=agent_id)
+    return redirect("chat", key=chat.start_chat(request.user, agent).key)
 
 
 def open_chat(request: HtmxHttpRequest, key: str) -> Session:
@@ -59,6 +72,7 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
         "session": session,
         "events": session_events(session),
         "chats": chat.sidebar_chats(request.user),
+        "agents": own_agents(request),
         "meter": meter(session).as_dict(),
         "approvals": ApprovalRequest.objects.owned_by(request.user).filter(
             session_id=str(session.pk), status=ApprovalRequest.Status.PENDING
@@ -107,12 +121,36 @@ def chat_events(request: HtmxHttpRequest, key: str) -> HttpResponse:
 
 
 def sidebar(request: HtmxHttpRequest) -> HttpResponse:
+    """The chat list; for the chat page that asks, its title too (out of band): a
+    chat is named by its first message after the page was drawn."""
     current = request.GET.get("current", "")
+    chats = chat.sidebar_chats(request.user)
+    current_chat = next((session for session in chats if session.key == current), None)
     return render(
         request,
         "sessions_app/_sidebar.html",
-        {"chats": chat.sidebar_chats(request.user), "current_key": current},
+        {"chats": chats, "current_key": current, "current_chat": current_chat},
     )
+
+
+def chat_rename(request: HtmxHttpRequest, key: str) -> HttpResponse:
+    """A page with the title form (the chat header's form posts here too); htmx
+    gets the header's title back, a plain form a redirect to the chat."""
+    session = open_chat(request, key)
+    form = ChatTitleForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        session = chat.rename_chat(request.user, key, form.cleaned_data["title"])
+        if not request.htmx:
+            messages.success(request, f"Renamed the chat “{session.title}”.")
+            return redirect("chat", key=key)
+        response = render(request, "sessions_app/_chat_title.html", {"session": session})
+        response["HX-Trigger"] = "neotask:sessions"  # the sidebar shows the new title
+        return response
+    context = {"session": session, "form": form}
+    if request.htmx:  # a 200: htmx swaps in no other answer, and the errors must show
+        return render(request, "sessions_app/_chat_title.html", context)
+    status = 400 if form.is_bound else 200
+    return render(request, "sessions_app/chat_rename.html", context, status=status)
 
 
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -297,3 +335,36 @@ def revoke_api_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect("api-tokens")
     return render(request, "sessions_app/_token_row.html", {"token": token})
+
+
+def agent_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The user's agents, and a form that adds one."""
+    form = NewAgentForm(request.user, request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            with transaction.atomic():
+                agent = form.save()
+        except IntegrityError:  # the same name, added at the same moment (another tab)
+            form.add_error("name", "You already have an agent of that name.")
+        else:
+            messages.success(request, f"Added the agent “{agent.name}”.")
+            return redirect("agent-list")
+    agents = Agent.objects.owned_by(request.user).annotate(
+        chats=Count("sessions", filter=Q(sessions__status=Session.Status.ACTIVE))
+    )
+    status = 400 if form.is_bound else 200
+    return render(
+        request, "sessions_app/agents.html", {"agents": agents, "form": form}, status=status
+    )
+
+
+def agent_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = get_owned_or_404(Agent, request.user, pk=pk)
+    form = AgentPromptForm(request.POST if request.method == "POST" else None, instance=agent)
+    if form.is_valid():
+        form.save()
+        messages.success(request, f"Saved the agent “{agent.name}”.")
+        return redirect("agent-list")
+    status = 400 if form.is_bound else 200
+    context = {"agent": agent, "form": form}
+    return render(request, "sessions_app/agent_edit.html", context, status=status)

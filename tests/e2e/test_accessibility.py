@@ -42,6 +42,8 @@ def page_paths(seeded: dict) -> list[str]:
         "/sessions/",
         f"/sessions/{seeded['session']}/",
         "/sessions/cleanup/",
+        f"/chat/{seeded['chat']}/rename/",
+        "/agents/",
         "/memory/?q=hello",
         "/memory/facts/",
         f"/memory/facts/{seeded['fact']}/edit/",

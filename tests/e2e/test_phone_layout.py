@@ -107,6 +107,8 @@ def pages(ids: dict[str, Any]) -> dict[str, str]:
         "sessions": "/sessions/",
         "session": f"/sessions/{ids['session']}/",
         "cleanup": "/sessions/cleanup/",
+        "chat-rename": f"/chat/{ids['chat']}/rename/",
+        "agents": "/agents/",
         "memory-search": "/memory/?q=Lisbon",
         "facts": "/memory/facts/",
         "fact-edit": f"/memory/facts/{ids['fact']}/edit/",

@@ -90,6 +90,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/setup/", 302, htmx=False, username="mallory", password1="x", password2="x"),
     ],
     "healthz": lambda w, bob: get("/healthz", 200, htmx=False),
+    "web-manifest": lambda w, bob: get("/manifest.webmanifest", 200, htmx=False),
     "login": lambda w, bob: [
         *get("/accounts/login/", 200, htmx=False),
         *post("/accounts/login/", 200, htmx=False, username="alice", password="wrong"),
@@ -221,7 +222,18 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ),
     # Chats and sessions.
     "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
-    "chat-new": lambda w, bob: post("/chat/new/", 302, htmx=False),
+    "chat-new": lambda w, bob: [
+        *post("/chat/new/", 302, htmx=False),
+        *post("/chat/new/", 404, htmx=False, agent=str(w.agent.pk)),
+    ],
+    "agent-list": lambda w, bob: [
+        *get("/agents/", 200),
+        *post("/agents/", 302, htmx=False, name="bobs-agent", system_prompt="bob's"),
+    ],
+    "agent-edit": lambda w, bob: [
+        *get(pk("agent-edit", w.agent.pk), 404),
+        *post(pk("agent-edit", w.agent.pk), 404, system_prompt="bob was here"),
+    ],
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),
         *get("/chat/sidebar/", 200, current=w.chat.key),
@@ -262,6 +274,12 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post(pk("chat-delete", w.chat.key), 404),
         *post(pk("chat-delete", w.archived.key), 404),
         *post(pk("chat-delete", w.cron.key), 404),
+    ],
+    "chat-rename": lambda w, bob: [
+        *get(pk("chat-rename", w.chat.key), 404),
+        *post(pk("chat-rename", w.chat.key), 404, title="renamed by bob"),
+        *post(pk("chat-rename", w.archived.key), 404, title="renamed by bob"),
+        *post(pk("chat-rename", w.cron.key), 404, title="renamed by bob"),
     ],
     "event-delete": lambda w, bob: [
         *get(pk("event-delete", w.answer.pk), 404),
