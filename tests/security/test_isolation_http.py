@@ -155,6 +155,12 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/memory/files/new/", 302, htmx=False, name=f"../../{w.user.pk}/main/memory/x"),
         *post("/memory/files/new/", 404, htmx=False, name="x", agent=f"../{w.user.pk}/main"),
     ],
+    "memory-document-upload": lambda w, bob: [
+        # No file: back to his own files page; alice's workspace is no agent of his.
+        *post("/memory/files/upload/", 302, htmx=False),
+        *post("/memory/files/upload/", 404, htmx=False, agent=f"../{w.user.pk}/main"),
+        *get("/memory/files/upload/", 405),
+    ],
     "memory-file-delete": lambda w, bob: [
         attempt
         for where in file_paths(w)

@@ -43,6 +43,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "memory-file": lambda w: ["/memory/files/view/?path=MEMORY.md"],
     "memory-file-new": lambda w: ["/memory/files/new/"],
     "memory-file-delete": lambda w: ["/memory/files/delete/?path=MEMORY.md"],
+    "memory-document-upload": lambda w: ["/memory/files/upload/"],
     "fact-list": lambda w: ["/memory/facts/", "/memory/facts/?q=home"],
     "fact-row": lambda w: [reverse("fact-row", args=[w.fact.pk])],
     "fact-edit": lambda w: [reverse("fact-edit", args=[w.fact.pk])],
