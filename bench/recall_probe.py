@@ -1,8 +1,12 @@
-"""Does an embedded model recall a fact told ~450 tokens earlier in the same chat?
+"""Does an embedded model recall a fact told ~450 tokens earlier in the same chat,
+and does it call a tool when asked to remember something?
 
 Serves the model (as bench/local_model.py does), sends a conversation that states
 a fact, then talks of other things (scripted replies: only the final answer is
 generated) and asks for the fact; prints each answer and whether it holds it.
+Then offers the agent's tools and asks it to remember a fact: prints the call
+as the turn would run it (a tagged call, or one written as text and accepted
+by agent.text_tool_calls), or that there was none.
 
     NEOTASK_DATA_DIR=data .venv/bin/python bench/recall_probe.py --model qwen2.5-coder-0.5b
 """
@@ -13,6 +17,7 @@ import argparse
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -75,6 +80,31 @@ def conversation(fact: str, question: str) -> list[dict[str, str]]:
     return [*messages, {"role": "user", "content": question}]
 
 
+def tool_call(client: Any, url: str) -> str:
+    from agent.text_tool_calls import tool_call_in_text
+    from agent.tools import available_tools
+
+    tools = available_tools()
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant with tools."},
+        {"role": "user", "content": "Remember this fact about me: my dog is called Rex."},
+    ]
+    body = {
+        "messages": messages,
+        "tools": [tool.schema() for tool in tools],
+        "max_tokens": 120,
+        "temperature": 0,
+    }
+    message = client.post(f"{url}/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        return f"tagged: {function['name']} {function['arguments']}"
+    written = tool_call_in_text(message.get("content") or "", tools, "probe")
+    if written is not None:
+        return f"written as text, accepted: {written.name} {written.arguments}"
+    return f"none — {message.get('content')!r}"
+
+
 def main() -> None:
     setup_django()
     import httpx
@@ -102,6 +132,7 @@ def main() -> None:
             answer = reply["choices"][0]["message"]["content"].strip().replace("\n", " ")
             held = "yes" if expected in answer.lower() else "NO"
             print(f"{name}: {len(tokens)} tokens, recalled {expected!r}: {held} — {answer!r}")
+        print(f"{name}: tool call — {tool_call(client, url)}")
     del server
 
 
