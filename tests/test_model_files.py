@@ -4,6 +4,7 @@ refusing anything else. The wheels are small fakes built here: nothing is downlo
 from __future__ import annotations
 
 import hashlib
+import io
 import zipfile
 from pathlib import Path
 
@@ -208,9 +209,15 @@ def test_it_loads_the_fetched_model_once_verified(fetched_default, monkeypatch):
     assert model_to_load(llm("smollm2")) == (bundled_model_path(), "")
 
 
-def test_it_refuses_an_unknown_model_name_in_fetch_model():
+def test_it_refuses_an_unknown_model_name_in_fetch_model(settings, tmp_path):
+    settings.DATA_DIR = str(tmp_path)
     with pytest.raises(CommandError, match="Unknown model 'llama-7b'; the models to fetch are"):
         call_command("fetch_model", "llama-7b")
+    said = io.StringIO()
+    call_command("fetch_model", "smollm2", stdout=said)
+    assert "nothing to fetch" in said.getvalue()
+    call_command("fetch_model")  # the suite's configured model is SmolLM2: nothing to do
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_it_validates_the_local_model_setting(tmp_path):

