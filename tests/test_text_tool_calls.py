@@ -35,8 +35,9 @@ async def turn(owner: User, llm, answer: str) -> list[Event]:
         json.dumps({"name": "remember_fact", "arguments": TEA}),
         "{" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "}",
         "\n " + json.dumps({"name": "remember_fact", "arguments": json.dumps(TEA)}) + "\n",
+        "```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}, indent=2) + "\n```",
     ],
-    ids=["bare", "doubled braces", "arguments as a string"],
+    ids=["bare", "doubled braces", "arguments as a string", "fenced"],
 )
 async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
     events = await turn(owner, llm, answer)
@@ -68,8 +69,17 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         json.dumps({"name": "remember_fact", "arguments": TEA, "then": "terminal"}),
         "Sure! " + json.dumps({"name": "remember_fact", "arguments": TEA}) + " Done.",
         "{{not json}}",
+        "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
     ],
-    ids=["unknown tool", "missing argument", "extra argument", "extra key", "in prose", "junk"],
+    ids=[
+        "unknown tool",
+        "missing argument",
+        "extra argument",
+        "extra key",
+        "in prose",
+        "junk",
+        "fenced in prose",
+    ],
 )
 async def test_it_keeps_anything_else_as_text(owner, llm, answer):
     events = await turn(owner, llm, answer)
