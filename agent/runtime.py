@@ -22,6 +22,7 @@ from agent import approvals, macros
 from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
 from agent.llm import LLMClient, LLMError, ToolCall, Usage, configured_endpoint
 from agent.prompt import TurnPrompt, start_turn
+from agent.text_tool_calls import tool_call_in_text
 from agent.tools import ToolContext, ToolError, available_tools, call_tool
 from memory import recording
 from memory.models import Event, EventType
@@ -136,6 +137,11 @@ class Turn:
                 return await self.failed(exc)
             await self.deltas_sent()
             self.usage += completion.usage
+            if not completion.tool_calls and (
+                call := tool_call_in_text(completion.content, tools, f"call_text_{round_number}")
+            ):
+                # Stored as the call it is, so the next round's prompt shows a call made.
+                completion.tool_calls, completion.content = [call], ""
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
                 {

@@ -1,9 +1,11 @@
 """The embedded model's speed idle and with a busy core: first-token time and tokens/s.
 
-Serves the bundled SmolLM2-135M with agent.local_model.start_server (as
-`manage.py local_llm` does) and streams short answers over its OpenAI-compatible
-API, `--answers` per case and `--tokens` tokens each (end of text ignored, so
-every answer is as long). The cases, interleaved within each repetition:
+Serves an embedded model (`--model`: the bundled SmolLM2-135M or a model fetched
+and verified by `manage.py fetch_model`; NEOTASK_DATA_DIR says where it is) with
+agent.local_model.start_server (as `manage.py local_llm` does) and streams short
+answers over its OpenAI-compatible API, `--answers` per case and `--tokens`
+tokens each (end of text ignored, so every answer is as long). The cases,
+interleaved within each repetition:
 
 - idle: nothing else running (but whatever else the machine runs);
 - cluster: a job cluster's real work, memory.embeddings.embed_texts over
@@ -18,6 +20,8 @@ the median of the busy case over the median of idle.
 
     .venv/bin/python bench/local_model.py                       # the app's settings
     .venv/bin/python bench/local_model.py --threads 1 2 --poll 0 50 --cluster-nice 0 19
+    NEOTASK_DATA_DIR=data .venv/bin/python bench/local_model.py \
+        --model qwen2.5-coder-0.5b --idle-only
 """
 
 from __future__ import annotations
@@ -117,15 +121,20 @@ def spread(values: list[float], digits: int) -> list[float]:
 def measure(options: argparse.Namespace, threads: int, poll: int) -> list[dict[str, Any]]:
     import httpx
 
-    from agent.local_model import bundled_model_path, start_server
+    from agent.local_model import bundled_model_path, fetched_model_path, start_server
+    from agent.model_files import BUNDLED_MODEL
 
+    # No fallback here: a missing or unverified model is an error, not another model's figures.
+    name = options.model
+    path = bundled_model_path() if name == BUNDLED_MODEL else fetched_model_path(name)
     key = secrets.token_urlsafe(24)
-    server = start_server(bundled_model_path(), 0, key, 2048, threads=threads, poll=poll)
+    server = start_server(path, 0, key, 2048, threads=threads, poll=poll)
     url = server.listening_address
     loads: dict[str, subprocess.Popen | None] = {"idle": None}
-    for nice in options.cluster_nice:
-        loads[f"cluster, nice {nice}"] = start_load("cluster", nice)
-    loads["spinner, nice 0"] = start_load("spinner", 0)
+    if not options.idle_only:
+        for nice in options.cluster_nice:
+            loads[f"cluster, nice {nice}"] = start_load("cluster", nice)
+        loads["spinner, nice 0"] = start_load("spinner", 0)
     samples: dict[str, list[tuple[float, float]]] = {case: [] for case in loads}
     try:
         # A new connection per answer: the server closes idle ones.
@@ -171,10 +180,17 @@ def measure(options: argparse.Namespace, threads: int, poll: int) -> list[dict[s
 
 def main() -> None:
     setup_django()
+    from django.conf import settings
+
     from agent.local_model import default_threads
+    from agent.model_files import LOCAL_MODEL_NAMES
     from neotask_site.management.commands.serve import JOB_CLUSTER_NICE
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", choices=LOCAL_MODEL_NAMES, default=settings.NEOTASK["llm"]["local_model"]
+    )
+    parser.add_argument("--idle-only", action="store_true", help="no load processes")
     parser.add_argument("--threads", type=int, nargs="+", default=[default_threads()])
     parser.add_argument("--poll", type=int, nargs="+", default=[0], help="llama.cpp's poll, 0-100")
     parser.add_argument("--cluster-nice", type=int, nargs="+", default=[JOB_CLUSTER_NICE])
@@ -193,7 +209,10 @@ def main() -> None:
         rows = [row for config in configurations for row in measure(options, *config)]
         print(json.dumps(rows, indent=2))
         return
-    print(f"{os.cpu_count()} cores, {options.tokens}-token answers; min / median / max")
+    print(
+        f"{options.model}, {os.cpu_count()} cores, {options.tokens}-token answers; "
+        "min / median / max"
+    )
     print("threads  poll  case               answers  tokens/s            first token ms  of idle")
     for config in configurations:
         for row in measure(options, *config):

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from agent.approvals import ApprovalError
+from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
 from memory.models import Event
@@ -80,6 +81,7 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
         "queued": ChatInput.objects.owned_by(request.user).filter(
             key=key, status=ChatInput.Status.QUEUED
         ),
+        "model_notice": fallback_notice(),
     }
     return render(request, "sessions_app/chat.html", context)
 

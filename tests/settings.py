@@ -10,6 +10,9 @@ _data_dir = tempfile.mkdtemp(prefix="neotask-test-")
 atexit.register(shutil.rmtree, _data_dir, ignore_errors=True)
 os.environ["NEOTASK_DATA_DIR"] = _data_dir
 os.environ["NEOTASK_CONFIG"] = ""
+# The bundled SmolLM2 (already installed): the suite never downloads the 491 MB default,
+# and the servers it starts (serve, local_llm) inherit this.
+os.environ["NEOTASK_LLM_LOCAL_MODEL"] = "smollm2"
 
 from neotask_site.settings import *  # noqa: E402, F403
 from neotask_site.settings import CACHES as SITE_CACHES  # noqa: E402

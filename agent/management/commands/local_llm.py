@@ -21,7 +21,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE
-from agent.local_model import LocalModelError, failure_file, model_path, start_server
+from agent.local_model import (
+    LocalModelError,
+    failure_file,
+    fallback_file,
+    model_to_load,
+    start_server,
+)
 
 
 class Command(BaseCommand):
@@ -37,7 +43,12 @@ class Command(BaseCommand):
             raise CommandError(f"{LOCAL_KEY_VARIABLE} must hold the API key (16+ characters)")
         llm = settings.NEOTASK["llm"]
         try:
-            path = model_path(llm["local_model_path"])
+            path, fallback = model_to_load(llm)
+            if fallback:
+                self.stderr.write(fallback)
+                fallback_file().write_text(fallback)
+            else:
+                fallback_file().unlink(missing_ok=True)
             started = time.monotonic()
             server = start_server(
                 path, port, api_key, llm["context_window"], threads=llm["local_model_threads"]

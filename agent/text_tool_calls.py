@@ -1,0 +1,48 @@
+"""Tool calls written as the answer's text. The Qwen2.5-Coder models often answer
+with a bare `{"name": ..., "arguments": ...}` object (the 1.5B sometimes in
+doubled braces, or alone in a ```json block) instead of their template's
+tool-call tags, so llama.cpp passes it on as text. Such an answer is a call only
+when it is nothing but that object, names a tool on offer and its arguments pass
+the tool's schema: anything else stays what the model said."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agent.llm import ToolCall
+from agent.tools import Tool, ToolError, parse_arguments
+
+# The whole answer one fenced block: the fence is the object's wrapping, not prose.
+FENCED = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    if fenced := FENCED.fullmatch(text):
+        text = fenced.group(1)
+    for candidate in (text, text[1:-1] if text.startswith("{{") and text.endswith("}}") else ""):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> ToolCall | None:
+    value = _object(content.strip())
+    if value is None or set(value) != {"name", "arguments"}:
+        return None
+    tool = next((tool for tool in tools if tool.name == value["name"]), None)
+    arguments = value["arguments"]
+    if tool is None or not isinstance(arguments, dict | str):
+        return None
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    try:
+        parse_arguments(tool, raw)
+    except ToolError:
+        return None
+    return ToolCall(id=call_id, name=tool.name, arguments=raw)

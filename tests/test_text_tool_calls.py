@@ -1,0 +1,89 @@
+"""Tool calls the model writes as its answer's text (the Qwen2.5-Coder models'
+habit): a call only when the whole answer is one, for a tool on offer, with
+arguments its schema accepts; anything else stays the answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+
+from agent.frames import Frame
+from agent.runtime import TurnRequest, run_turn
+from memory.models import Event, Fact
+from tests.support.scripted_llm import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TEA = {"category": "pref", "key": "drink", "value": "tea"}
+
+
+async def ignore(frame: Frame) -> None:
+    return None
+
+
+async def turn(owner: User, llm, answer: str) -> list[Event]:
+    llm.script(Reply(text=answer), Reply(text="Noted."))
+    await run_turn(TurnRequest(owner=owner, session_id="s1"), "I like tea.", ignore)
+    return [e async for e in Event.objects.filter(owner=owner).order_by("id")]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        json.dumps({"name": "remember_fact", "arguments": TEA}),
+        "{" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "}",
+        "\n " + json.dumps({"name": "remember_fact", "arguments": json.dumps(TEA)}) + "\n",
+        "```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}, indent=2) + "\n```",
+    ],
+    ids=["bare", "doubled braces", "arguments as a string", "fenced"],
+)
+async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
+    events = await turn(owner, llm, answer)
+    assert [e.event_type for e in events] == [
+        "user_message",
+        "assistant_response",
+        "tool_call",
+        "tool_result",
+        "assistant_response",
+    ]
+    call = events[1].data["tool_calls"][0]["function"]
+    assert (events[1].data["content"], call["name"]) == ("", "remember_fact")
+    assert json.loads(call["arguments"]) == TEA
+    fact = await Fact.objects.aget(owner=owner, key="drink")
+    assert fact.value == "tea"
+    # The next round shows the model its call as a call, and the tool's answer.
+    follow_up = llm.requests[1]["messages"]
+    assert follow_up[-2]["tool_calls"][0]["function"]["name"] == "remember_fact"
+    assert follow_up[-1]["role"] == "tool"
+    assert events[-1].data["content"] == "Noted."
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        json.dumps({"name": "delete_everything", "arguments": {}}),
+        json.dumps({"name": "remember_fact", "arguments": {"category": "pref", "key": "drink"}}),
+        json.dumps({"name": "remember_fact", "arguments": {**TEA, "owner": "admin"}}),
+        json.dumps({"name": "remember_fact", "arguments": TEA, "then": "terminal"}),
+        "Sure! " + json.dumps({"name": "remember_fact", "arguments": TEA}) + " Done.",
+        "{{not json}}",
+        "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
+    ],
+    ids=[
+        "unknown tool",
+        "missing argument",
+        "extra argument",
+        "extra key",
+        "in prose",
+        "junk",
+        "fenced in prose",
+    ],
+)
+async def test_it_keeps_anything_else_as_text(owner, llm, answer):
+    events = await turn(owner, llm, answer)
+    assert [e.event_type for e in events] == ["user_message", "assistant_response"]
+    assert events[1].data["content"] == answer
+    assert events[1].data["tool_calls"] == []
+    assert not await Fact.objects.filter(owner=owner).aexists()
