@@ -65,7 +65,7 @@ def race(world, bob, configure):
 
     swapper = threading.Thread(target=swap)
     swapper.start()
-    for _ in range(200):  # the sandbox makes its links first
+    for _ in range(1200):  # the sandbox makes its links first (slow on a busy machine)
         if (workspace / "memory" / ".to-alice-dir").is_symlink():
             break
         swapper.join(0.05)
