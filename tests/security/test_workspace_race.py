@@ -69,10 +69,12 @@ def race(world, bob, configure):
         if (workspace / "memory" / ".to-alice-dir").is_symlink():
             break
         swapper.join(0.05)
-    assert (workspace / "memory" / ".to-alice-dir").is_symlink(), output
-    yield context, alice_file.name
-    (workspace / "stop").write_text("")
-    swapper.join(60)
+    try:
+        assert (workspace / "memory" / ".to-alice-dir").is_symlink(), output
+        yield context, alice_file.name
+    finally:  # stopped however the test went: a swapper left running holds pytest at exit
+        (workspace / "stop").write_text("")
+        swapper.join(60)
     assert not swapper.is_alive()
     assert "swaps" in output[0], output  # it raced all along, and ended by itself
     assert int(re.search(r"swaps (\d+)", output[0])[1]) > 1000  # type: ignore[index]
