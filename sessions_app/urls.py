@@ -11,6 +11,7 @@ urlpatterns = [
     path("chat/<str:key>/events/", views.chat_events, name="chat-events"),
     path("chat/<str:key>/delete/", views.chat_delete, name="chat-delete"),
     path("chat/<str:key>/rename/", views.chat_rename, name="chat-rename"),
+    path("chat/<str:key>/model/", views.chat_model, name="chat-model"),
     path("sessions/", views.session_list, name="session-list"),
     path("sessions/cleanup/", views.cleanup_page, name="session-cleanup"),
     path("sessions/cleanup/confirm/", views.cleanup_confirm, name="session-cleanup-confirm"),

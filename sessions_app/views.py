@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
@@ -13,7 +14,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from agent import providers
 from agent.approvals import ApprovalError
+from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
@@ -82,8 +85,33 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
             key=key, status=ChatInput.Status.QUEUED
         ),
         "model_notice": fallback_notice(),
+        "model_form": chat_model_form(session),
     }
     return render(request, "sessions_app/chat.html", context)
+
+
+def chat_model_form(session: Session, data: Any = None) -> ChatModelForm:
+    default = providers.default_label(session.owner, session.agent.model)
+    return ChatModelForm(session.owner, default, data, initial={"model": session.model})
+
+
+@require_POST
+def chat_model(request: HtmxHttpRequest, key: str) -> HttpResponse:
+    """The chat header's model picker: the chat's next turns use the model chosen
+    (one the user may use; "" for the agent's default)."""
+    session = open_chat(request, key)
+    form = chat_model_form(session, request.POST)
+    if form.is_valid():
+        session = chat.choose_model(request.user, key, form.cleaned_data["model"])
+        form = chat_model_form(session)
+        if not request.htmx:
+            messages.success(request, "The chat's model is changed.")
+            return redirect("chat", key=key)
+    elif not request.htmx:
+        messages.error(request, " ".join(map(str, form.errors.get("model", []))))
+        return redirect("chat", key=key)
+    context = {"session": session, "model_form": form}
+    return render(request, "sessions_app/_chat_model.html", context)
 
 
 @require_POST
@@ -362,7 +390,8 @@ def agent_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def agent_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     agent = get_owned_or_404(Agent, request.user, pk=pk)
-    form = AgentPromptForm(request.POST if request.method == "POST" else None, instance=agent)
+    data = request.POST if request.method == "POST" else None
+    form = AgentPromptForm(request.user, data, instance=agent)
     if form.is_valid():
         form.save()
         messages.success(request, f"Saved the agent “{agent.name}”.")
