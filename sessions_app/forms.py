@@ -32,10 +32,16 @@ class ChatTitleForm(forms.Form):
     )
 
 
+class AgentNameForm(forms.Form):
+    """A new name for an agent (sessions_app.agents.rename_agent does the rest)."""
+
+    name = forms.CharField(max_length=64, validators=[validate_agent_name])
+
+
 class AgentPromptForm(forms.ModelForm):
-    """What can change in an agent: its system prompt and its model. Its name
-    cannot: it is the name of its workspace directory, a part of its chats'
-    session keys, and what its events and scheduled tasks record."""
+    """An agent's system prompt and model. Its name changes through
+    AgentNameForm: it names its workspace directory and is part of its chats'
+    session keys (sessions_app.agents)."""
 
     system_prompt = forms.CharField(
         required=False,

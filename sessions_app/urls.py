@@ -23,6 +23,7 @@ urlpatterns = [
     ),
     path("agents/", views.agent_list, name="agent-list"),
     path("agents/<int:pk>/", views.agent_edit, name="agent-edit"),
+    path("agents/<int:pk>/rename/", views.agent_rename, name="agent-rename"),
     path("settings/tokens/", views.api_tokens, name="api-tokens"),
     path("settings/tokens/<int:pk>/revoke/", views.revoke_api_token, name="api-token-revoke"),
     path("api/v1/sessions/", api.sessions_view, name="api-sessions"),

@@ -24,7 +24,14 @@ from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
-from sessions_app.forms import AgentPromptForm, ApiTokenForm, ChatTitleForm, NewAgentForm
+from sessions_app.agents import RenameError, rename_agent
+from sessions_app.forms import (
+    AgentNameForm,
+    AgentPromptForm,
+    ApiTokenForm,
+    ChatTitleForm,
+    NewAgentForm,
+)
 from sessions_app.meter import meter
 from sessions_app.models import Agent, ApiToken, ChatInput, Session
 from sessions_app.runner import answer_approval
@@ -397,5 +404,28 @@ def agent_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Saved the agent “{agent.name}”.")
         return redirect("agent-list")
     status = 400 if form.is_bound else 200
-    context = {"agent": agent, "form": form}
+    context = {
+        "agent": agent,
+        "form": form,
+        "name_form": AgentNameForm(initial={"name": agent.name}),
+    }
     return render(request, "sessions_app/agent_edit.html", context, status=status)
+
+
+@require_POST
+def agent_rename(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = get_owned_or_404(Agent, request.user, pk=pk)
+    old_name = agent.name
+    name_form = AgentNameForm(request.POST)
+    if name_form.is_valid():
+        try:
+            rename_agent(agent, name_form.cleaned_data["name"])
+        except RenameError as exc:
+            name_form.add_error("name", str(exc))
+        else:
+            messages.success(request, f"Renamed the agent “{old_name}” to “{agent.name}”.")
+            return redirect("agent-edit", pk=agent.pk)
+    agent.refresh_from_db()
+    form = AgentPromptForm(request.user, instance=agent)
+    context = {"agent": agent, "form": form, "name_form": name_form}
+    return render(request, "sessions_app/agent_edit.html", context, status=400)

@@ -236,6 +236,10 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get("/agents/", 200),
         *post("/agents/", 302, htmx=False, name="bobs-agent", system_prompt="bob's"),
     ],
+    "agent-rename": lambda w, bob: [
+        *get(pk("agent-rename", w.agent.pk), 405),
+        *post(pk("agent-rename", w.agent.pk), 404, name="bobs"),
+    ],
     "agent-edit": lambda w, bob: [
         *get(pk("agent-edit", w.agent.pk), 404),
         *post(pk("agent-edit", w.agent.pk), 404, system_prompt="bob was here"),

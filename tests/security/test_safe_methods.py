@@ -67,6 +67,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "chat-new": lambda w: [],
     "agent-list": lambda w: ["/agents/"],
     "agent-edit": lambda w: [reverse("agent-edit", args=[w.agent.pk])],
+    "agent-rename": lambda w: [],
     "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}"],
     "chat": lambda w: [reverse("chat", args=[w.chat.key]), reverse("chat", args=[w.cron.key])],
     "chat-approval": lambda w: [],
