@@ -48,10 +48,11 @@ def rename_agent(agent: Agent, new_name: str) -> Agent:
             for session in sessions:
                 Session.objects.filter(pk=session.pk).update(key=keys[session.key])
             for old_key, new_key in keys.items():
-                for model in (ChatInput, ChatClaim):
-                    model.objects.filter(owner_id=owner_id, key=old_key).update(key=new_key)
-            for model in (Event, MemoryFile, MemoryChunk, ForgottenEvent):
-                model.objects.filter(owner_id=owner_id, agent=old_name).update(agent=new_name)
+                ChatInput.objects.filter(owner_id=owner_id, key=old_key).update(key=new_key)
+                ChatClaim.objects.filter(owner_id=owner_id, key=old_key).update(key=new_key)
+            for table in (Event, MemoryFile, MemoryChunk, ForgottenEvent):
+                rows = table.objects.filter(owner_id=owner_id, agent=old_name)
+                rows.update(agent=new_name)
             if os.path.lexists(new_dir):
                 raise RenameError(f"A workspace named {new_name!r} is in the way; nothing changed.")
             if old_dir.is_dir() and not old_dir.is_symlink():
