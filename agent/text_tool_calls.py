@@ -25,7 +25,7 @@ def _object(text: str) -> dict[str, Any] | None:
     for candidate in (text, text[1:-1] if text.startswith("{{") and text.endswith("}}") else ""):
         try:
             value = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: any answer of many `[`
             continue
         if isinstance(value, dict):
             return value

@@ -70,6 +70,8 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "Sure! " + json.dumps({"name": "remember_fact", "arguments": TEA}) + " Done.",
         "{{not json}}",
         "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
+        "[" * 60_000,
+        '{"name": "remember_fact", "arguments": ' + "[" * 60_000 + "}",
     ],
     ids=[
         "unknown tool",
@@ -79,6 +81,8 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "in prose",
         "junk",
         "fenced in prose",
+        "nested past json's recursion limit",
+        "an object nested past it",
     ],
 )
 async def test_it_keeps_anything_else_as_text(owner, llm, answer):
