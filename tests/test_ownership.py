@@ -11,11 +11,23 @@ from memory.models import Event
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
 from neotask_site.users import find_user
 from sessions_app.models import Session
-from tests.support.records import OWNED_MODELS, PROJECT_APPS, make_rows
+from tests.support.records import OWNED_MODELS, PROJECT_APPS, SITE_MODELS, make_rows
 
 
 def project_models():
-    return [m for name in PROJECT_APPS for m in apps.get_app_config(name).get_models()]
+    return [
+        m
+        for name in PROJECT_APPS
+        for m in apps.get_app_config(name).get_models()
+        if m not in SITE_MODELS
+    ]
+
+
+def test_it_keeps_user_data_out_of_the_sites_models():
+    user = apps.get_model(settings.AUTH_USER_MODEL)
+    for model in SITE_MODELS:
+        related = {f.related_model for f in model._meta.get_fields() if f.is_relation}
+        assert user not in related and not issubclass(model, OwnedModel), model
 
 
 def test_it_gives_every_model_with_user_data_an_owner():

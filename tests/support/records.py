@@ -15,7 +15,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import models
 from django.utils import timezone
 
-from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, ModelProvider, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
@@ -25,6 +25,8 @@ from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
 # Neotask's own apps; every model of theirs that holds user data is in OWNED_MODELS.
 PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
+# The site's own settings, no one's data: its staff manages them (no owner, no user in them).
+SITE_MODELS = [ModelProvider]
 OWNED_MODELS = [
     Agent,
     Session,
