@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -49,6 +50,7 @@ from agent.frames import (
 )
 from agent.llm import Usage
 from memory.models import EventType
+from monitoring import counters, logs
 from neotask_site.ownership import Owner
 from sessions_app import meter, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
@@ -242,6 +244,8 @@ class Holder:
         self.session_id = ""  # where the running input writes
         self.partial = ""  # its answer streamed so far
         self.current: asyncio.Task | None = None
+        self.started = 0.0  # when the running input started (time.monotonic)
+        self.first_token: float | None = None  # seconds to its first streamed token
 
     async def run_queue(self) -> None:
         """Run the chat's inputs, one at a time, until none waits; then let go."""
@@ -276,7 +280,9 @@ class Holder:
 
     def end(self, item: ChatInput, outcome: Outcome) -> ChatInput | None:
         item.finish(outcome)
-        return self.claim.hand_on()
+        following = self.claim.hand_on()
+        counters.count_turn(outcome.status, self.first_token)
+        return following
 
     async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
         """One input, to the frame that ends it; never raises."""
@@ -285,6 +291,9 @@ class Holder:
         async def emit(frame: Frame) -> None:
             await self.emit(outcome, frame)
 
+        # This task's context: every line logged while the input runs names the chat.
+        logs.bind_chat(self.owner.pk, self.key, item.pk)
+        self.started, self.first_token = time.monotonic(), None
         await emit(Started(item.pk))
         try:
             opened = await database_sync_to_async(turns.open_input)(self.owner, self.key, item)
@@ -307,6 +316,8 @@ class Holder:
         outcome.take(frame)
         if isinstance(frame, Delta):
             self.partial += frame.text
+            if self.first_token is None:
+                self.first_token = time.monotonic() - self.started
         elif isinstance(frame, EventFrame) and frame.event["event_type"] in ANSWERS:
             self.partial = ""
         elif isinstance(frame, SessionChanged):
