@@ -59,8 +59,10 @@ def logging_config(log_format: str) -> dict[str, Any]:
             "httpx": {"level": "WARNING"},  # one line per LLM call is noise
             # django-q2 adds a plain handler of its own to a logger without one.
             "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
-            # One line per request: what a JSON log is read for; noise in a terminal.
+            # One line per request and per turn: what a JSON log is read for;
+            # noise in a terminal.
             "neotask.requests": {"level": "INFO" if log_format == "json" else "WARNING"},
+            "neotask.turns": {"level": "INFO" if log_format == "json" else "WARNING"},
         },
     }
 

@@ -7,9 +7,11 @@ from django.contrib.auth.decorators import login_not_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from monitoring import health, metrics
+
+# The text format every Prometheus reads (Neotask's names need no UTF-8 escaping).
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @login_not_required
@@ -37,4 +39,4 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         )
     if not hmac.compare_digest(given.strip().encode(), token.strip().encode()):
         return HttpResponse("Wrong token.", status=403)
-    return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(metrics.exposition(), content_type=PROMETHEUS_TEXT)

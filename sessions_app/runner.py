@@ -59,6 +59,7 @@ from sessions_app.commands import HELP, Command, parse_command, run_tool
 from sessions_app.models import LOST, ChatClaim, ChatInput
 
 log = logging.getLogger(__name__)
+turn_log = logging.getLogger("neotask.turns")  # one line a turn, in JSON logs
 
 WATCH_SECONDS = 5.0  # a waiter looks again this often, signalled or not
 RENEW_SECONDS = 5.0  # the holder renews its lease (and saves the streamed text) this often
@@ -260,6 +261,9 @@ class Holder:
                 if item is None:
                     item = await db(self.claim.hand_on)()
                 while item is not None:
+                    # Every line logged while the input runs names it (the run's
+                    # task and `end` copy this context).
+                    logs.bind_chat(self.owner.pk, self.key, item.pk)
                     # Its own task, so that /stop cancels the run and not this loop.
                     self.current = asyncio.create_task(self.run(item))
                     outcome, done = await self.current
@@ -282,6 +286,9 @@ class Holder:
         item.finish(outcome)
         following = self.claim.hand_on()
         counters.count_turn(outcome.status, self.first_token)
+        turn_log.info(
+            "turn", extra={"status": outcome.status, "first_token_seconds": self.first_token}
+        )
         return following
 
     async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
@@ -291,8 +298,6 @@ class Holder:
         async def emit(frame: Frame) -> None:
             await self.emit(outcome, frame)
 
-        # This task's context: every line logged while the input runs names the chat.
-        logs.bind_chat(self.owner.pk, self.key, item.pk)
         self.started, self.first_token = time.monotonic(), None
         await emit(Started(item.pk))
         try:
