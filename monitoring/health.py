@@ -18,6 +18,7 @@ import httpx
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django_q.brokers import Broker, get_broker
 from django_q.conf import Conf
 from django_q.status import Stat
 
@@ -84,12 +85,18 @@ def channel_layer(url: str) -> Result:
     return OK, ""
 
 
+@functools.cache
+def jobs_broker() -> Broker:
+    """One per process: django-q2's Redis broker opens a connection pool each."""
+    return get_broker()
+
+
 def job_cluster() -> Result:
     """At least one django-q2 cluster of this queue alive. Each saves its status
     every half second for 3 s (in Redis, or on the embedded profile in the file
     cache `jobs`), so a stopped or stuck cluster is gone from the list in 3 s."""
     try:
-        stats = Stat.get_all()
+        stats = Stat.get_all(jobs_broker())
     except (redis.RedisError, OSError) as exc:
         return DOWN, f"the job clusters' status cannot be read ({exc})"
     if any(stat.status in ALIVE for stat in stats):
