@@ -108,6 +108,17 @@ class Outcome:
     stopped_because: str | None = None  # what `stop_when` said
     memory_peak_bytes: int | None = None  # the sandbox's, where a memory cgroup tells
 
+    @property
+    def ending(self) -> str:
+        """How the command ended, in a word (the sandbox-runs metric's label)."""
+        if self.timed_out:
+            return "timed_out"
+        if self.stopped_because:
+            return "stopped"
+        if self.output_cut:
+            return "output_cut"
+        return "exited" if self.exit_code == 0 else "failed"
+
 
 class SandboxError(RuntimeError):
     """The sandbox cannot run; the message says what to install or configure."""

@@ -46,6 +46,12 @@ def http_url_or_empty(value: str) -> str | None:
     return "must be an http:// or https:// URL (or empty for the embedded local model)"
 
 
+def token_or_empty(value: str) -> str | None:
+    if value == "" or len(value.strip()) >= 24:
+        return None
+    return "must be empty (no metrics) or a random string of at least 24 characters"
+
+
 def time_zone_name(value: str) -> str | None:
     try:
         zoneinfo.ZoneInfo(value)
@@ -67,6 +73,10 @@ class Option:
 SCHEMA: dict[str, dict[str, Option]] = {
     "server": {
         "time_zone": Option("UTC", time_zone_name),
+        # "json": one JSON object a line, with the request and chat ids (docs/deploy.md).
+        "log_format": Option("plain", one_of("plain", "json")),
+        # The bearer token Prometheus sends to /metrics; empty: no /metrics at all.
+        "metrics_token": Option("", token_or_empty),
     },
     "memory": {
         "working_memory_cap": Option(50, at_least(1)),

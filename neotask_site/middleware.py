@@ -7,7 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import redirect
 
 # Paths that work before the first account exists.
-FIRST_RUN_OPEN_PATHS = ("/setup/", "/healthz", "/static/", "/manifest.webmanifest")
+FIRST_RUN_OPEN_PATHS = ("/setup/", "/healthz", "/metrics", "/static/", "/manifest.webmanifest")
 
 
 class FirstRunMiddleware:

@@ -130,6 +130,11 @@ def check_redis_url(url: str) -> str:
     return url
 
 
+# django-q2 keeps each cluster's status in the broker when it is Redis, else in
+# this cache (its ORM broker's stats need a cache every process shares).
+JOBS_CACHE = "jobs"
+
+
 # Frames waiting for a worker to send them. channels_redis queues the frames of
 # all the chats one process serves in a single Redis list, and both layers drop
 # what exceeds the capacity without a word: channels' default of 100 lost
@@ -138,11 +143,19 @@ def check_redis_url(url: str) -> str:
 CHANNEL_CAPACITY = 10_000
 
 
-def caches(redis_url: str | None, prefix: str) -> dict[str, Any]:
+def caches(redis_url: str | None, prefix: str, directory: Path) -> dict[str, Any]:
     """Redis when there is one, so that every web process shares the login
-    throttle's counts; else the one web process's memory."""
+    throttle's counts; else the one web process's memory, and for the job
+    cluster's status (read by /healthz in the web server) files in the data dir."""
     if not redis_url:
-        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+        return {
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            JOBS_CACHE: {
+                "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                "LOCATION": directory / "cache" / "jobs",
+                "KEY_PREFIX": prefix,
+            },
+        }
     return {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -183,4 +196,5 @@ def q_cluster(redis_url: str | None, workers: int, name: str = "neotask") -> dic
     else:
         cluster["orm"] = "default"
         cluster["poll"] = 0.5
+        cluster["cache"] = JOBS_CACHE
     return cluster

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from agent import sandbox
+from monitoring import logs
 from neotask_site import client_address, profiles
 from neotask_site.config import ConfigError, config_path, load_config
 
@@ -43,7 +44,9 @@ try:
     DATABASES = profiles.databases(os.environ.get("DATABASE_URL"), DATA_DIR)
     REDIS_URL = os.environ.get("REDIS_URL", "").strip() or None
     CHANNEL_LAYERS = profiles.channel_layers(REDIS_URL)
-    CACHES = profiles.caches(REDIS_URL, prefix=os.environ.get("NEOTASK_QUEUE_NAME", "neotask"))
+    CACHES = profiles.caches(
+        REDIS_URL, prefix=os.environ.get("NEOTASK_QUEUE_NAME", "neotask"), directory=DATA_DIR
+    )
     # Several installations sharing one Redis need a queue each.
     Q_CLUSTER = profiles.q_cluster(
         REDIS_URL, workers=2, name=os.environ.get("NEOTASK_QUEUE_NAME", "neotask")
@@ -87,9 +90,11 @@ INSTALLED_APPS = [
     "sessions_app",
     "scheduler",
     "importers",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
+    "monitoring.logs.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "neotask_site.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -161,14 +166,4 @@ STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        "httpx": {"level": "WARNING"},  # one line per LLM call is noise
-    },
-}
+LOGGING = logs.logging_config(NEOTASK["server"]["log_format"])

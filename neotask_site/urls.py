@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
+from monitoring import views as monitoring
 from neotask_site import views
 from neotask_site.forms import ThrottledAuthenticationForm
 
@@ -12,7 +13,8 @@ admin.site.index_title = "Memory, sessions and tasks"
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
     path("setup/model/", views.setup_model, name="setup-model"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", monitoring.healthz, name="healthz"),
+    path("metrics", monitoring.prometheus_metrics, name="metrics"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
     path(
         "accounts/login/",

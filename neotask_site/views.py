@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.conf import settings
@@ -10,7 +9,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import PasswordChangeView
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
@@ -29,8 +28,6 @@ from neotask_site.forms import (
 )
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.models import Change
-
-log = logging.getLogger(__name__)
 
 
 @login_not_required
@@ -125,20 +122,6 @@ def web_manifest(request: HttpRequest) -> JsonResponse:
         ],
     }
     return JsonResponse(manifest, content_type="application/manifest+json")
-
-
-@login_not_required
-@never_cache
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except DatabaseError:
-        log.exception("health check: the database did not answer")
-        return JsonResponse({"db": "unavailable"}, status=503)
-    return JsonResponse({"db": "ok"})
 
 
 HISTORY_PER_PAGE = 50

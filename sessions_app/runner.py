@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -49,6 +50,7 @@ from agent.frames import (
 )
 from agent.llm import Usage
 from memory.models import EventType
+from monitoring import counters, logs
 from neotask_site.ownership import Owner
 from sessions_app import meter, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
@@ -57,6 +59,7 @@ from sessions_app.commands import HELP, Command, parse_command, run_tool
 from sessions_app.models import LOST, ChatClaim, ChatInput
 
 log = logging.getLogger(__name__)
+turn_log = logging.getLogger("neotask.turns")  # one line a turn, in JSON logs
 
 WATCH_SECONDS = 5.0  # a waiter looks again this often, signalled or not
 RENEW_SECONDS = 5.0  # the holder renews its lease (and saves the streamed text) this often
@@ -242,6 +245,8 @@ class Holder:
         self.session_id = ""  # where the running input writes
         self.partial = ""  # its answer streamed so far
         self.current: asyncio.Task | None = None
+        self.started = 0.0  # when the running input started (time.monotonic)
+        self.first_token: float | None = None  # seconds to its first streamed token
 
     async def run_queue(self) -> None:
         """Run the chat's inputs, one at a time, until none waits; then let go."""
@@ -256,6 +261,9 @@ class Holder:
                 if item is None:
                     item = await db(self.claim.hand_on)()
                 while item is not None:
+                    # Every line logged while the input runs names it (the run's
+                    # task and `end` copy this context).
+                    logs.bind_chat(self.owner.pk, self.key, item.pk)
                     # Its own task, so that /stop cancels the run and not this loop.
                     self.current = asyncio.create_task(self.run(item))
                     outcome, done = await self.current
@@ -276,7 +284,12 @@ class Holder:
 
     def end(self, item: ChatInput, outcome: Outcome) -> ChatInput | None:
         item.finish(outcome)
-        return self.claim.hand_on()
+        following = self.claim.hand_on()
+        counters.count_turn(outcome.status, self.first_token)
+        turn_log.info(
+            "turn", extra={"status": outcome.status, "first_token_seconds": self.first_token}
+        )
+        return following
 
     async def run(self, item: ChatInput) -> tuple[Outcome, Done]:
         """One input, to the frame that ends it; never raises."""
@@ -285,6 +298,7 @@ class Holder:
         async def emit(frame: Frame) -> None:
             await self.emit(outcome, frame)
 
+        self.started, self.first_token = time.monotonic(), None
         await emit(Started(item.pk))
         try:
             opened = await database_sync_to_async(turns.open_input)(self.owner, self.key, item)
@@ -307,6 +321,8 @@ class Holder:
         outcome.take(frame)
         if isinstance(frame, Delta):
             self.partial += frame.text
+            if self.first_token is None:
+                self.first_token = time.monotonic() - self.started
         elif isinstance(frame, EventFrame) and frame.event["event_type"] in ANSWERS:
             self.partial = ""
         elif isinstance(frame, SessionChanged):

@@ -37,7 +37,8 @@ def own_process_state(settings, tmp_path_factory, monkeypatch):
     # since on the team profile the Redis is shared.
     cache = settings.CACHES["default"]
     settings.CACHES = {
-        "default": {**cache, "KEY_PREFIX": f"{cache['KEY_PREFIX']}-{uuid.uuid4().hex}"}
+        **settings.CACHES,
+        "default": {**cache, "KEY_PREFIX": f"{cache['KEY_PREFIX']}-{uuid.uuid4().hex}"},
     }
     forget_process_state()
     yield

@@ -23,4 +23,4 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Each test run has its own job queue, even on a Redis shared with other runs.
 Q_CLUSTER = {**SITE_Q_CLUSTER, "name": f"neotask-test-{os.getpid()}"}
-CACHES = {"default": {**SITE_CACHES["default"], "KEY_PREFIX": Q_CLUSTER["name"]}}
+CACHES = {name: {**cache, "KEY_PREFIX": Q_CLUSTER["name"]} for name, cache in SITE_CACHES.items()}

@@ -85,6 +85,8 @@ def test_it_accepts_whole_numbers_for_float_keys(tmp_path):
         ),
         ('[llm]\nbase_url = "localhost:11434"\n', "base_url must be an http:// or https:// URL"),
         ('[server]\ntime_zone = "Mars/Olympus"\n', "'Mars/Olympus' is not a known time zone"),
+        ('[server]\nlog_format = "xml"\n', "log_format must be one of 'plain', 'json'"),
+        ('[server]\nmetrics_token = "secret"\n', "metrics_token must be empty (no metrics) or"),
         ("[sessions]\ncompaction_enabled = 1\n", "compaction_enabled must be true or false"),
         (
             "[memory]\nworking_memroy_cap = 5\n",
@@ -130,6 +132,8 @@ def test_it_names_the_line_of_malformed_toml(tmp_path):
         ),
         ("NEOTASK_TERMINAL_ENABLED", "maybe", "NEOTASK_TERMINAL_ENABLED must be true or false"),
         ("NEOTASK_LLM_BASE_URL", "ftp://x", "NEOTASK_LLM_BASE_URL must be an http"),
+        ("NEOTASK_SERVER_LOG_FORMAT", "JSON ", "NEOTASK_SERVER_LOG_FORMAT must be one of"),
+        ("NEOTASK_SERVER_METRICS_TOKEN", "short", "at least 24 characters"),
     ],
 )
 def test_it_names_the_bad_environment_variable(variable, value, message):

@@ -12,6 +12,7 @@ from agent.approvals import has_terminal_permission, is_allowed
 from agent.tools.registry import Tool, ToolContext, ToolError, register, terminal_enabled
 from memory.files import quota
 from memory.files.indexing import index_workspace
+from monitoring import counters
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,17 @@ def execute(workspace: Path, command: str) -> tuple[sandbox.Outcome, sandbox.Lim
     stop_when = quota.WorkspaceWatch(workspace)
     room = max(quota.limit_bytes() - stop_when.before, MIN_FILE_BYTES)
     limits = replace(limits, file_size_bytes=min(limits.file_size_bytes, room))
-    if options["sandbox"] == "none":
-        return sandbox.run_unconfined(workspace, command, limits, stop_when), limits
-    network = options["network"]
-    return sandbox.run_sandboxed(workspace, command, limits, network, stop_when), limits
+    try:
+        if options["sandbox"] == "none":
+            outcome = sandbox.run_unconfined(workspace, command, limits, stop_when)
+        else:
+            network = options["network"]
+            outcome = sandbox.run_sandboxed(workspace, command, limits, network, stop_when)
+    except sandbox.SandboxError:
+        counters.count_sandbox_run("unavailable")
+        raise
+    counters.count_sandbox_run(outcome.ending)
+    return outcome, limits
 
 
 def repository_problem(workspace: Path, command: str) -> str | None:

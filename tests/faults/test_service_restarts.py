@@ -166,11 +166,11 @@ def test_it_carries_on_after_postgresql_restarts_mid_chat(
                 second = await until_done(socket)
             # The next message, after a reload (or from a second tab).
             third = await say(port, cookie, key, "What is my name?")
-            assert outage == (503, {"db": "unavailable"})
+            assert (outage[0], outage[1]["db"]) == (503, "down")
             return [first, second, third]
 
         turns = asyncio.run(conversation())
-        assert health(port) == (200, {"db": "ok"})
+        assert health(port)[1]["db"] == "ok"
     finally:
         answer.set()
         stop_process(server)

@@ -89,7 +89,13 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get("/setup/", 302, htmx=False),
         *post("/setup/", 302, htmx=False, username="mallory", password1="x", password2="x"),
     ],
-    "healthz": lambda w, bob: get("/healthz", 200, htmx=False),
+    # 503 here: no job cluster runs beside the tests; states by name only either way.
+    "healthz": lambda w, bob: get("/healthz", 200, 503, htmx=False),
+    # Off without [server] metrics_token; with it, for its bearer alone (tests/test_metrics.py).
+    "metrics": lambda w, bob: [
+        *get("/metrics", 404, htmx=False),
+        Attempt("GET", "/metrics", (404,), headers={"HTTP_AUTHORIZATION": "Bearer guess"}),
+    ],
     "web-manifest": lambda w, bob: get("/manifest.webmanifest", 200, htmx=False),
     "login": lambda w, bob: [
         *get("/accounts/login/", 200, htmx=False),

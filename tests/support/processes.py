@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -89,6 +90,8 @@ def wait_for_health(port: int, process: subprocess.Popen, seconds: float = 60) -
     while True:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+            return
+        except urllib.error.HTTPError:  # it answers; a part of the site is down (a 503)
             return
         except OSError:
             if process.poll() is not None:

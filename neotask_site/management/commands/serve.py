@@ -69,6 +69,7 @@ class Command(BaseCommand):
         manage = str(settings.BASE_DIR / "manage.py")
         env = dict(os.environ)
         commands: dict[str, list[str]] = {}
+        json_logs = settings.NEOTASK["server"]["log_format"] == "json"
         # Parts that may fail without taking the rest down: without the
         # embedded model the chat says what to configure; everything else works.
         optional = set()
@@ -88,6 +89,8 @@ class Command(BaseCommand):
                 host,
                 "-p",
                 str(port),
+                # JSON logs: Neotask logs each request itself, as JSON.
+                *(["--access-log", os.devnull] if json_logs else []),
                 "neotask_site.asgi:application",
             ],
         }
