@@ -19,14 +19,23 @@ from agent.models import ApprovalRequest, ModelProvider, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
+from monitoring.models import Counter
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 
 # Neotask's own apps; every model of theirs that holds user data is in OWNED_MODELS.
-PROJECT_APPS = ["memory", "sessions_app", "scheduler", "agent", "neotask_site", "importers"]
-# The site's own settings, no one's data: its staff manages them (no owner, no user in them).
-SITE_MODELS = [ModelProvider]
+PROJECT_APPS = [
+    "memory",
+    "sessions_app",
+    "scheduler",
+    "agent",
+    "neotask_site",
+    "importers",
+    "monitoring",
+]
+# The site's own settings and counters, no one's data (no owner, no user in them).
+SITE_MODELS = [ModelProvider, Counter]
 OWNED_MODELS = [
     Agent,
     Session,
