@@ -36,8 +36,17 @@ async def turn(owner: User, llm, answer: str) -> list[Event]:
         "{" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "}",
         "\n " + json.dumps({"name": "remember_fact", "arguments": json.dumps(TEA)}) + "\n",
         "```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}, indent=2) + "\n```",
+        json.dumps({"name": "remember_fact", "arguments": TEA})[:-1],
+        "\n".join([json.dumps({"name": "remember_fact", "arguments": TEA})] * 3),
     ],
-    ids=["bare", "doubled braces", "arguments as a string", "fenced"],
+    ids=[
+        "bare",
+        "doubled braces",
+        "arguments as a string",
+        "fenced",
+        "last brace missing",
+        "written again and again",
+    ],
 )
 async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
     events = await turn(owner, llm, answer)
@@ -70,6 +79,7 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "Sure! " + json.dumps({"name": "remember_fact", "arguments": TEA}) + " Done.",
         "{{not json}}",
         "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
+        json.dumps({"name": "remember_fact", "arguments": TEA})[:-8],
     ],
     ids=[
         "unknown tool",
@@ -79,6 +89,7 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "in prose",
         "junk",
         "fenced in prose",
+        "cut off in a value",
     ],
 )
 async def test_it_keeps_anything_else_as_text(owner, llm, answer):
