@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test test-team lint migrate clean chromium bubblewrap redis
+.PHONY: pgvector run test test-team lint migrate clean chromium bubblewrap redis
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -27,7 +27,7 @@ test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis
 	$(BIN)/ruff check .
 	NEOTASK_TEST_MODELS_DIR=$(abspath $(TEST_MODELS)) $(BIN)/python -m pytest
 
-test-team: $(VENV)/.installed-test chromium bubblewrap
+test-team: $(VENV)/.installed-test chromium bubblewrap pgvector
 	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
@@ -75,6 +75,12 @@ chromium:
 		echo "Installing Chromium for the browser tests (apt-get)..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The team profile's vectors live in PostgreSQL (pgvector). Debian bookworm has
+# no package: scripts/install-pgvector.sh builds Debian trixie's source package
+# for this machine's PostgreSQL, once, when the extension is missing.
+pgvector:
+	@bash scripts/install-pgvector.sh
 
 # The terminal tool runs every command in a bubblewrap sandbox, and the escape
 # suite (tests/security/test_sandbox.py) needs the real one. Installed once,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
-from agent.llm import LLMClient, LLMError, configured_endpoint
+from agent.llm import LLMClient, LLMError
+from agent.providers import default_endpoint
 from memory.consolidation import ConsolidationError, Report, consolidate
 
 
 def complete_with_fast_model(messages: list[dict[str, str]]) -> str:
-    client = LLMClient(configured_endpoint(fast=True))
+    client = LLMClient(default_endpoint(fast=True))
     try:
         return async_to_sync(client.stream)(messages).content
     except LLMError as exc:

@@ -23,6 +23,7 @@ from agent.transport import asyncio_transport
 LOCAL_URL_VARIABLE = "NEOTASK_LOCAL_LLM_URL"
 LOCAL_KEY_VARIABLE = "NEOTASK_LOCAL_LLM_KEY"
 LOCAL_MODEL_LABEL = "embedded local model"
+CONFIG_FILE = "config.toml"
 
 OnDelta = Callable[[str], Awaitable[None]]
 
@@ -108,6 +109,7 @@ class Endpoint:
     timeout: float
     label: str
     max_answer_tokens: int  # sent as max_tokens with every request
+    where: str = CONFIG_FILE  # where a person fixes it, for error messages
 
     @property
     def is_local(self) -> bool:
@@ -309,10 +311,12 @@ def not_running_message(endpoint: Endpoint) -> str:
             "the model), or point [llm] base_url / NEOTASK_LLM_BASE_URL at an OpenAI-compatible "
             "endpoint such as Ollama."
         )
-    return (
-        f"Cannot reach the LLM at {endpoint.label}. Check that it is running, or fix "
-        "[llm] base_url / NEOTASK_LLM_BASE_URL."
+    fix = (
+        "[llm] base_url / NEOTASK_LLM_BASE_URL"
+        if endpoint.where == CONFIG_FILE
+        else f"its base URL on {endpoint.where}"
     )
+    return f"Cannot reach the LLM at {endpoint.label}. Check that it is running, or fix {fix}."
 
 
 def http_error(endpoint: Endpoint, response: httpx.Response) -> LLMError:
@@ -326,8 +330,12 @@ def http_error(endpoint: Endpoint, response: httpx.Response) -> LLMError:
     if status in (401, 403):
         return LLMError(
             "auth",
-            f"The LLM at {endpoint.label} refused the API key ({status}). Set [llm] api_key / "
-            "NEOTASK_LLM_API_KEY.",
+            f"The LLM at {endpoint.label} refused the API key ({status}){suffix}. "
+            + (
+                "Set [llm] api_key / NEOTASK_LLM_API_KEY."
+                if endpoint.where == CONFIG_FILE
+                else f"Check its API key on {endpoint.where}."
+            ),
         )
     if status == 429:
         retry = response.headers.get("retry-after")
@@ -337,8 +345,12 @@ def http_error(endpoint: Endpoint, response: httpx.Response) -> LLMError:
     if status == 404:
         return LLMError(
             "bad_request",
-            f"The LLM at {endpoint.label} answered 404{suffix}. Check [llm] model and base_url "
-            "(it usually ends in /v1).",
+            f"The LLM at {endpoint.label} answered 404{suffix}. Check "
+            + (
+                "[llm] model and base_url (it usually ends in /v1)."
+                if endpoint.where == CONFIG_FILE
+                else f"its model name and base URL (it usually ends in /v1) on {endpoint.where}."
+            ),
         )
     if status >= 500:
         return LLMError("server_error", f"The LLM at {endpoint.label} failed ({status}){suffix}.")

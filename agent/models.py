@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 
 from django.db import models, transaction
 from django.utils import timezone
@@ -146,3 +147,63 @@ class ApprovalRequest(OwnedModel):
             .values_list("decision", flat=True)
             .first()
         )
+
+
+class ModelProvider(models.Model):
+    """An OpenAI-compatible endpoint the admins connected (OpenAI, Ollama, vLLM,
+    LM Studio, llama.cpp's server): its models are offered in every chat's
+    picker to the groups it names (agent.providers). Site-wide, not owned: a
+    person's data never goes in here, only where the models are."""
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.CharField(
+        "Base URL", max_length=500, help_text="Usually ends in /v1, e.g. http://localhost:11434/v1"
+    )
+    # neotask_site.sealing; never sent to a page again, only its hint.
+    sealed_api_key = models.TextField(blank=True)
+    api_key_hint = models.CharField(max_length=16, blank=True)
+    offered_models = models.TextField(
+        "Models", help_text="The models it offers, one per line; the first is its default."
+    )
+    context_window = models.PositiveIntegerField(default=8192)
+    is_default = models.BooleanField(
+        "Default model", default=False, help_text="Its first model answers chats that chose none."
+    )
+    enabled = models.BooleanField(default=True)
+    groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="model_providers",
+        help_text="Who may choose its models; none chosen: everyone.",
+    )
+    tested_at = models.DateTimeField(null=True, blank=True)
+    test_passed = models.BooleanField(default=False)
+    test_message = models.CharField(max_length=1000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "model_providers"
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"],
+                condition=models.Q(is_default=True),
+                name="model_provider_one_default",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
+        # "One default" is not the form's to refuse: saving a new default (agent.forms)
+        # makes it the only one, in the same transaction.
+        super().validate_constraints(exclude={*(exclude or ()), "is_default"})
+
+    def record_test(self, passed: bool, message: str) -> None:
+        self.tested_at, self.test_passed, self.test_message = timezone.now(), passed, message[:1000]
+        self.save(update_fields=["tested_at", "test_passed", "test_message"])
+
+    @property
+    def model_names(self) -> list[str]:
+        return [line.strip() for line in self.offered_models.splitlines() if line.strip()]

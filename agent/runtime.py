@@ -21,7 +21,15 @@ from django.conf import settings
 
 from agent import approvals, macros
 from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
-from agent.llm import Completion, LLMClient, LLMError, ToolCall, Usage, configured_endpoint
+from agent.llm import (
+    Completion,
+    Endpoint,
+    LLMClient,
+    LLMError,
+    ToolCall,
+    Usage,
+    configured_endpoint,
+)
 from agent.prompt import TurnPrompt, start_turn
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import Tool, ToolContext, ToolError, available_tools, call_tool
@@ -52,6 +60,7 @@ class TurnRequest:
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
+    endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
 
 
 @dataclass
@@ -69,7 +78,7 @@ class Turn:
     def __init__(self, request: TurnRequest, emit: Emit, client: LLMClient | None = None) -> None:
         self.request = request
         self.emit = emit
-        self.client = client or LLMClient(configured_endpoint())
+        self.client = client or LLMClient(request.endpoint or configured_endpoint())
         self.usage = Usage()
         self.partial = ""  # text streamed since the last stored answer
         self.previous_tool: macros.ToolUse | None = None

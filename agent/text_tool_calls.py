@@ -31,7 +31,7 @@ def _object(text: str) -> dict[str, Any] | None:
     for candidate in (text, doubled, closed):
         try:
             value = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: any answer of many `[`
             continue
         if isinstance(value, dict):
             return value

@@ -3,7 +3,12 @@ from django.urls import path
 from agent import views
 
 urlpatterns = [
-    path("", views.terminal_prefixes, name="terminal-prefixes"),
-    path("<int:pk>/activate/", views.activate_prefix, name="terminal-prefix-activate"),
-    path("<int:pk>/revoke/", views.revoke_prefix, name="terminal-prefix-revoke"),
+    path("terminal/", views.terminal_prefixes, name="terminal-prefixes"),
+    path("terminal/<int:pk>/activate/", views.activate_prefix, name="terminal-prefix-activate"),
+    path("terminal/<int:pk>/revoke/", views.revoke_prefix, name="terminal-prefix-revoke"),
+    path("models/", views.model_providers, name="model-providers"),
+    path("models/add/", views.model_provider_edit, name="model-provider-add"),
+    path("models/test/", views.model_provider_test, name="model-provider-test"),
+    path("models/<int:pk>/", views.model_provider_edit, name="model-provider-edit"),
+    path("models/<int:pk>/delete/", views.model_provider_delete, name="model-provider-delete"),
 ]

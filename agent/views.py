@@ -1,16 +1,24 @@
-"""The terminal's "Allow always" prefixes: list, switch on, revoke."""
+"""Settings pages: the terminal's "Allow always" prefixes (each user's own) and
+the model providers (the site's, for its staff)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpResponse
-from django.shortcuts import redirect
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from agent import cgroups
+from agent import cgroups, providers
 from agent.approvals import has_terminal_permission
-from agent.models import TerminalAllowedPrefix
+from agent.forms import ProviderForm
+from agent.models import ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
@@ -56,3 +64,102 @@ def revoke_prefix(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponse("")  # swaps the row for nothing
     messages.success(request, f"Revoked “{prefix.prefix}”: those commands ask again.")
     return redirect("terminal-prefixes")
+
+
+def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Model providers are the site's: its staff sees and changes them (403 for others)."""
+
+    @wraps(view)
+    def check(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("Only the site's staff manages model providers.")
+        return view(request, *args, **kwargs)
+
+    return check
+
+
+@staff_only
+def model_providers(request: HtmxHttpRequest) -> HttpResponse:
+    context = {
+        "providers": ModelProvider.objects.prefetch_related("groups"),
+        "config_sets_endpoint": providers.config_sets_endpoint(),
+        "config_label": providers.config_label(),
+        "llm": settings.NEOTASK["llm"],
+        "default_key": providers.default_key(),
+        "ollama_models": providers.detect_ollama(),
+        "ollama_url": providers.OLLAMA_URL,
+    }
+    return render_page(request, "agent/model_providers.html", context)
+
+
+@staff_only
+def model_provider_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    """Add a provider (pk None; GET may prefill it, as the Ollama suggestion does) or edit one."""
+    provider = get_object_or_404(ModelProvider, pk=pk) if pk is not None else ModelProvider()
+    if request.method == "POST":
+        form = ProviderForm(request.POST, instance=provider)
+    else:
+        form = ProviderForm(instance=provider, initial=request.GET.dict() if pk is None else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            saved = form.save()
+        except IntegrityError:  # the same name, saved at the same moment elsewhere
+            form.add_error("name", "A provider of that name exists.")
+        else:
+            messages.success(request, f"Saved the provider “{saved.name}”. Test it below.")
+            return redirect(request.POST.get("next") or "model-providers")
+    status = 400 if form.is_bound else 200
+    context = {"form": form, "provider": provider, "next": request.GET.get("next", "")}
+    return render_page(request, "agent/model_provider_edit.html", context, status=status)
+
+
+TESTED_FIELDS = ("base_url", "offered_models", "context_window")
+
+
+@staff_only
+@require_POST
+def model_provider_test(request: HtmxHttpRequest) -> HttpResponse:
+    """The Test button: one one-token request, with a saved provider (`provider`) or
+    with the form's values before they are saved (the stored key stands in for an
+    empty key field). What failed is said as the client saw it."""
+    saved = None
+    if request.POST.get("provider"):
+        saved = get_object_or_404(ModelProvider, pk=request.POST["provider"])
+    if "base_url" in request.POST:  # the form's values, valid or not elsewhere (a name taken)
+        form = ProviderForm(request.POST, instance=saved or ModelProvider())
+        form.is_valid()
+        problems = [str(e) for field in TESTED_FIELDS for e in form.errors.get(field, [])]
+        if problems:
+            trial = providers.Trial(False, " ".join(problems))
+            return render(request, "agent/_provider_test.html", {"trial": trial})
+        data = form.cleaned_data
+        candidate = ModelProvider(
+            name=request.POST.get("name", "").strip()[:100] or "the endpoint",
+            base_url=data["base_url"],
+            offered_models=data["offered_models"],
+            context_window=data["context_window"],
+            sealed_api_key=saved.sealed_api_key if saved else "",
+        )
+        key = data.get("api_key") or None  # None: the stored one
+        endpoint = providers.provider_endpoint(candidate, candidate.model_names[0], api_key=key)
+    elif saved is not None:
+        endpoint = providers.provider_endpoint(saved, saved.model_names[0])
+    else:
+        raise Http404("Nothing to test")
+    trial = providers.try_endpoint(endpoint)
+    if saved is not None and "base_url" not in request.POST:
+        saved.record_test(trial.passed, trial.message)
+    return render(request, "agent/_provider_test.html", {"trial": trial, "provider": saved})
+
+
+@staff_only
+@require_POST
+def model_provider_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    provider = get_object_or_404(ModelProvider, pk=pk)
+    provider.delete()
+    if request.htmx:
+        return HttpResponse("")  # the row goes
+    messages.success(
+        request, f"Removed the provider “{provider.name}”; its chats use the default model now."
+    )
+    return redirect("model-providers")

@@ -17,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from memory import recording
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -45,6 +43,7 @@ def main() -> None:
             from django.core.management import call_command
 
             from agent import llm as llm_module
+            from memory import recording
             from memory.tasks import embedding_queue_paused
             from sessions_app import chat
             from sessions_app.compaction import compact

@@ -11,6 +11,7 @@ admin.site.index_title = "Memory, sessions and tasks"
 
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
+    path("setup/model/", views.setup_model, name="setup-model"),
     path("healthz", views.healthz, name="healthz"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
     path(
@@ -30,7 +31,7 @@ urlpatterns = [
     path("history/", views.history, name="history"),
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),
-    path("settings/terminal/", include("agent.urls")),
+    path("settings/", include("agent.urls")),
     path("import/", include("importers.urls")),
     path("", include("importers.data_urls")),
     path("", include("sessions_app.urls")),

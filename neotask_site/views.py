@@ -3,10 +3,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.contrib import admin
+from django.conf import settings
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import PasswordChangeView
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -17,6 +19,8 @@ from django.urls import reverse
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
+from agent import providers
+from agent.forms import ProviderForm
 from neotask_site import first_run
 from neotask_site.forms import (
     AdminAccountForm,
@@ -47,9 +51,30 @@ def setup(request: HttpRequest) -> HttpResponse:
             user = form.save()
         first_run.discard_token()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect("home")
+        return redirect("setup-model")
     token = request.POST.get("token") or request.GET.get("token") or ""
     return render(request, "neotask_site/setup.html", {"form": form, "token": token})
+
+
+def setup_model(request: HtmxHttpRequest) -> HttpResponse:
+    """First run, second step: chat with the embedded model, or connect one (the
+    Models page's form and Test, saved as the default)."""
+    if not request.user.is_staff:
+        raise PermissionDenied("Only the site's staff chooses its models.")
+    form = ProviderForm(request.POST or None, initial={"is_default": True})
+    if request.method == "POST" and form.is_valid():
+        provider = form.save()
+        messages.success(request, f"Chats now use {provider.name} · {provider.model_names[0]}.")
+        return redirect("home")
+    context = {
+        "form": form,
+        "provider": form.instance,
+        "config_sets_endpoint": providers.config_sets_endpoint(),
+        "config_label": providers.config_label(),
+        "local_model": settings.NEOTASK["llm"]["local_model"],
+    }
+    status = 400 if form.errors else 200
+    return render(request, "neotask_site/setup_model.html", context, status=status)
 
 
 class PasswordChange(PasswordChangeView):

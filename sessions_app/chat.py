@@ -57,6 +57,16 @@ def rename_chat(user: Owner, key: str, title: str) -> Session:
     return session
 
 
+def choose_model(user: Owner, key: str, model: str) -> Session:
+    """The chat `key` answers with `model` (an agent.providers key, checked by the
+    caller; "" for its agent's default) from its next turn on, and keeps it
+    across resets: a rollover copies it to the next session."""
+    session = find_chat(user, key)
+    Session.objects.owned_by(user).filter(pk=session.pk).update(model=model)
+    session.model = model
+    return session
+
+
 def latest_chat(user: Owner) -> Session | None:
     return (
         Session.objects.owned_by(user)

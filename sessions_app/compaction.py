@@ -20,8 +20,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 
-from agent.llm import LLMClient, LLMError, configured_endpoint
+from agent.llm import Endpoint, LLMClient, LLMError
 from agent.prompt import history_messages
+from agent.providers import chat_endpoint
 from agent.tools import ToolContext, ToolError, call_tool, get_tool
 from memory import recording
 from memory.models import Event, EventType, transcript
@@ -67,11 +68,13 @@ def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
     return events[:start], events[start:]
 
 
-async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) -> int:
+async def flush_memory(
+    session: Session, recent_messages: list[dict[str, Any]], endpoint: Endpoint
+) -> int:
     """Let the agent save durable facts first; returns how many it saved."""
     remember = get_tool("remember_fact")
     context = ToolContext.for_session(session.owner, str(session.pk), session.agent.name)
-    client = LLMClient(configured_endpoint())
+    client = LLMClient(endpoint)
     messages = [*recent_messages, {"role": "user", "content": FLUSH_PROMPT}]
     saved = 0
     for _ in range(FLUSH_ROUNDS):
@@ -92,8 +95,8 @@ async def flush_memory(session: Session, recent_messages: list[dict[str, Any]]) 
     return saved
 
 
-async def summarise(events: list[Event]) -> str:
-    client = LLMClient(configured_endpoint(fast=True))
+async def summarise(events: list[Event], endpoint: Endpoint) -> str:
+    client = LLMClient(endpoint)
     completion = await client.stream(
         [
             {"role": "system", "content": SUMMARY_PROMPT},
@@ -136,14 +139,17 @@ async def compact(session: Session, reason: str = "/compact") -> Compacted:
     """Compact `session`; raises CompactionError (the session unchanged) if it cannot."""
     keep = settings.NEOTASK["sessions"]["compaction_keep_recent"]
     older, recent = await database_sync_to_async(split)(session, keep)
+    # The chat's model writes it: the one whose window it must fit.
+    endpoint = await database_sync_to_async(chat_endpoint)(session)
+    fast = await database_sync_to_async(chat_endpoint)(session, fast=True)
     if len(older) < 2:
         raise CompactionError("there is not enough conversation to compact yet")
     try:
-        await flush_memory(session, history_messages(older + recent)[-40:])
+        await flush_memory(session, history_messages(older + recent)[-40:], endpoint)
     except (LLMError, ToolError):
         log.warning("memory flush before compaction failed; compacting anyway", exc_info=True)
     try:
-        summary = await summarise(older)
+        summary = await summarise(older, fast)
     except LLMError as exc:
         raise CompactionError(f"the summary could not be written ({exc})") from None
     fresh = await database_sync_to_async(replace_session)(session, summary, older, recent, reason)

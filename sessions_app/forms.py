@@ -4,6 +4,8 @@ from typing import Any
 
 from django import forms
 
+from agent import providers
+from agent.forms import ModelChoiceField
 from memory.workspace import validate_agent_name
 from neotask_site.ownership import Owner
 from sessions_app.models import Agent, ApiToken, Session
@@ -30,10 +32,16 @@ class ChatTitleForm(forms.Form):
     )
 
 
+class AgentNameForm(forms.Form):
+    """A new name for an agent (sessions_app.agents.rename_agent does the rest)."""
+
+    name = forms.CharField(max_length=64, validators=[validate_agent_name])
+
+
 class AgentPromptForm(forms.ModelForm):
-    """What can change in an agent: its system prompt. Its name cannot: it is the
-    name of its workspace directory, a part of its chats' session keys, and what
-    its events and scheduled tasks record."""
+    """An agent's system prompt and model. Its name changes through
+    AgentNameForm: it names its workspace directory and is part of its chats'
+    session keys (sessions_app.agents)."""
 
     system_prompt = forms.CharField(
         required=False,
@@ -44,19 +52,28 @@ class AgentPromptForm(forms.ModelForm):
 
     class Meta:
         model = Agent
-        fields = ["system_prompt"]
+        fields = ["system_prompt", "model"]
+
+    def __init__(self, owner: Owner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+        self.fields["model"] = ModelChoiceField(
+            owner,
+            providers.default_label(owner),
+            label="Model",
+            help_text="Its chats use it unless they choose another in their header.",
+        )
 
 
 class NewAgentForm(AgentPromptForm):
     def __init__(self, owner: Owner, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.owner = owner
+        super().__init__(owner, *args, **kwargs)
         # The whole rule in one message (the model's validator says less of it).
         self.fields["name"].validators = [validate_agent_name]
 
     class Meta:
         model = Agent
-        fields = ["name", "system_prompt"]
+        fields = ["name", "system_prompt", "model"]
         widgets = {"name": forms.TextInput(attrs={"placeholder": "e.g. research"})}
         help_texts = {"name": "Fixed once created: it names the agent's workspace and chats."}
 

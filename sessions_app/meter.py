@@ -14,8 +14,9 @@ import numpy as np
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from agent.llm import configured_endpoint
+from agent.llm import Endpoint
 from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
+from agent.providers import chat_endpoint
 from agent.runtime import embed_query
 from memory.models import Event, EventType, Fact
 from memory.provenance import provenance_of
@@ -59,10 +60,14 @@ def meter(
 
 
 def reading(
-    session: Session, messages: list[dict[str, Any]], context_tokens: int | None = None
+    session: Session,
+    messages: list[dict[str, Any]],
+    context_tokens: int | None = None,
+    endpoint: Endpoint | None = None,
 ) -> TokenMeter:
-    """The meter of `session` as it is in memory, with `messages` as the next prompt."""
-    endpoint = configured_endpoint()
+    """The meter of `session` as it is in memory, with `messages` as the next prompt,
+    in the window of its model (`endpoint`, found when not given)."""
+    endpoint = endpoint or chat_endpoint(session)
     usage = session.usage
     return TokenMeter(
         input=usage.input,
@@ -81,13 +86,19 @@ def next_messages(session: Session) -> list[dict[str, Any]]:
     return build_messages(session.owner, str(session.pk), session.agent.system_prompt)
 
 
+def prepare(
+    session: Session, next_prompt: list[dict[str, Any]] | None
+) -> tuple[list[dict[str, Any]], Endpoint]:
+    return next_prompt or next_messages(session), chat_endpoint(session)
+
+
 async def read_meter(
     session: Session, next_prompt: list[dict[str, Any]] | None = None
 ) -> TokenMeter:
     """`meter`, with the prompt counted by the model's tokenizer where it has one:
     the count is an HTTP call, made here, off the database thread."""
-    messages = next_prompt or await database_sync_to_async(next_messages)(session)
-    counted = await prompt_tokens(messages, configured_endpoint())
+    messages, endpoint = await database_sync_to_async(prepare)(session, next_prompt)
+    counted = await prompt_tokens(messages, endpoint)
     return await database_sync_to_async(meter)(session, messages, counted)
 
 

@@ -49,6 +49,8 @@ class Agent(OwnedModel):
         help_text="Used in session keys, e.g. agent:<name>:web:<chat>.",
     )
     system_prompt = models.TextField(blank=True)
+    # A model choice (agent.providers); empty: the site's default.
+    model = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -102,6 +104,8 @@ class Session(OwnedModel):
     channel = models.CharField(max_length=64)
     chat = models.CharField(max_length=64)
     title = models.CharField(max_length=200, blank=True)
+    # The chat's model choice (agent.providers); empty: its agent's default.
+    model = models.CharField(max_length=300, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
     continues_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
@@ -178,6 +182,7 @@ class Session(OwnedModel):
                 "channel": self.channel,
                 "chat": self.chat,
                 "title": self.title,
+                "model": self.model,
                 "continues_from": self,
                 **fields,
             }

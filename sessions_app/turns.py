@@ -34,8 +34,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
-from agent.llm import Usage, configured_endpoint
+from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
+from agent.providers import chat_endpoint
 from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
@@ -70,6 +71,7 @@ class Opened:
     session: Session
     changes: list[SessionChanged] = field(default_factory=list)
     retry_of: int | None = None  # a retry's message, checked
+    endpoint: Endpoint | None = None  # the model that answers it (agent.providers)
 
 
 def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
@@ -99,7 +101,8 @@ def take_message(session: Session, text: str) -> Opened:
     """A message arrives in `session`: in a fresh one if it went stale."""
     session, reason = ensure_fresh(session)
     session.note_message(text)
-    return Opened(session, [SessionChanged(str(session.pk), reason)] if reason else [])
+    changes = [SessionChanged(str(session.pk), reason)] if reason else []
+    return Opened(session, changes, endpoint=chat_endpoint(session))
 
 
 async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
@@ -117,6 +120,7 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
         trusted=item.trusted,
         approval_timeout=item.approval_timeout,
         retry_of=opened.retry_of,
+        endpoint=opened.endpoint,
     )
 
 
@@ -125,7 +129,7 @@ async def converse(session: Session, text: str, emit: Emit) -> Ended:
     opened = await database_sync_to_async(take_message)(session, text)
     for change in opened.changes:
         await emit(change)
-    return await respond(opened.session, text, emit)
+    return await respond(opened.session, text, emit, endpoint=opened.endpoint)
 
 
 async def respond(
@@ -136,11 +140,14 @@ async def respond(
     trusted: bool = False,
     approval_timeout: float | None = None,
     retry_of: int | None = None,
+    endpoint: Endpoint | None = None,
 ) -> Ended:
     """The agent answers the message `text` in `session`; then the usage is added,
     the meter read, and the session compacted if the context is nearly full.
     Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
     watching them."""
+    if endpoint is None:
+        endpoint = await database_sync_to_async(chat_endpoint)(session)
     request = TurnRequest(
         owner=session.owner,
         session_id=str(session.pk),
@@ -149,13 +156,16 @@ async def respond(
         trusted=trusted,
         approval_timeout=approval_timeout,
         retry_of=retry_of,
+        endpoint=endpoint,
         # A task's runs are titled with its name (scheduler.runner.cron_session).
         task=(session.title or session.key) if session.is_scheduled else "",
     )
     result = await run_turn(request, text, emit)
     prompt = result.next_prompt or await database_sync_to_async(next_messages)(session)
-    counted = await prompt_tokens(prompt, configured_endpoint())
-    readings, full = await database_sync_to_async(account)(session, result.usage, prompt, counted)
+    counted = await prompt_tokens(prompt, endpoint)
+    readings, full = await database_sync_to_async(account)(
+        session, result.usage, prompt, counted, endpoint
+    )
     if full:
         try:
             done = await compact(session, f"context {readings.share:.0%} full")
@@ -168,13 +178,17 @@ async def respond(
 
 
 def account(
-    session: Session, usage: Usage, prompt: list[dict[str, Any]], counted: int
+    session: Session,
+    usage: Usage,
+    prompt: list[dict[str, Any]],
+    counted: int,
+    endpoint: Endpoint,
 ) -> tuple[TokenMeter, bool]:
     """After a turn, in one trip to the database: its usage added to the session's,
     the meter read (the next prompt, `counted` tokens), and whether it is full
     enough to compact."""
     session.add_usage(usage)  # one turn at a time per chat: nobody else adds to it
-    readings = reading(session, prompt, counted)
+    readings = reading(session, prompt, counted, endpoint)
     return readings, should_compact(readings, session)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
@@ -13,7 +14,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from agent import providers
 from agent.approvals import ApprovalError
+from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
@@ -21,7 +24,14 @@ from memory.models import Event
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
-from sessions_app.forms import AgentPromptForm, ApiTokenForm, ChatTitleForm, NewAgentForm
+from sessions_app.agents import RenameError, rename_agent
+from sessions_app.forms import (
+    AgentNameForm,
+    AgentPromptForm,
+    ApiTokenForm,
+    ChatTitleForm,
+    NewAgentForm,
+)
 from sessions_app.meter import meter
 from sessions_app.models import Agent, ApiToken, ChatInput, Session
 from sessions_app.runner import answer_approval
@@ -82,8 +92,33 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
             key=key, status=ChatInput.Status.QUEUED
         ),
         "model_notice": fallback_notice(),
+        "model_form": chat_model_form(session),
     }
     return render(request, "sessions_app/chat.html", context)
+
+
+def chat_model_form(session: Session, data: Any = None) -> ChatModelForm:
+    default = providers.default_label(session.owner, session.agent.model)
+    return ChatModelForm(session.owner, default, data, initial={"model": session.model})
+
+
+@require_POST
+def chat_model(request: HtmxHttpRequest, key: str) -> HttpResponse:
+    """The chat header's model picker: the chat's next turns use the model chosen
+    (one the user may use; "" for the agent's default)."""
+    session = open_chat(request, key)
+    form = chat_model_form(session, request.POST)
+    if form.is_valid():
+        session = chat.choose_model(request.user, key, form.cleaned_data["model"])
+        form = chat_model_form(session)
+        if not request.htmx:
+            messages.success(request, "The chat's model is changed.")
+            return redirect("chat", key=key)
+    elif not request.htmx:
+        messages.error(request, " ".join(map(str, form.errors.get("model", []))))
+        return redirect("chat", key=key)
+    context = {"session": session, "model_form": form}
+    return render(request, "sessions_app/_chat_model.html", context)
 
 
 @require_POST
@@ -362,11 +397,35 @@ def agent_list(request: HtmxHttpRequest) -> HttpResponse:
 
 def agent_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     agent = get_owned_or_404(Agent, request.user, pk=pk)
-    form = AgentPromptForm(request.POST if request.method == "POST" else None, instance=agent)
+    data = request.POST if request.method == "POST" else None
+    form = AgentPromptForm(request.user, data, instance=agent)
     if form.is_valid():
         form.save()
         messages.success(request, f"Saved the agent “{agent.name}”.")
         return redirect("agent-list")
     status = 400 if form.is_bound else 200
-    context = {"agent": agent, "form": form}
+    context = {
+        "agent": agent,
+        "form": form,
+        "name_form": AgentNameForm(initial={"name": agent.name}),
+    }
     return render(request, "sessions_app/agent_edit.html", context, status=status)
+
+
+@require_POST
+def agent_rename(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = get_owned_or_404(Agent, request.user, pk=pk)
+    old_name = agent.name
+    name_form = AgentNameForm(request.POST)
+    if name_form.is_valid():
+        try:
+            rename_agent(agent, name_form.cleaned_data["name"])
+        except RenameError as exc:
+            name_form.add_error("name", str(exc))
+        else:
+            messages.success(request, f"Renamed the agent “{old_name}” to “{agent.name}”.")
+            return redirect("agent-edit", pk=agent.pk)
+    agent.refresh_from_db()
+    form = AgentPromptForm(request.user, instance=agent)
+    context = {"agent": agent, "form": form, "name_form": name_form}
+    return render(request, "sessions_app/agent_edit.html", context, status=400)

@@ -30,7 +30,7 @@ def test_it_creates_the_admin_account_and_logs_in(db):
         {"username": "root", "password1": "a-long-passphrase", "password2": "a-long-passphrase"},
     )
     assert response.status_code == 302
-    assert response["Location"] == "/"
+    assert response["Location"] == "/setup/model/"
     user = User.objects.get()
     assert user.username == "root"
     assert user.is_superuser and user.is_staff

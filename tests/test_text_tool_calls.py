@@ -80,6 +80,8 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "{{not json}}",
         "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
         json.dumps({"name": "remember_fact", "arguments": TEA})[:-8],
+        "[" * 60_000,
+        '{"name": "remember_fact", "arguments": ' + "[" * 60_000 + "}",
     ],
     ids=[
         "unknown tool",
@@ -90,6 +92,8 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "junk",
         "fenced in prose",
         "cut off in a value",
+        "nested past json's recursion limit",
+        "an object nested past it",
     ],
 )
 async def test_it_keeps_anything_else_as_text(owner, llm, answer):

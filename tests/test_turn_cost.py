@@ -20,7 +20,7 @@ from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# On SQLite this code ran 31, 39 and 56 queries (tools run in threads of their
+# On SQLite this code runs 32, 40 and 57 queries (tools run in threads of their
 # own, whose queries are not counted); the code before issue 25 ran 34, 50 and 75.
 MAX_QUERIES = {0: 32, 1: 40, 2: 57}
 

@@ -150,7 +150,7 @@ def test_it_answers_setup_only_from_loopback_or_with_the_token(db, settings):
     page = remote.get(f"/setup/?token={token}").content.decode()
     assert "Create the admin account" in page and f'value="{token}"' in page
     owner = {**account, "username": "owner", "token": token}
-    assert remote.post("/setup/", owner)["Location"] == "/"
+    assert remote.post("/setup/", owner)["Location"] == "/setup/model/"
     assert User.objects.get().username == "owner"
     assert not first_run.token_file().exists()  # used once
 

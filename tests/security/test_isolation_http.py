@@ -236,6 +236,10 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get("/agents/", 200),
         *post("/agents/", 302, htmx=False, name="bobs-agent", system_prompt="bob's"),
     ],
+    "agent-rename": lambda w, bob: [
+        *get(pk("agent-rename", w.agent.pk), 405),
+        *post(pk("agent-rename", w.agent.pk), 404, name="bobs"),
+    ],
     "agent-edit": lambda w, bob: [
         *get(pk("agent-edit", w.agent.pk), 404),
         *post(pk("agent-edit", w.agent.pk), 404, system_prompt="bob was here"),
@@ -280,6 +284,31 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post(pk("chat-delete", w.chat.key), 404),
         *post(pk("chat-delete", w.archived.key), 404),
         *post(pk("chat-delete", w.cron.key), 404),
+    ],
+    "chat-model": lambda w, bob: [
+        *post(pk("chat-model", w.chat.key), 404, model=""),
+        *post(pk("chat-model", w.archived.key), 404, model=""),
+        *post(pk("chat-model", w.cron.key), 404, model=""),
+    ],
+    # The site's model providers: its staff's, never another user's (bob is not staff).
+    "model-providers": lambda w, bob: get("/settings/models/", 403),
+    "model-provider-add": lambda w, bob: [
+        *get("/settings/models/add/", 403),
+        *post(
+            "/settings/models/add/", 403, name="bob's", base_url="http://x/v1", offered_models="m"
+        ),
+    ],
+    "model-provider-edit": lambda w, bob: [
+        *get(pk("model-provider-edit", 1), 403),
+        *post(pk("model-provider-edit", 1), 403, name="bob's"),
+    ],
+    "model-provider-test": lambda w, bob: post(
+        reverse("model-provider-test"), 403, base_url="http://x/v1", offered_models="m"
+    ),
+    "model-provider-delete": lambda w, bob: post(pk("model-provider-delete", 1), 403),
+    "setup-model": lambda w, bob: [
+        *get("/setup/model/", 403),
+        *post("/setup/model/", 403, name="bob's", base_url="http://x/v1", offered_models="m"),
     ],
     "chat-rename": lambda w, bob: [
         *get(pk("chat-rename", w.chat.key), 404),

@@ -54,8 +54,11 @@ def reply_with_tool(name: str, arguments: Any, text: str = "", **fields: Any) ->
 
 
 class ScriptedLLM:
-    def __init__(self, api_key: str = "test-key", port: int = 0) -> None:
-        self.api_key = api_key
+    def __init__(
+        self, api_key: str = "test-key", port: int = 0, models: tuple[str, ...] = ("scripted",)
+    ) -> None:
+        self.api_key = api_key  # "": no key asked (as Ollama)
+        self.models = models  # what GET /models lists
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -94,12 +97,30 @@ class ScriptedLLM:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def authorized(self) -> bool:
+                return not llm.api_key or self.headers.get("Authorization") == (
+                    f"Bearer {llm.api_key}"
+                )
+
+            def do_GET(self) -> None:
+                if not self.path.endswith("/v1/models"):
+                    return self.fail(404, "no such endpoint")
+                if not self.authorized():
+                    return self.fail(401, "Invalid API key")
+                listed = [{"id": name, "object": "model"} for name in llm.models]
+                payload = json.dumps({"object": "list", "data": listed}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not self.path.endswith("/chat/completions"):
                     return self.fail(404, "no such endpoint")
-                if self.headers.get("Authorization") != f"Bearer {llm.api_key}":
+                if not self.authorized():
                     return self.fail(401, "Invalid API key")
                 reply = llm.next_reply(body)
                 if reply is None:

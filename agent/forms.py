@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import transaction
+
+from agent import providers
+from agent.models import ModelProvider
+from neotask_site.ownership import Owner
+from neotask_site.sealing import hint, seal
+
+MODEL_NAME_LENGTH = 200
+MAX_MODELS = 50
+
+
+class ProviderForm(forms.ModelForm):
+    """A provider as an admin enters it. The API key is write-only: the page
+    shows its last characters, an empty field keeps the stored key."""
+
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        strip=True,
+        max_length=1000,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )
+    forget_key = forms.BooleanField(label="Remove the stored key", required=False)
+
+    class Meta:
+        model = ModelProvider
+        fields = [
+            "name",
+            "base_url",
+            "api_key",
+            "offered_models",
+            "context_window",
+            "is_default",
+            "enabled",
+            "groups",
+        ]
+        widgets = {
+            "name": forms.TextInput(attrs={"placeholder": "e.g. Ollama"}),
+            "base_url": forms.URLInput(attrs={"placeholder": "http://localhost:11434/v1"}),
+            "offered_models": forms.Textarea(attrs={"rows": 3, "placeholder": "llama3.2"}),
+            "groups": forms.CheckboxSelectMultiple,
+        }
+        error_messages = {
+            "offered_models": {"required": "Name at least one model the endpoint serves."}
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        saved = self.instance.api_key_hint
+        self.fields["api_key"].help_text = (
+            f"Saved ({saved}); leave empty to keep it."
+            if saved
+            else "Leave empty for endpoints without keys (Ollama, llama.cpp's server)."
+        )
+        if not saved:
+            del self.fields["forget_key"]
+        self.fields["context_window"].widget.attrs["min"] = 512
+
+    def clean_base_url(self) -> str:
+        url = self.cleaned_data["base_url"].strip().rstrip("/")
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise forms.ValidationError(
+                "Enter an http:// or https:// URL, e.g. http://localhost:11434/v1."
+            ) from None
+        return url
+
+    def clean_offered_models(self) -> str:
+        names = [line.strip() for line in self.cleaned_data["offered_models"].splitlines()]
+        names = list(dict.fromkeys(name for name in names if name))
+        if not names:
+            raise forms.ValidationError("Name at least one model the endpoint serves.")
+        if len(names) > MAX_MODELS:
+            raise forms.ValidationError(f"At most {MAX_MODELS} models per provider.")
+        for name in names:
+            if len(name) > MODEL_NAME_LENGTH or any(c.isspace() for c in name):
+                raise forms.ValidationError(
+                    f"{name[:40]!r} is not a model name (one per line, no spaces, "
+                    f"at most {MODEL_NAME_LENGTH} characters)."
+                )
+        return "\n".join(names)
+
+    def clean_context_window(self) -> int:
+        window = self.cleaned_data["context_window"]
+        if window < 512:
+            raise forms.ValidationError("The context window must be at least 512 tokens.")
+        return window
+
+    def save(self, commit: bool = True) -> ModelProvider:
+        provider = super().save(commit=False)
+        key = self.cleaned_data.get("api_key", "")
+        if key:
+            provider.sealed_api_key, provider.api_key_hint = seal(key), hint(key)
+        elif self.cleaned_data.get("forget_key"):
+            provider.sealed_api_key = provider.api_key_hint = ""
+        if set(self.changed_data) & {"base_url", "api_key", "forget_key", "offered_models"}:
+            provider.tested_at, provider.test_passed, provider.test_message = None, False, ""
+        if commit:
+            with transaction.atomic():
+                if provider.is_default:  # one default: the others step back
+                    ModelProvider.objects.exclude(pk=provider.pk).update(is_default=False)
+                provider.save()
+                self.save_m2m()
+        return provider
+
+
+class ModelChoiceField(forms.ChoiceField):
+    """A model choice among those `owner` may use; "" is the default."""
+
+    def __init__(self, owner: Owner, default_label: str, **kwargs: Any) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for choice in providers.offered(owner):
+            groups.setdefault(choice.group, []).append((choice.key, choice.label))
+        options: list[Any] = [("", default_label), *groups.items()]
+        super().__init__(choices=options, required=False, **kwargs)
+        self.error_messages["invalid_choice"] = "That model is not offered to you (any more)."
+
+
+class ChatModelForm(forms.Form):
+    def __init__(self, owner: Owner, default_label: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["model"] = ModelChoiceField(
+            owner,
+            default_label,
+            label="Model",
+            widget=forms.Select(
+                attrs={"id": "chat-model", "title": "The model that answers in this chat"}
+            ),
+        )
