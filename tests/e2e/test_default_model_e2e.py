@@ -9,7 +9,7 @@ Qwen2.5-Coder-0.5B's 491 MB file: `make test` fetches it once into .venv/models
     NEOTASK_TEST_MODELS_DIR=$PWD/.venv/models .venv/bin/pytest tests/e2e/test_default_model_e2e.py
 
 Without the variable it is skipped, and on the team profile too: it runs once per
-CI run. It took 62-97 s on the 2-core machine under load, 7 passes out of 7
+CI run. It took 57-97 s on the 2-core machine under load, 8 passes out of 8
 (docs/models.md): 34-54 s of it the first prompt, whose instructions and tool
 schemas (~1,100 tokens) the later turns reuse from llama.cpp's cache."""
 
