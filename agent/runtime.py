@@ -9,6 +9,7 @@ and the cause reported.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -20,10 +21,18 @@ from django.conf import settings
 
 from agent import approvals, macros
 from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
-from agent.llm import Endpoint, LLMClient, LLMError, ToolCall, Usage, configured_endpoint
+from agent.llm import (
+    Completion,
+    Endpoint,
+    LLMClient,
+    LLMError,
+    ToolCall,
+    Usage,
+    configured_endpoint,
+)
 from agent.prompt import TurnPrompt, start_turn
-from agent.text_tool_calls import tool_call_in_text
-from agent.tools import ToolContext, ToolError, available_tools, call_tool
+from agent.text_tool_calls import call_written_so_far, tool_call_in_text
+from agent.tools import Tool, ToolContext, ToolError, available_tools, call_tool
 from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
@@ -31,6 +40,14 @@ from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
+
+
+class CallWritten(Exception):
+    """The model wrote a whole tool call as text and goes on writing (the call is `call`)."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(call)
+        self.call = call
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,7 @@ class Turn:
         # Deltas not sent yet, and the task sending them.
         self.unsent = ""
         self.sender: asyncio.Task | None = None
+        self.offered: list[Tool] = []  # the tools of the round being answered
 
     async def run(self, text: str) -> TurnResult:
         # Embedded in answer(), for recall: that vector is also the message's own.
@@ -124,9 +142,10 @@ class Turn:
         return recalled, prompt, messages
 
     async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        tools = available_tools()  # settings only, no database
+        tools = self.offered = available_tools()  # settings only, no database
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
+        previous: set[tuple[str, str]] = set()  # the calls of the round before
         for round_number in range(max_iterations):
             if round_number:  # memory once per turn; later rounds re-read the exchange
                 messages = await database_sync_to_async(prompt.messages)()
@@ -136,6 +155,9 @@ class Turn:
             except LLMError as exc:
                 await self.deltas_sent()
                 return await self.failed(exc)
+            except CallWritten as written:
+                # The stream is closed, so the model stops; its usage is not reported.
+                completion = Completion(content=written.call, finish_reason="stop")
             await self.deltas_sent()
             self.usage += completion.usage
             if not completion.tool_calls and (
@@ -143,6 +165,9 @@ class Turn:
             ):
                 # Stored as the call it is, so the next round's prompt shows a call made.
                 completion.tool_calls, completion.content = [call], ""
+                if same_call(call) in previous:
+                    return await self.repeated(call)
+            previous = {same_call(call) for call in completion.tool_calls}
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
                 {
@@ -173,8 +198,19 @@ class Turn:
         )
         return TurnResult("max_iterations", self.usage, error=note)
 
+    async def repeated(self, call: ToolCall) -> TurnResult:
+        """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by writing the
+        same call again, round after round until max_iterations: it is not run
+        twice, and the turn ends there. (A model that makes real tool calls may
+        repeat one on purpose, to poll: those run.)"""
+        note = f"The model asked for {call.name} again with the same arguments; it ran once."
+        await self.store(EventType.SYSTEM, {"content": note, "kind": "repeated_call"}, closing=True)
+        return TurnResult("completed", self.usage)
+
     async def on_delta(self, text: str) -> None:
         self.partial += text
+        if "{" in text and (call := call_written_so_far(self.partial, self.offered)):
+            raise CallWritten(call)
         self.unsent += text
         if self.sender is None or self.sender.done():
             self.sender = asyncio.create_task(self.send_deltas())
@@ -316,6 +352,15 @@ class Turn:
         self.user_event.data["turn_usage"] = self.usage.as_dict()
         self.user_event.save(update_fields=["data"])
         self.closed = True
+
+
+def same_call(call: ToolCall) -> tuple[str, str]:
+    """What makes two calls the same: the tool, and the arguments however spaced or ordered."""
+    try:
+        arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
+    except ValueError:
+        arguments = call.arguments
+    return call.name, arguments
 
 
 def embed_query(text: str) -> Any:

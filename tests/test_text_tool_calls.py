@@ -36,8 +36,17 @@ async def turn(owner: User, llm, answer: str) -> list[Event]:
         "{" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "}",
         "\n " + json.dumps({"name": "remember_fact", "arguments": json.dumps(TEA)}) + "\n",
         "```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}, indent=2) + "\n```",
+        json.dumps({"name": "remember_fact", "arguments": TEA})[:-1],
+        "\n".join([json.dumps({"name": "remember_fact", "arguments": TEA})] * 3),
     ],
-    ids=["bare", "doubled braces", "arguments as a string", "fenced"],
+    ids=[
+        "bare",
+        "doubled braces",
+        "arguments as a string",
+        "fenced",
+        "last brace missing",
+        "written again and again",
+    ],
 )
 async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
     events = await turn(owner, llm, answer)
@@ -70,6 +79,7 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "Sure! " + json.dumps({"name": "remember_fact", "arguments": TEA}) + " Done.",
         "{{not json}}",
         "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
+        json.dumps({"name": "remember_fact", "arguments": TEA})[:-8],
         "[" * 60_000,
         '{"name": "remember_fact", "arguments": ' + "[" * 60_000 + "}",
     ],
@@ -81,6 +91,7 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "in prose",
         "junk",
         "fenced in prose",
+        "cut off in a value",
         "nested past json's recursion limit",
         "an object nested past it",
     ],
@@ -91,3 +102,21 @@ async def test_it_keeps_anything_else_as_text(owner, llm, answer):
     assert events[1].data["content"] == answer
     assert events[1].data["tool_calls"] == []
     assert not await Fact.objects.filter(owner=owner).aexists()
+
+
+async def test_it_runs_a_call_written_again_in_the_next_round_once(owner, llm):
+    call = json.dumps({"name": "remember_fact", "arguments": TEA})
+    again = json.dumps({"name": "remember_fact", "arguments": dict(reversed(TEA.items()))})
+    llm.script(Reply(text=call), Reply(text=again), Reply(text="never asked for"))
+    await run_turn(TurnRequest(owner=owner, session_id="s1"), "I like tea.", ignore)
+    events = [e async for e in Event.objects.filter(owner=owner).order_by("id")]
+    assert [e.event_type for e in events] == [
+        "user_message",
+        "assistant_response",
+        "tool_call",
+        "tool_result",
+        "system",
+    ]
+    assert events[-1].data["kind"] == "repeated_call"
+    assert "asked for remember_fact again" in events[-1].data["content"]
+    assert len(llm.requests) == 2

@@ -1,9 +1,11 @@
 """`python manage.py fetch_model [NAME]`: download, assemble and verify an
 embedded model's GGUF file (default: [llm] local_model). `make run` runs it, so
-the first start fetches the default model and later starts are offline."""
+the first start fetches the default model and later starts are offline; `make
+test` runs it with --models-dir, to keep one copy for the real-model test."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -26,8 +28,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", nargs="?", help="default: [llm] local_model")
+        parser.add_argument(
+            "--models-dir", type=Path, help="where to keep it (default: <data dir>/models)"
+        )
 
-    def handle(self, *args: Any, name: str | None, **options: Any) -> None:
+    def handle(self, *args: Any, name: str | None, models_dir: Path | None, **options: Any) -> None:
         llm = settings.NEOTASK["llm"]
         if name is None:
             if llm["base_url"] or llm["local_model_path"] or llm["local_model"] == BUNDLED_MODEL:
@@ -40,7 +45,7 @@ class Command(BaseCommand):
             model = known_model(name)
         except ModelFileError as exc:
             raise CommandError(str(exc)) from None
-        target = model_file_path(model)
+        target = model_file_path(model, models_dir)
         if target.is_file():
             try:
                 with progress_bar(
@@ -70,7 +75,7 @@ class Command(BaseCommand):
                     if parts.n == parts.total:
                         joined.reset()  # its rate counts from here, not from the download
 
-                fetch(model, on_part=downloaded_part, progress=joined.update)
+                fetch(model, on_part=downloaded_part, progress=joined.update, directory=models_dir)
         except ModelFileError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"{model.title} verified: {target}"))
