@@ -199,7 +199,7 @@ class LLMClient:
             raise LLMError("not_configured", not_running_message(endpoint))
         body: dict[str, Any] = {
             "model": endpoint.model,
-            "messages": messages,
+            "messages": as_sent(messages, endpoint),
             "stream": True,
             "stream_options": {"include_usage": True},
             # Without it a model may write until its window is full or the request times out.
@@ -239,6 +239,26 @@ class LLMClient:
             message = f"The answer from {endpoint.label} was cut off mid-stream."
             raise LLMError("interrupted", message, completion)
         return completion
+
+
+def as_sent(messages: list[dict[str, Any]], endpoint: Endpoint) -> list[dict[str, Any]]:
+    """The embedded model's template takes the prompt's two system messages
+    (agent.prompt.TurnPrompt.system); other servers get them as one."""
+    return messages if endpoint.is_local else one_system_message(messages)
+
+
+def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading system messages joined into one: some chat templates (Gemma's,
+    older Mistral's) refuse a second, and a server behind an OpenAI-compatible
+    API may use any of them. The instructions still come first, so a provider's
+    prefix cache keeps them."""
+    count = 0
+    while count < len(messages) and messages[count].get("role") == "system":
+        count += 1
+    if count < 2:
+        return messages
+    joined = "\n\n".join(str(m.get("content") or "") for m in messages[:count])
+    return [{"role": "system", "content": joined}, *messages[count:]]
 
 
 async def read_events(

@@ -20,7 +20,7 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from agent.llm import Endpoint, LLMClient
+from agent.llm import Endpoint, LLMClient, as_sent
 from memory.models import Event, EventType, Fact
 from memory.retrieval import (
     RECALLED_CHARS,
@@ -47,7 +47,7 @@ async def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> i
     """Tokens of a prompt: counted by the model's own tokenizer when it is the
     embedded llama.cpp server, estimated (`estimate_prompt_tokens`) otherwise."""
     counted = await LLMClient(endpoint).count_tokens(messages)
-    return counted if counted is not None else estimate_prompt_tokens(messages)
+    return counted if counted is not None else estimate_prompt_tokens(as_sent(messages, endpoint))
 
 
 def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:

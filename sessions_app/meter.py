@@ -14,7 +14,7 @@ import numpy as np
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from agent.llm import Endpoint
+from agent.llm import Endpoint, as_sent
 from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
 from agent.providers import chat_endpoint
 from agent.runtime import embed_query
@@ -74,7 +74,7 @@ def reading(
         output=usage.output,
         cache_read=usage.cache_read,
         cache_write=usage.cache_write,
-        context_tokens=estimate_prompt_tokens(messages)
+        context_tokens=estimate_prompt_tokens(as_sent(messages, endpoint))
         if context_tokens is None
         else context_tokens,
         context_window=endpoint.context_window,

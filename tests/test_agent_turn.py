@@ -113,7 +113,7 @@ async def test_it_runs_a_full_turn_with_tools_approval_and_usage(owner, llm, ter
     last_messages = llm.requests[2]["messages"]
     assert last_messages[-1]["role"] == "tool"
     assert "hello" in last_messages[-1]["content"]
-    assert "pref/drink: tea" in last_messages[1]["content"]  # facts in the system prompt
+    assert "pref/drink: tea" in last_messages[0]["content"]  # facts in the system prompt
 
     # The same command again runs without asking.
     llm.script(reply_with_tool("terminal", {"command": "echo hello"}), Reply(text="Done again."))

@@ -176,7 +176,7 @@ async def test_it_starts_a_fresh_session_on_reset_and_sends_the_rest(owner, sess
     start = await Event.objects.aget(session_id=str(fresh.pk), event_type="session_start")
     assert start.text == "New session started: /reset."
     # Only the new session's history goes to the model.
-    assert llm.requests[0]["messages"][2:] == [{"role": "user", "content": "what now?"}]
+    assert llm.requests[0]["messages"][1:] == [{"role": "user", "content": "what now?"}]
     await ws.disconnect()
 
 
@@ -208,7 +208,7 @@ async def test_it_queues_a_message_sent_while_answering_and_runs_it_next(owner, 
     assert stored(second, "user_message")["text"] == "second"
     assert streamed(second) == "Second answer."
     # The model saw the first exchange before the second message, never interleaved.
-    assert [m["content"] for m in llm.requests[1]["messages"][2:]] == ["first", "xyz", "second"]
+    assert [m["content"] for m in llm.requests[1]["messages"][1:]] == ["first", "xyz", "second"]
     texts = [
         e.text
         async for e in Event.objects.filter(session_id=str(session.pk)).order_by("id")

@@ -43,7 +43,7 @@ async def test_it_retries_a_stopped_answer_from_the_same_message(owner, session,
     assert again["text"] == "talk slowly" and again["data"]["retry_of"] < stop["id"]
     assert 'class="note">Retried' in again["html"]
     # The model saw the history as it was before the stopped turn, not its cut-off answer.
-    sent = [m["content"] for m in llm.requests[-1]["messages"][2:]]
+    sent = [m["content"] for m in llm.requests[-1]["messages"][1:]]
     assert sent == ["earlier", "Earlier answer.", "talk slowly"]
     # The stopped answer is kept, as it was.
     texts = await turn_texts(session)
@@ -68,7 +68,7 @@ async def test_it_retries_a_failed_answer_and_again_if_it_fails_again(owner, ses
     await send(ws, type="retry", event_id=failed_again["id"])
     frames = await until(ws)
     assert streamed(frames) == "It worked."
-    assert [m["content"] for m in llm.requests[-1]["messages"][2:]] == ["will fail"]
+    assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["will fail"]
     # The first failure's turn is no longer the latest: its Retry is refused.
     await send(ws, type="retry", event_id=failed["id"])
     assert await receive(ws) == {"type": "error", "message": NOT_LATEST}

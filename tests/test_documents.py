@@ -184,7 +184,7 @@ async def test_it_names_the_file_and_page_to_the_model_in_a_new_chat(alice, llm)
     await run_turn(
         TurnRequest(owner=alice, session_id="new"), "What is the marketing budget for 2027?", ignore
     )
-    system = llm.requests[0]["messages"][1]["content"]
+    system = llm.requests[0]["messages"][0]["content"]
     assert "- [memory file: memory/docs/Q3 report.md:" in system
     assert ", Page 3] ## Page 3 Budget The marketing budget for 2027 is 48,000 euros." in system
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 import socket
 import ssl
 import subprocess
+from dataclasses import replace
 
 import httpx
 import pytest
 
-from agent.llm import LLMClient, LLMError, Usage, configured_endpoint
+from agent.llm import LOCAL_MODEL_LABEL, LLMClient, LLMError, Usage, configured_endpoint
 from tests.support.scripted_llm import Reply, reply_with_tool
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -201,3 +202,21 @@ async def test_it_refuses_a_server_it_does_not_trust(llm, tls_llm):
         await client().stream(MESSAGES)
     assert info.value.kind == "unavailable"
     assert llm.requests == []
+
+
+async def test_it_sends_other_servers_one_system_message_and_the_embedded_model_two(llm):
+    prompt = [
+        {"role": "system", "content": "Instructions."},
+        {"role": "system", "content": "Context."},
+        {"role": "user", "content": "hi"},
+    ]
+    llm.script(Reply("ok"), Reply("ok"))
+    await client().stream(prompt)
+    # Some chat templates (Gemma's, older Mistral's) refuse a second system message.
+    assert llm.requests[0]["messages"] == [
+        {"role": "system", "content": "Instructions.\n\nContext."},
+        {"role": "user", "content": "hi"},
+    ]
+    embedded = replace(configured_endpoint(), label=LOCAL_MODEL_LABEL)
+    await LLMClient(embedded).stream(prompt)
+    assert llm.requests[1]["messages"] == prompt  # its template keeps the prefix cacheable

@@ -35,13 +35,13 @@ async def test_it_recalls_memories_when_a_session_starts(llm):
     texts = [item["text"] for item in recall.data["items"]]
     assert texts[0] == "My dog Biscuit is a golden retriever"
     assert not any("poodle" in text for text in texts)
-    system = llm.requests[0]["messages"][1]["content"]
+    system = llm.requests[0]["messages"][0]["content"]
     assert "Recalled from earlier conversations when this session started:" in system
     assert "golden retriever" in system
     # Only once per session.
     await run_turn(request, "and what else?", ignore)
     assert await Event.objects.filter(session_id="new", event_type="recall").acount() == 1
-    assert "golden retriever" in llm.requests[1]["messages"][1]["content"]
+    assert "golden retriever" in llm.requests[1]["messages"][0]["content"]
 
 
 async def test_it_recalls_nothing_below_the_floor_that_shares_no_word(llm, configure):
@@ -94,7 +94,7 @@ async def test_it_brings_back_what_the_user_wrote_in_memory_md(llm, client):
     await converse(session, "Where is the spare house key?", ignore)
     recall = await Event.objects.aget(session_id=str(session.pk), event_type="recall")
     assert recall.data["items"][0]["source"] == "MEMORY.md:1-2"
-    assert "blue flower pot" in llm.requests[0]["messages"][1]["content"]
+    assert "blue flower pot" in llm.requests[0]["messages"][0]["content"]
 
 
 async def test_status_names_the_branch_that_brought_each_memory(llm, configure):
@@ -111,4 +111,4 @@ async def test_status_names_the_branch_that_brought_each_memory(llm, configure):
     line = next(line for line in status.splitlines() if "wifi password" in line)
     assert line.startswith("- search ")
     # ...and the model was shown it with its date.
-    assert "] user: Our wifi password is on the fridge" in llm.requests[1]["messages"][1]["content"]
+    assert "] user: Our wifi password is on the fridge" in llm.requests[1]["messages"][0]["content"]

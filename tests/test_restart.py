@@ -32,7 +32,7 @@ def test_it_remembers_the_conversation_across_a_restart(llm, tmp_path):
         server.terminate()
         server.wait(timeout=15)
     assert frames[-1]["status"] == "completed"
-    history = llm.requests[-1]["messages"][2:]
+    history = llm.requests[-1]["messages"][1:]
     assert history == [
         {"role": "user", "content": "My name is Ada."},
         {"role": "assistant", "content": "Nice to meet you, Ada."},

@@ -175,7 +175,7 @@ def test_it_carries_on_after_postgresql_restarts_mid_chat(
         answer.set()
         stop_process(server)
     assert all(completed(frames) for frames in turns), turns
-    assert scripted_llm.requests[-1]["messages"][2:] == [
+    assert scripted_llm.requests[-1]["messages"][1:] == [
         {"role": "user", "content": "My name is Ada."},
         {"role": "assistant", "content": "Hello, Ada."},
         {"role": "user", "content": "Are you still there?"},
@@ -270,7 +270,7 @@ def test_it_carries_on_after_redis_restarts_mid_chat(
         assert "Traceback" not in text and "500" not in text and "Error 111" not in text, text
     log = (tmp_path / "daphne.log").read_text()
     assert "Traceback" not in log and "the channel layer is unreachable" in log
-    assert scripted_llm.requests[-1]["messages"][2:] == [
+    assert scripted_llm.requests[-1]["messages"][1:] == [
         {"role": "user", "content": "My name is Ada."},
         {"role": "assistant", "content": "Hello, Ada."},
         {"role": "user", "content": "What is my name?"},
