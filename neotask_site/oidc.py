@@ -120,7 +120,7 @@ def refused_page(request: HttpRequest, message: str) -> HttpResponse:
 
 @method_decorator(login_not_required, name="dispatch")
 class SignInStart(OIDCAuthenticationRequestView):
-    """"Sign in with ...": the browser goes to the provider, if it answers."""
+    """ "Sign in with ...": the browser goes to the provider, if it answers."""
 
     get_settings = staticmethod(oidc_setting)
 

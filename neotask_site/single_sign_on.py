@@ -103,8 +103,7 @@ def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
     allowed = set(comma_list(config["allowed_groups"]))
     if allowed and not allowed.intersection(groups):
         raise SignInRefused(
-            f"Your {name} account is not in a group allowed to use Neotask. "
-            "Ask your administrator."
+            f"Your {name} account is not in a group allowed to use Neotask. Ask your administrator."
         )
     email = claims.get("email")
     return Identity(

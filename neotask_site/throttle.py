@@ -17,8 +17,8 @@ import hashlib
 import ipaddress
 from typing import Any
 
-from django.contrib.auth.backends import ModelBackend
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest

@@ -75,9 +75,7 @@ def sign_in_at_provider(page, login: str) -> None:
     page.click("button[type=submit]")
 
 
-def test_it_signs_in_a_new_user_with_the_providers_groups_and_logs_out_there(
-    sso, sso_page
-):
+def test_it_signs_in_a_new_user_with_the_providers_groups_and_logs_out_there(sso, sso_page):
     assert run_program(sso.env, account, "alice") is None
     sign_in_at_provider(sso_page, "alice")
     sso_page.wait_for_selector("#new-chat")
