@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.programs.accounts import account, group_with_permission
-from tests.support.browser import ARTIFACTS, PASSWORD, add_tester
+from tests.support.browser import ARTIFACTS, PASSWORD, add_tester, serious_violations
 from tests.support.oidc_provider import OIDCProvider, skip_without_node
 from tests.support.processes import app_env, free_port, run_program, start_daphne, stop_process
 
@@ -77,6 +77,8 @@ def sign_in_at_provider(page, login: str) -> None:
 
 def test_it_signs_in_a_new_user_with_the_providers_groups_and_logs_out_there(sso, sso_page):
     assert run_program(sso.env, account, "alice") is None
+    sso_page.goto("/accounts/login/")
+    assert serious_violations(sso_page) == []
     sign_in_at_provider(sso_page, "alice")
     sso_page.wait_for_selector("#new-chat")
     assert sso_page.url.startswith(sso.url)
@@ -118,6 +120,7 @@ def test_it_refuses_someone_outside_the_allowed_groups(sso, sso_page):
     assert heading.inner_text() == "Sign-in refused"
     assert "not in a group allowed to use Neotask" in sso_page.locator(".error").inner_text()
     assert run_program(sso.env, account, "mallory") is None
+    assert serious_violations(sso_page) == []
     sso_page.screenshot(path=str(ARTIFACTS / "sso-refused.png"))
 
 
@@ -137,6 +140,7 @@ def test_it_says_so_when_the_provider_is_down(sso, sso_page):
         assert sso_page.locator("h1").inner_text() == "The sign-in service is not available"
         assert "Test IdP is not answering" in sso_page.locator(".error").inner_text()
         assert "Traceback" not in sso_page.content()
+        assert serious_violations(sso_page) == []
         sso_page.screenshot(path=str(ARTIFACTS / "sso-provider-down.png"))
     finally:
         sso.provider.start()
