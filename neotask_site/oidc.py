@@ -90,10 +90,13 @@ class OIDCBackend(OIDCAuthenticationBackend):
     def get_or_create_user(
         self, access_token: str, id_token: str, payload: dict[str, Any]
     ) -> Owner:
+        # The library checks the token's signature, expiry and nonce; not whose it is.
         audience = payload.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]
         if self.OIDC_RP_CLIENT_ID not in audiences:
             raise SignInRefused("The provider's ID token was issued to another application.")
+        if str(payload.get("iss", "")).rstrip("/") != oidc_config()["issuer"].rstrip("/"):
+            raise SignInRefused("The ID token was issued by another provider.")
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if userinfo.get("sub") != payload.get("sub"):
             raise SignInRefused("The provider's user info is about someone else.")

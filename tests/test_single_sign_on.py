@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import Group, User
 from django.test import Client, RequestFactory
@@ -283,6 +284,21 @@ def test_it_ignores_a_password_login_that_carries_a_code(alice, configure):
     configure()
     request = RequestFactory().post("/accounts/login/?code=c&state=s")
     assert OIDCBackend().authenticate(request, username="alice", password="x") is None
+
+
+def test_it_refuses_an_id_token_of_another_application_or_issuer(alice, configure):
+    configure()
+    backend = OIDCBackend()
+    backend.OIDC_RP_CLIENT_ID = CLIENT_ID
+    backend.OIDC_OP_USER_ENDPOINT = f"{DOWN}/me"
+    payload = {"sub": "alice", "iss": DOWN, "aud": [CLIENT_ID, "other"]}
+    with pytest.raises(SignInRefused, match="another application"):
+        backend.get_or_create_user("token", "id-token", {**payload, "aud": "other"})
+    with pytest.raises(SignInRefused, match="another provider"):
+        backend.get_or_create_user("token", "id-token", {**payload, "iss": "https://evil"})
+    # Both right: the next step asks the provider (down here) for the user info.
+    with pytest.raises(requests.ConnectionError):
+        backend.get_or_create_user("token", "id-token", payload)
 
 
 @pytest.mark.slow
