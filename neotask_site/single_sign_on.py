@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
@@ -116,10 +117,12 @@ def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
 def sign_in(identity: Identity, config: dict[str, Any]) -> User:
     """The account of `identity`, made or updated; SignInRefused if it may not be used."""
     with transaction.atomic():
-        user = User.objects.select_for_update().filter(username=identity.username).first()
-        if user is None:
-            user = User.objects.create_user(identity.username, email=identity.email)
-        elif user.has_usable_password() and not config["link_existing_users"]:
+        # get_or_create: two first sign-ins at once (two tabs) make one account.
+        user, created = User.objects.get_or_create(
+            username=identity.username,
+            defaults={"email": identity.email, "password": make_password(None)},
+        )
+        if not created and user.has_usable_password() and not config["link_existing_users"]:
             raise SignInRefused(
                 f'An account "{identity.username}" with a password already exists here. '
                 f"Log in with its password, or ask your administrator to link it to "
