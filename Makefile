@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: pgvector run test test-team lint migrate clean chromium bubblewrap redis
+.PHONY: pgvector run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -23,11 +23,11 @@ run: $(VENV)/.installed-run
 TEST_MODELS := $(VENV)/models
 TEST_MODEL := $(TEST_MODELS)/qwen2.5-coder-0.5b.gguf
 
-test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis
+test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis oidc-provider
 	$(BIN)/ruff check .
 	NEOTASK_TEST_MODELS_DIR=$(abspath $(TEST_MODELS)) $(BIN)/python -m pytest
 
-test-team: $(VENV)/.installed-test chromium bubblewrap pgvector
+test-team: $(VENV)/.installed-test chromium bubblewrap pgvector oidc-provider
 	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
@@ -99,5 +99,20 @@ redis:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
+# The single sign-on tests sign in at a real OpenID Connect provider: panva's
+# oidc-provider (npm), run by Node.js. Node and npm from Debian, installed once,
+# when missing; the provider from tests/oidc/package-lock.json, when it changed.
+node:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "Installing Node.js for the single sign-on tests (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+
+oidc-provider: node tests/oidc/node_modules/.installed
+
+tests/oidc/node_modules/.installed: tests/oidc/package.json tests/oidc/package-lock.json
+	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info tests/oidc/node_modules

@@ -60,6 +60,41 @@ def time_zone_name(value: str) -> str | None:
     return None
 
 
+def http_url_or_blank(value: str) -> str | None:
+    if value == "" or value.startswith(("http://", "https://")):
+        return None
+    return "must be an http:// or https:// URL (or empty for no single sign-on)"
+
+
+def not_blank(value: str) -> str | None:
+    return "must not be empty" if not value.strip() else None
+
+
+def comma_list(text: str) -> list[str]:
+    """ "a, b ,c" -> ["a", "b", "c"]; empty items dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def group_map(text: str) -> dict[str, str]:
+    """[oidc] group_map: "provider-group = Django group, ..." as a dict; ValueError
+    naming the bad item."""
+    pairs = {}
+    for item in comma_list(text):
+        provider_group, equals, django_group = (part.strip() for part in item.partition("="))
+        if not equals or not provider_group or not django_group:
+            raise ValueError(f"{item!r} is not written as provider-group = Django group")
+        pairs[provider_group] = django_group
+    return pairs
+
+
+def group_map_text(text: str) -> str | None:
+    try:
+        group_map(text)
+    except ValueError as exc:
+        return f"must be a comma-separated list of provider-group = Django group: {exc}"
+    return None
+
+
 @dataclass(frozen=True)
 class Option:
     default: Any
@@ -136,6 +171,22 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "max_processes": Option(32, at_least(8)),
         "tmp_size_mb": Option(64, at_least(1)),
         "workspace_mb": Option(1024, at_least(1)),
+    },
+    # Single sign-on with an OpenID Connect provider (docs/deploy.md); off while
+    # `issuer` is empty.
+    "oidc": {
+        "issuer": Option("", http_url_or_blank),
+        "client_id": Option(""),
+        "client_secret": Option(""),
+        "provider_name": Option("single sign-on", not_blank),
+        "scopes": Option("openid email profile"),
+        "username_claim": Option("preferred_username", not_blank),
+        "groups_claim": Option("groups", not_blank),
+        "allowed_groups": Option(""),
+        "group_map": Option("", group_map_text),
+        "link_existing_users": Option(False),
+        "local_login": Option(True),
+        "timeout_seconds": Option(10.0, at_least(1)),
     },
     "macros": {
         "hint_confidence": Option(0.7, between(0.0, 1.0)),
@@ -272,6 +323,7 @@ def load_config(path: Path | None, environ: Mapping[str, str]) -> dict[str, Any]
                 origins[f"{section}.{key}"] = variable
     answer_tokens = origins.get("llm.max_answer_tokens", "[llm] max_answer_tokens")
     _check_answer_room(config["llm"], answer_tokens)
+    _check_single_sign_on(config["oidc"], origins)
     config["scheduled_tasks"] = _scheduled_tasks(document.get("scheduled_tasks", []), source)
     return config
 
@@ -283,6 +335,23 @@ def _check_answer_room(llm: dict[str, Any], where: str) -> None:
             f"{where} must be at most half of [llm] context_window "
             f"({llm['context_window'] // 2} of {llm['context_window']}), to leave room "
             f"for the prompt (got {llm['max_answer_tokens']})"
+        )
+
+
+def _check_single_sign_on(oidc: dict[str, Any], origins: dict[str, str]) -> None:
+    """A provider needs its client's credentials and the openid scope; switching
+    passwords off needs a provider, or nobody could sign in."""
+    where = {key: origins.get(f"oidc.{key}", f"[oidc] {key}") for key in oidc}
+    if oidc["issuer"]:
+        for key in ("client_id", "client_secret"):
+            if not oidc[key].strip():
+                raise ConfigError(f"{where[key]} must be set when [oidc] issuer is set")
+        if "openid" not in oidc["scopes"].split():
+            raise ConfigError(f"{where['scopes']} must include 'openid' (got {oidc['scopes']!r})")
+    elif not oidc["local_login"]:
+        raise ConfigError(
+            f"{where['local_login']} can be false only with an [oidc] issuer: "
+            "otherwise nobody could sign in"
         )
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm, UserCreationForm
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
@@ -26,9 +27,12 @@ class AdminAccountForm(UserCreationForm):
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
-    """Says so when the login throttle refuses, instead of "wrong password"."""
+    """Says so when the login throttle refuses, instead of "wrong password"; and
+    when passwords are switched off ([oidc] local_login = false)."""
 
     def clean(self) -> dict[str, Any]:
+        if not settings.NEOTASK["oidc"]["local_login"]:
+            raise ValidationError(throttle.PASSWORDS_OFF, code="local_login_off")
         username = str(self.data.get("username", ""))
         if throttle.is_throttled(username, client_address(self.request)):
             raise ValidationError(throttle.REFUSED, code="throttled")

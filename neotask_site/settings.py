@@ -148,6 +148,8 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "neotask_site.throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Single sign-on ([oidc] in config.toml): answers only its callback.
+    "neotask_site.oidc.OIDCBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

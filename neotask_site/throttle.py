@@ -3,6 +3,9 @@ refused for a while, whatever the password (login page and admin alike). A
 wrong current password on a password-change page counts as a failed login of
 the account: guessing it there is no cheaper.
 
+The same gate refuses every password while they are switched off ([oidc]
+local_login = false: single sign-on only), on the admin's login page too.
+
 Counted in the cache, which is Redis on the team profile: every web process
 sees the same counts. The address is the client's (neotask_site.client_address:
 X-Forwarded-For only from NEOTASK_TRUSTED_PROXIES).
@@ -14,6 +17,7 @@ import hashlib
 import ipaddress
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
@@ -27,6 +31,7 @@ PER_ADDRESS = 20  # trying many accounts from one address
 REFUSED = (
     "Too many failed logins for this account or from this address. Wait 15 minutes, then try again."
 )
+PASSWORDS_OFF = "Passwords are switched off here: sign in with the button above."
 REFUSED_CHANGE = (
     "Too many wrong passwords for this account or from this address. "
     "Wait 15 minutes, then try again."
@@ -85,6 +90,8 @@ class LoginThrottleBackend(ModelBackend):
         password: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if password is not None and not settings.NEOTASK["oidc"]["local_login"]:
+            raise PermissionDenied(PASSWORDS_OFF)
         if request is not None and is_throttled(username or "", client_address(request)):
             raise PermissionDenied(REFUSED)
         return None

@@ -1,10 +1,8 @@
 from django.contrib import admin
-from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
 from monitoring import views as monitoring
-from neotask_site import views
-from neotask_site.forms import ThrottledAuthenticationForm
+from neotask_site import oidc, views
 
 admin.site.site_header = "Neotask administration"
 admin.site.site_title = "Neotask admin"
@@ -16,11 +14,16 @@ urlpatterns = [
     path("healthz", monitoring.healthz, name="healthz"),
     path("metrics", monitoring.prometheus_metrics, name="metrics"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
+    path("accounts/login/", oidc.SignIn.as_view(), name="login"),
+    # Single sign-on (neotask_site.oidc); the URL names are mozilla-django-oidc's.
+    path("accounts/oidc/start/", oidc.SignInStart.as_view(), name="oidc_authentication_init"),
     path(
-        "accounts/login/",
-        LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
-        name="login",
+        "accounts/oidc/callback/",
+        oidc.SignInCallback.as_view(),
+        name="oidc_authentication_callback",
     ),
+    # Before django.contrib.auth's: logs out at the provider too.
+    path("accounts/logout/", oidc.LogOut.as_view(), name="logout"),
     # Both password-change pages count wrong current passwords (neotask_site.throttle).
     path("accounts/password_change/", views.PasswordChange.as_view(), name="password_change"),
     path("accounts/", include("django.contrib.auth.urls")),

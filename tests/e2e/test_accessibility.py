@@ -8,10 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 
 from tests.programs import seeds
-from tests.support.browser import log_in, new_chat
+from tests.support.browser import log_in, new_chat, serious_violations
 from tests.support.processes import run_program
 from tests.support.scripted_llm import Reply
 
@@ -61,16 +60,6 @@ def page_paths(seeded: dict) -> list[str]:
         "/import/",
         f"/import/{seeded['import_job']}/",
         "/no-such-page/",
-    ]
-
-
-def serious_violations(page) -> list[str]:
-    results = Axe().run(page)
-    return [
-        f"{violation['id']} ({violation['impact']}): "
-        + ", ".join(" ".join(node["target"]) for node in violation["nodes"])
-        for violation in results.response["violations"]
-        if violation["impact"] in ("serious", "critical")
     ]
 
 

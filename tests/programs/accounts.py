@@ -50,3 +50,25 @@ def memory_file() -> None:
     """A new user with a MEMORY.md in their workspace."""
     user = get_user_model().objects.create_user("u")
     (workspace_dir(user.pk, "main") / "MEMORY.md").write_text("x")
+
+
+def group_with_permission(group: str, codename: str) -> None:
+    """The Django group `group`, granted the permission `codename` (as in the admin)."""
+    from django.contrib.auth.models import Group, Permission
+
+    Group.objects.get_or_create(name=group)[0].permissions.add(
+        Permission.objects.get(codename=codename)
+    )
+
+
+def account(username: str) -> dict[str, object] | None:
+    """What the app knows of `username`'s account; None if there is none."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        return None
+    return {
+        "email": user.email,
+        "has_password": user.has_usable_password(),
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+        "can_use_terminal": user.has_perm("agent.use_terminal"),
+    }

@@ -102,6 +102,12 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/accounts/login/", 200, htmx=False, username="alice", password="wrong"),
     ],
     "logout": lambda w, bob: post("/accounts/logout/", 302, htmx=False),
+    # Single sign-on is off in the suite's settings: no provider, no page
+    # (tests/test_single_sign_on.py tries them with one).
+    "oidc_authentication_init": lambda w, bob: get("/accounts/oidc/start/", 404, htmx=False),
+    "oidc_authentication_callback": lambda w, bob: get(
+        "/accounts/oidc/callback/", 404, htmx=False, code="alices-code", state="alices-state"
+    ),
     "password_change": lambda w, bob: [
         *get("/accounts/password_change/", 200, htmx=False),
         # Changes bob's own password, whatever the form is given.

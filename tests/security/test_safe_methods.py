@@ -31,6 +31,8 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "web-manifest": lambda w: ["/manifest.webmanifest"],
     "login": lambda w: ["/accounts/login/"],
     "logout": lambda w: [],
+    "oidc_authentication_init": lambda w: ["/accounts/oidc/start/"],
+    "oidc_authentication_callback": lambda w: ["/accounts/oidc/callback/?code=c&state=s"],
     "password_change": lambda w: ["/accounts/password_change/"],
     "password_change_done": lambda w: ["/accounts/password_change/done/"],
     "password_reset": lambda w: ["/accounts/password_reset/"],

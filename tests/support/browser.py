@@ -48,3 +48,16 @@ def send(page: Any, text: str) -> None:
     """Type `text` in the chat and press Enter."""
     page.fill("#input", text)
     page.press("#input", "Enter")
+
+
+def serious_violations(page: Any) -> list[str]:
+    """axe-core's serious and critical findings on the page, one line each."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page)
+    return [
+        f"{violation['id']} ({violation['impact']}): "
+        + ", ".join(" ".join(node["target"]) for node in violation["nodes"])
+        for violation in results.response["violations"]
+        if violation["impact"] in ("serious", "critical")
+    ]
