@@ -181,12 +181,10 @@ def test_it_still_changes_a_password(alice, alice_client):
 
 
 def documented_daphne(port: int) -> list[str]:
-    """The web worker's command line from docs/deploy.md, on `port`."""
-    docs = (ROOT / "docs" / "deploy.md").read_text()
-    [line] = re.findall(r"^daphne .*$", docs, re.MULTILINE)
-    argv = shlex.split(line)
-    argv[argv.index("-p") + 1] = str(port)
-    return [sys.executable, "-m", *argv]
+    """The web worker's command line from docs/deploy.md's systemd unit, on `port`."""
+    docs = re.sub(r"\\\n\s*", " ", (ROOT / "docs" / "deploy.md").read_text())  # joined lines
+    [line] = re.findall(r"^ExecStart=\S*/(daphne .*)$", docs, re.MULTILINE)
+    return [sys.executable, "-m", *shlex.split(line.replace("%i", str(port)))]
 
 
 def documented_trusted_proxies() -> str:
