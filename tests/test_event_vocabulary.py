@@ -66,7 +66,8 @@ def kinds(events: list[Event]) -> list[str]:
 
 
 def test_it_shows_the_model_the_exchange_and_a_compaction_as_its_summary(alice, session):
-    system, *history = build_messages(alice, str(session.pk), "")
+    instructions, system, *history = build_messages(alice, str(session.pk), "")
+    assert instructions["role"] == system["role"] == "system"
     assert history == [
         {"role": "user", "content": said_by(EventType.USER_MESSAGE)},
         {
