@@ -23,6 +23,8 @@ def test_it_highlights_copies_and_names_the_chat(page, e2e_llm):
     # The header and the window title follow the title the first message gave the chat.
     page.locator("#chat-title:has-text('Write a greeting function')").wait_for()
     assert page.title() == "Write a greeting function · Neotask"
+    # Not cut short by the header's other controls (they wrap first).
+    assert page.locator("#chat-title").evaluate("e => e.scrollWidth <= e.clientWidth")
 
     # Highlighted on the server, coloured by the theme's CSS.
     keyword = answer.locator("pre code span.k").first
@@ -32,7 +34,14 @@ def test_it_highlights_copies_and_names_the_chat(page, e2e_llm):
         "e => getComputedStyle(e).color"
     )
 
-    # A copy button on the streamed answer's code block and on the answer.
+    # A copy button on the streamed answer's code block and on the answer, never
+    # over the code, however narrow the block.
+    page.set_viewport_size({"width": 420, "height": 800})
+    button_box = answer.locator("pre button.copy").bounding_box()
+    code_box = answer.locator("pre code").bounding_box()
+    assert button_box and code_box
+    assert button_box["y"] + button_box["height"] <= code_box["y"]
+    page.set_viewport_size({"width": 1280, "height": 800})
     answer.locator("pre button.copy").click()
     assert page.evaluate("navigator.clipboard.readText()") == (
         "def greet(name):\n    return f'hi {name}'"
