@@ -36,6 +36,7 @@ from neotask_site.models import Change
 from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, forgetting, runner, views
 from sessions_app.commands import parse_command
+from sessions_app.forms import ChatTitleForm
 from sessions_app.models import Agent, ApiToken, Session
 
 SESSIONS_PER_PAGE = 50
@@ -367,6 +368,21 @@ def delete_chat(request: ApiRequest, key: str) -> HttpResponse:
         raise ApiError(409, str(exc)) from None
 
 
+def rename_chat(request: ApiRequest, key: str) -> HttpResponse:
+    """`{"title": "..."}`: every session of the chat, as the chat header's form does."""
+    title = json_body(request).get("title")
+    if not isinstance(title, str):
+        raise ApiError(400, 'Send the new title as a string: {"title": "..."}.')
+    form = ChatTitleForm({"title": title})
+    if not form.is_valid():
+        raise ApiError(400, " ".join(form.errors["title"]))
+    try:
+        session = chat.rename_chat(request.user, key, form.cleaned_data["title"])
+    except chat.ChatError:
+        raise Http404 from None
+    return JsonResponse(session_dict(session))
+
+
 def row_id(pk: str) -> int:
     """A numeric id from the URL; anything else names nothing (404)."""
     if not pk.isascii() or not pk.isdigit() or len(pk) > 18:
@@ -467,7 +483,7 @@ async def post_message(request: ApiRequest, pk: str) -> HttpResponse:
 
 sessions_view = endpoint(GET=list_sessions, POST=start_session)
 session_view = endpoint(GET=read_session, DELETE=delete_session)
-chat_view = endpoint(DELETE=delete_chat)
+chat_view = endpoint(PATCH=rename_chat, DELETE=delete_chat)
 event_view = endpoint(DELETE=delete_event)
 turn_view = endpoint(DELETE=delete_turn)
 facts_view = endpoint(GET=list_facts)

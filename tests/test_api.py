@@ -280,6 +280,44 @@ def test_it_deletes_a_session_and_its_events(alice, api, session):
     assert api.delete(f"/api/v1/sessions/{session.pk}/").status_code == 404
 
 
+def patch_json(client: Client, path: str, body: object) -> object:
+    return client.patch(path, json.dumps(body), content_type="application/json")
+
+
+def test_it_renames_a_chat_and_all_its_sessions(alice, bob, api, session):
+    archived = Session.objects.create(
+        owner=alice, agent=session.agent, key=session.key, status="archived"
+    )
+    bobs = chat.start_chat(bob)
+    response = patch_json(api, f"/api/v1/chats/{session.key}/", {"title": "  Trip plans "})
+    assert response.status_code == 200
+    assert response.json()["title"] == "Trip plans"
+    titles = Session.objects.filter(pk__in=[session.pk, archived.pk]).values_list("title")
+    assert {title for (title,) in titles} == {"Trip plans"}
+    # Bob's chat is not alice's to name, and an unknown key names nothing.
+    assert patch_json(api, f"/api/v1/chats/{bobs.key}/", {"title": "Mine"}).status_code == 404
+    assert patch_json(api, "/api/v1/chats/agent:main:web:nope/", {"title": "x"}).status_code == 404
+    bobs.refresh_from_db()
+    assert bobs.title != "Mine"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({}, "Send the new title as a string"),
+        ({"title": 5}, "Send the new title as a string"),
+        ({"title": "   "}, "Give the chat a title."),
+        ({"title": "x" * 1000}, "A title can have at most"),
+    ],
+)
+def test_it_refuses_bad_chat_titles(api, session, body, error):
+    response = patch_json(api, f"/api/v1/chats/{session.key}/", body)
+    assert response.status_code == 400
+    assert error in response.json()["error"]
+    session.refresh_from_db()
+    assert session.title == ""
+
+
 def test_it_downloads_the_transcript_as_jsonl(alice, alice_client, api, session):
     recording.record(alice, str(session.pk), "assistant_response", {"content": "Olá — fine"})
     stored = Event.objects.filter(session_id=str(session.pk)).order_by("id")
