@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from memory.files import indexing, paths
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
@@ -36,6 +38,10 @@ from neotask_site.models import Change
 from neotask_site.ownership import Owner
 
 BATCH = 500  # ids per `IN (...)`: far below SQLite's limit on parameters
+# How long the deletion log is kept. An index that has not synced for longer
+# keeps such a vector in memory, but never returns it: its hits are checked
+# against the table (NumpyIndex.deleted).
+FORGOTTEN_KEPT = timedelta(days=7)
 
 
 class NothingToForget(LookupError):
@@ -270,3 +276,10 @@ def forget_memory_file(owner: Owner, agent: str, path: str, actor: Actor) -> For
             lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),
         )
     return Forgotten(files=1, recalls=recalls)
+
+
+def prune_forgotten() -> int:
+    """The daily job: drop the deletion log's entries older than FORGOTTEN_KEPT."""
+    cutoff = timezone.now() - FORGOTTEN_KEPT
+    deleted, _ = ForgottenEvent.objects.filter(forgotten_at__lt=cutoff).delete()
+    return deleted

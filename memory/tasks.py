@@ -37,6 +37,7 @@ SWEEP_SCHEDULE = "memory: embed missing events"
 SWEEP_GRACE = timedelta(minutes=1)
 FILES_SCHEDULE = "memory: re-index changed memory files"
 ANALYZE_SCHEDULE = "database: refresh planner statistics"
+PRUNE_SCHEDULE = "memory: prune the log of deleted events"
 
 
 def backoff(attempts: int) -> timedelta:
@@ -263,6 +264,7 @@ def install_schedules(sender: object, **kwargs: object) -> None:
         (SWEEP_SCHEDULE, "memory.tasks.sweep", 1),
         (FILES_SCHEDULE, "memory.files.indexing.index_all_workspaces", 1),
         (ANALYZE_SCHEDULE, "memory.tasks.analyze_database", 60),
+        (PRUNE_SCHEDULE, "memory.forgetting.prune_forgotten", 24 * 60),
     ]:
         Schedule.objects.update_or_create(
             name=name,

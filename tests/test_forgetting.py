@@ -15,8 +15,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
+from django_q.models import Schedule
 
 from agent.models import ApprovalRequest
+from memory import forgetting as memory_forgetting
 from memory import recording
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
@@ -159,6 +161,25 @@ def test_it_drops_a_forgotten_vector_from_an_index_of_another_process(alice, cha
     assert elsewhere.count() == 1
     assert forgotten.pk not in elsewhere.position
     assert [i for i, _ in elsewhere.search(axis(0), 5)] == [kept.pk]
+
+
+def test_it_prunes_the_deletion_log_and_an_index_still_never_returns_a_deleted_row(alice, chat):
+    from memory import tasks
+
+    kept, forgotten = say(alice, chat, "kept"), say(alice, chat, "forgotten")
+    embedded(kept, axis(1))
+    embedded(forgotten, axis(0))
+    stale = NumpyIndex(alice.pk, "main")  # has not synced since before the deletion
+    assert stale.count() == 2
+    forgetting.delete_message(alice, forgotten.pk)
+    old = timezone.now() - memory_forgetting.FORGOTTEN_KEPT - timedelta(minutes=1)
+    ForgottenEvent.objects.update(forgotten_at=old)
+    recent = ForgottenEvent.objects.create(owner=alice, agent="main", event_id=10**9)
+    assert memory_forgetting.prune_forgotten() == 1
+    assert list(ForgottenEvent.objects.all()) == [recent]
+    assert Schedule.objects.filter(name=tasks.PRUNE_SCHEDULE).exists()
+    # The log no longer names the row, but the hit is checked against the table.
+    assert [i for i, _ in stale.search(axis(0), 5)] == [kept.pk]
 
 
 def test_it_drops_deleted_messages_from_working_memory(alice, chat, turns):
