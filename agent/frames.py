@@ -102,6 +102,19 @@ class Error(Frame):
 
 
 @dataclass(frozen=True)
+class Refused(Frame):
+    """An input refused by a quota (sessions_app.quotas) and not stored: an error
+    frame that says which `limit`, when to try again, and hands the sender's
+    `text` back (the chat page puts it back into the message box)."""
+
+    type: ClassVar[str] = "error"
+    message: str
+    limit: str
+    retry_after: int
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class Notice(Frame):
     type: ClassVar[str] = "notice"
     text: str

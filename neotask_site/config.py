@@ -192,6 +192,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "hint_confidence": Option(0.7, between(0.0, 1.0)),
         "min_uses": Option(3, at_least(1)),
     },
+    # Each user's limits (sessions_app.quotas), unless a group quota gives more; 0 = none.
+    "quotas": {
+        "messages_per_minute": Option(0, at_least(0)),
+        "tokens_per_day": Option(0, at_least(0)),
+    },
 }
 
 SCHEDULED_TASK_KEYS: dict[str, Option] = {

@@ -33,7 +33,7 @@ from neotask_site.history import Actor, record_change, snapshot
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
-from sessions_app import runner
+from sessions_app import quotas, runner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 from sessions_app.models import Agent, Session
 
@@ -160,6 +160,7 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
             wait=True,
             trusted=task.is_trusted,
             approval_timeout=APPROVAL_TIMEOUT_SECONDS,
+            scheduled=True,
         )
         assert result is not None  # wait=True: the turn's outcome
         for request in result.approvals:
@@ -167,6 +168,10 @@ def run_task(task: ScheduledTask, now: datetime) -> TaskRun:
         outcome = TaskRun(
             str(task.pk), task.name, owner.username, result.status, result.error or result.answer
         )
+    except quotas.QuotaExceeded as exc:  # the owner's day is used up: not run, said why
+        note = f'The scheduled task "{task.name}" did not run: {exc}'
+        record(task, session_id, agent_name, EventType.ERROR, note, "task_refused")
+        outcome = TaskRun(str(task.pk), task.name, owner.username, "failed", note)
     except Exception as exc:
         log.exception("scheduled task %s failed", task.pk)
         note = f'The scheduled task "{task.name}" failed: {type(exc).__name__}: {exc}'

@@ -1,11 +1,21 @@
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin
+from django.contrib.auth.models import Group
 from django.http import HttpRequest
 
 from memory.workspace import validate_agent_name
 from neotask_site.ownership import OwnedAdmin
-from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
+from sessions_app.models import (
+    Agent,
+    ApiToken,
+    ChatClaim,
+    ChatInput,
+    DailyUsage,
+    GroupQuota,
+    Session,
+)
 
 
 @admin.register(Agent)
@@ -81,3 +91,34 @@ class ChatClaimAdmin(OwnedAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+@admin.register(DailyUsage)
+class DailyUsageAdmin(OwnedAdmin):
+    """Usage by day: kept by the chat itself (sessions_app.quotas). Read-only;
+    deleting a row gives its user that day's quota back."""
+
+    list_display = ["day", "owner", "messages", "tokens"]
+    list_filter = ["day", "owner"]
+    search_fields = ["owner__username"]
+    date_hierarchy = "day"
+    readonly_fields = [f.name for f in DailyUsage._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class GroupQuotaInline(admin.StackedInline):
+    model = GroupQuota
+    can_delete = True
+    verbose_name = "quota"
+    verbose_name_plural = "quota (instead of the [quotas] defaults; 0 = no limit)"
+
+
+# Quotas are set on the group they apply to.
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class GroupWithQuotaAdmin(GroupAdmin):
+    inlines = [GroupQuotaInline]

@@ -34,7 +34,7 @@ from neotask_site.forms import HistoryFilterForm
 from neotask_site.history import Actor
 from neotask_site.models import Change
 from neotask_site.ownership import Owner, get_owned_or_404
-from sessions_app import chat, forgetting, runner, views
+from sessions_app import chat, forgetting, quotas, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.forms import ChatTitleForm
 from sessions_app.models import Agent, ApiToken, Session
@@ -464,7 +464,16 @@ async def post_message(request: ApiRequest, pk: str) -> HttpResponse:
             "This session is archived; post to the active session of its chat.",
             active_session=str(successor.pk) if successor else None,
         )
-    outcome = await runner.submit(request.user, session.key, text, commands=False, wait=True)
+    try:
+        outcome = await runner.submit(request.user, session.key, text, commands=False, wait=True)
+    except quotas.QuotaExceeded as exc:  # not stored: the client may send it again later
+        raise ApiError(
+            429,
+            str(exc),
+            headers={"Retry-After": str(exc.retry_after)},
+            limit=exc.limit,
+            retry_after=exc.retry_after,
+        ) from None
     assert outcome is not None
     return JsonResponse(
         {

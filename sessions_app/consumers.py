@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
 from neotask_site.ownership import Owner
-from sessions_app import broadcast, chat, deactivation, runner
+from sessions_app import broadcast, chat, deactivation, quotas, runner
 from sessions_app.turns import RetryError, check_retry
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             text = chat.check_message(frame.get("text"))
         except ValueError as exc:
             return await self.reply(Error(str(exc)))
-        await runner.submit(self.owner, self.key, text, self.reply)
+        try:
+            await runner.submit(self.owner, self.key, text, self.reply)
+        except quotas.QuotaExceeded as exc:  # not stored: the page puts the text back
+            await self.reply(exc.frame(text))
 
     async def on_approval(self, frame: dict[str, Any]) -> None:
         request_id, decision = frame.get("request_id"), frame.get("decision")
@@ -139,7 +142,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except RetryError as exc:
             return await self.error(str(exc))
         assert isinstance(event_id, int)  # find_retry found it
-        await runner.retry(self.owner, self.key, event_id, message.text)
+        try:
+            await runner.retry(self.owner, self.key, event_id, message.text)
+        except quotas.QuotaExceeded as exc:
+            await self.reply(exc.frame())
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         await runner.submit(self.owner, self.key, "/stop", self.reply)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Exists, F, OuterRef, Q
@@ -543,3 +544,46 @@ class ChatClaim(OwnedModel):
                     {"content": LOST, "kind": "server_stopped"},
                 )
         return running
+
+
+class GroupQuota(models.Model):
+    """Limits for the members of a Django group, instead of the [quotas] defaults
+    (sessions_app.quotas: the most generous of a user's groups wins)."""
+
+    group = models.OneToOneField(Group, on_delete=models.CASCADE, related_name="quota")
+    messages_per_minute = models.PositiveIntegerField(
+        default=0, help_text="Messages a member may send in a minute; 0 = no limit."
+    )
+    tokens_per_day = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Model tokens (prompt and answer) a member may use a day; 0 = no limit.",
+    )
+
+    def __str__(self) -> str:
+        return f"Quota of {self.group}"
+
+
+class DailyUsage(OwnedModel):
+    """What a user's inputs cost on one day (the site's time zone): messages and
+    model tokens, and the current minute's messages (window_start, window_messages),
+    all kept by sessions_app.quotas in single statements."""
+
+    day = models.DateField()
+    messages = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    # The per-minute limit's window: it opens with the first message after the
+    # last one closed, and counts the messages sent in it.
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_messages = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-day", "owner_id"]
+        verbose_name = "usage by day"
+        verbose_name_plural = "usage by day"
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "day"], name="dailyusage_owner_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner} on {self.day}"

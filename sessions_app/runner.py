@@ -31,7 +31,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from agent import approvals
 from agent.frames import (
@@ -52,7 +52,7 @@ from agent.llm import Usage
 from memory.models import EventType
 from monitoring import counters, logs
 from neotask_site.ownership import Owner
-from sessions_app import meter, turns
+from sessions_app import meter, quotas, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.commands import HELP, Command, parse_command, run_tool
@@ -82,12 +82,15 @@ async def submit(
     wait: bool = False,
     trusted: bool = False,
     approval_timeout: float | None = None,
+    scheduled: bool = False,
 ) -> Outcome | None:
     """`text` (already checked by chat.check_message) arrives in the chat `key`.
 
     `reply` answers the sender alone (the commands that answer at once). With `wait`, the
     input's `Outcome` once it has run (the API and the scheduler); else the
-    run goes on in the background and its frames reach the chat's tabs."""
+    run goes on in the background and its frames reach the chat's tabs.
+    Raises quotas.QuotaExceeded, having stored nothing, when the owner's quota
+    is used up (a `scheduled` run is not held to the per-minute limit)."""
     command = parse_command(text) if commands else None
     kind, body, typed = ChatInput.Kind.MESSAGE, text, ""
     if command is not None:
@@ -104,7 +107,7 @@ async def submit(
         "approval_timeout": approval_timeout,
         "awaited": wait,
     }
-    return await queue(owner, key, fields, wait=wait)
+    return await queue(owner, key, fields, wait=wait, paced=not scheduled)
 
 
 async def retry(owner: Owner, key: str, event_id: int, text: str) -> None:
@@ -114,11 +117,17 @@ async def retry(owner: Owner, key: str, event_id: int, text: str) -> None:
     await queue(owner, key, fields)
 
 
-def enqueue(owner: Owner, key: str, fields: dict[str, Any]) -> tuple[ChatInput, Holder | None]:
-    """The input stored, and the chat's claim tried, in one trip to the database:
-    the common case, a chat nobody is answering in, costs no more. The holder
-    that took it, with the first input of the queue started."""
-    item = ChatInput.objects.create(owner=owner, key=key, **fields)
+def enqueue(
+    owner: Owner, key: str, fields: dict[str, Any], *, paced: bool = True
+) -> tuple[ChatInput, Holder | None]:
+    """The input counted against its owner's quota and stored, and the chat's
+    claim tried, in one trip to the database: the common case, a chat nobody is
+    answering in, costs no more. The holder that took it, with the first input
+    of the queue started. Raises quotas.QuotaExceeded, having stored nothing."""
+    with transaction.atomic():  # a refused input is not stored; a failed store not counted
+        if quotas.counts(fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")):
+            quotas.admit(owner, paced=paced)
+        item = ChatInput.objects.create(owner=owner, key=key, **fields)
     claim = ChatClaim.objects.take(owner.pk, key)
     if claim is None:
         return item, None
@@ -128,11 +137,11 @@ def enqueue(owner: Owner, key: str, fields: dict[str, Any]) -> tuple[ChatInput, 
 
 
 async def queue(
-    owner: Owner, key: str, fields: dict[str, Any], *, wait: bool = False
+    owner: Owner, key: str, fields: dict[str, Any], *, wait: bool = False, paced: bool = True
 ) -> Outcome | None:
     """The input stored; run here if the chat's claim is free, else announced
     and left to its holder. With `wait`, its `Outcome` once it has run."""
-    item, holder = await database_sync_to_async(enqueue)(owner, key, fields)
+    item, holder = await database_sync_to_async(enqueue)(owner, key, fields, paced=paced)
     if not wait:
         background(start(owner, key, item, holder))
         return None

@@ -41,6 +41,7 @@ from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
+from sessions_app import quotas
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.meter import TokenMeter, meter, next_messages, read_meter, reading
@@ -184,10 +185,11 @@ def account(
     counted: int,
     endpoint: Endpoint,
 ) -> tuple[TokenMeter, bool]:
-    """After a turn, in one trip to the database: its usage added to the session's,
-    the meter read (the next prompt, `counted` tokens), and whether it is full
-    enough to compact."""
+    """After a turn, in one trip to the database: its usage added to the session's
+    and to its owner's day (quotas), the meter read (the next prompt, `counted`
+    tokens), and whether it is full enough to compact."""
     session.add_usage(usage)  # one turn at a time per chat: nobody else adds to it
+    quotas.add_tokens(session.owner_id, usage.input + usage.output)
     readings = reading(session, prompt, counted, endpoint)
     return readings, should_compact(readings, session)
 

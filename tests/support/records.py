@@ -22,7 +22,15 @@ from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, Memor
 from monitoring.models import Counter
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
-from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
+from sessions_app.models import (
+    Agent,
+    ApiToken,
+    ChatClaim,
+    ChatInput,
+    DailyUsage,
+    GroupQuota,
+    Session,
+)
 
 # Neotask's own apps; every model of theirs that holds user data is in OWNED_MODELS.
 PROJECT_APPS = [
@@ -35,7 +43,7 @@ PROJECT_APPS = [
     "monitoring",
 ]
 # The site's own settings and counters, no one's data (no owner, no user in them).
-SITE_MODELS = [ModelProvider, Counter]
+SITE_MODELS = [ModelProvider, Counter, GroupQuota]
 OWNED_MODELS = [
     Agent,
     Session,
@@ -54,6 +62,7 @@ OWNED_MODELS = [
     ChatClaim,
     ForgottenEvent,
     Change,
+    DailyUsage,
 ]
 
 
@@ -110,6 +119,8 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
             action=Change.Action.CREATED,
             new_value={"value": f"blue {tag}"},
         ),
+        # One row a day: a second make_rows for the same owner shares it.
+        DailyUsage: DailyUsage.objects.get_or_create(owner=owner, day=timezone.localdate())[0],
     }
 
 

@@ -31,7 +31,7 @@ from neotask_site.history import Actor
 from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app import chat
-from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
+from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, DailyUsage, Session
 from tests.support.records import OWNED_MODELS
 
 MARK = "alice-secret-7f3a"
@@ -221,6 +221,9 @@ def build_alice(alice: User) -> World:
             ChatClaim: ChatClaim.objects.create(owner=alice, key=active.key),
             ForgottenEvent: ForgottenEvent.objects.create(owner=alice, event_id=0),
             Change: Change.objects.owned_by(alice).get(subject_id=str(fact.pk)),
+            DailyUsage: DailyUsage.objects.create(
+                owner=alice, day=timezone.localdate(), messages=3, tokens=123_457
+            ),
         },
     )
 

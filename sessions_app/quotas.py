@@ -1,0 +1,199 @@
+"""Quotas: how many messages a user may send a minute and how many model tokens
+(prompt and answer) they may use a day.
+
+A user's limits are the `[quotas]` defaults of config.toml, unless one of their
+groups has a `GroupQuota`: then the most generous of those groups' limits apply
+(0 is no limit, the most generous of all). Superusers have none.
+
+Only inputs that make the model work count (a message, a retry, /new with a
+message); commands answered at once do not. `admit` counts one in the
+transaction that stores it (sessions_app.runner.enqueue), with one
+`INSERT … ON CONFLICT … DO UPDATE … WHERE` on the user's `DailyUsage` row: when
+a limit is reached the statement changes nothing, the input is refused before
+it is stored, and two requests at once cannot both take the last place (the
+database serialises them on the row). Scheduled runs are counted but not held
+to the per-minute limit: nobody is typing them. `add_tokens` adds a turn's
+tokens once it ran; the next input is refused once the day's reach the limit.
+
+Days are the site's (settings.TIME_ZONE), as for the daily session reset.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from agent.frames import Refused
+from neotask_site.ownership import Owner
+from sessions_app.models import ChatInput, DailyUsage, GroupQuota
+
+WINDOW = timedelta(minutes=1)
+MESSAGES_PER_MINUTE = "messages_per_minute"
+TOKENS_PER_DAY = "tokens_per_day"
+
+
+@dataclass(frozen=True)
+class Limits:
+    messages_per_minute: int = 0  # 0: no limit
+    tokens_per_day: int = 0
+
+
+class QuotaExceeded(Exception):
+    """An input refused, and not stored: which limit, and in how many seconds
+    the user may send again."""
+
+    def __init__(self, message: str, limit: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = retry_after
+
+    def frame(self, text: str = "") -> Refused:
+        """The chat's error frame, handing the refused `text` back to the sender."""
+        return Refused(str(self), self.limit, self.retry_after, text)
+
+
+def limits_for(owner: Owner) -> Limits:
+    if owner.is_superuser:
+        return Limits()
+    groups = list(
+        GroupQuota.objects.filter(group__user=owner).values_list(
+            MESSAGES_PER_MINUTE, TOKENS_PER_DAY
+        )
+    )
+    if not groups:
+        defaults = settings.NEOTASK["quotas"]
+        return Limits(defaults[MESSAGES_PER_MINUTE], defaults[TOKENS_PER_DAY])
+    return Limits(
+        most_generous(limit for limit, _ in groups), most_generous(limit for _, limit in groups)
+    )
+
+
+def most_generous(limits: Iterable[int]) -> int:
+    values = list(limits)
+    return 0 if 0 in values else max(values)
+
+
+def counts(kind: str, text: str) -> bool:
+    """Whether an input of `kind` makes the model work (a bare /new does not)."""
+    return kind in (ChatInput.Kind.MESSAGE, ChatInput.Kind.RETRY) or bool(
+        kind == ChatInput.Kind.RESET and text
+    )
+
+
+def admit(owner: Owner, *, paced: bool = True, now: datetime | None = None) -> None:
+    """Count one input of `owner`'s, or raise QuotaExceeded having counted
+    nothing. `paced`: held to the per-minute limit (a person's input, not a
+    scheduled run's). Call it in the transaction that stores the input."""
+    limits = limits_for(owner)
+    now = now or timezone.now()
+    day = timezone.localdate(now)
+    ops = connection.ops
+    quote = ops.quote_name
+    table = quote(DailyUsage._meta.db_table)
+
+    def column(name: str) -> str:
+        return f"{table}.{quote(name)}"
+
+    start, count = column("window_start"), column("window_messages")
+    edge = ops.adapt_datetimefield_value(now - WINDOW)
+    at = ops.adapt_datetimefield_value(now)
+    # A window opens with the first message after the last one closed.
+    closed = f"({start} IS NULL OR {start} <= %s)"
+    updates = [f"{quote('messages')} = {column('messages')} + 1"]
+    params: list[Any] = []
+    if paced:
+        updates += [
+            f"{quote('window_start')} = CASE WHEN {closed} THEN %s ELSE {start} END",
+            f"{quote('window_messages')} = CASE WHEN {closed} THEN 1 ELSE {count} + 1 END",
+        ]
+        params += [edge, at, edge]
+    conditions = []
+    if paced and limits.messages_per_minute:
+        conditions.append(f"({closed} OR {count} < %s)")
+        params += [edge, limits.messages_per_minute]
+    if limits.tokens_per_day:
+        conditions.append(f"{column('tokens')} < %s")
+        params.append(limits.tokens_per_day)
+    sql = (
+        f"INSERT INTO {table} ({quote('owner_id')}, {quote('day')}, {quote('messages')}, "
+        f"{quote('tokens')}, {quote('window_start')}, {quote('window_messages')}, "
+        f"{quote('created_at')}) VALUES (%s, %s, 1, 0, %s, %s, %s) "
+        f"ON CONFLICT ({quote('owner_id')}, {quote('day')}) DO UPDATE SET {', '.join(updates)}"
+        + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
+    )
+    values: list[Any] = [
+        owner.pk,
+        ops.adapt_datefield_value(day),
+        at if paced else None,
+        int(paced),
+        at,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values + params)
+        admitted = cursor.rowcount == 1
+    if not admitted:
+        raise refusal(DailyUsage.objects.get(owner=owner, day=day), limits, now)
+
+
+def refusal(usage: DailyUsage, limits: Limits, now: datetime) -> QuotaExceeded:
+    """Why `usage` has no room for another input, and for how long."""
+    if limits.tokens_per_day and usage.tokens >= limits.tokens_per_day:
+        wait = seconds_to_next_day(now)
+        return QuotaExceeded(
+            f"You've used your {limits.tokens_per_day:,} tokens for today; "
+            f"try again in {duration(wait)}.",
+            TOKENS_PER_DAY,
+            wait,
+        )
+    assert usage.window_start is not None  # a full window has started
+    wait = max(1, math.ceil((usage.window_start + WINDOW - now).total_seconds()))
+    return QuotaExceeded(
+        f"You've sent {usage.window_messages} messages this minute; try again in {wait} s.",
+        MESSAGES_PER_MINUTE,
+        wait,
+    )
+
+
+def add_tokens(owner_id: int, tokens: int, now: datetime | None = None) -> None:
+    """Add a turn's tokens to its owner's day, in one statement (another
+    process may be adding to the same day)."""
+    if tokens <= 0:
+        return
+    now = now or timezone.now()
+    ops = connection.ops
+    quote = ops.quote_name
+    table = quote(DailyUsage._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} ({quote('owner_id')}, {quote('day')}, {quote('messages')}, "
+        f"{quote('tokens')}, {quote('window_messages')}, {quote('created_at')}) "
+        f"VALUES (%s, %s, 0, %s, 0, %s) "
+        f"ON CONFLICT ({quote('owner_id')}, {quote('day')}) "
+        f"DO UPDATE SET {quote('tokens')} = {table}.{quote('tokens')} + %s"
+    )
+    day = ops.adapt_datefield_value(timezone.localdate(now))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [owner_id, day, tokens, ops.adapt_datetimefield_value(now), tokens])
+
+
+def seconds_to_next_day(now: datetime) -> int:
+    """Until the site's next midnight, when the day's tokens start again."""
+    zone = timezone.get_current_timezone()
+    tomorrow = timezone.localdate(now) + timedelta(days=1)
+    midnight = datetime.combine(tomorrow, time(0), tzinfo=zone)
+    return max(1, math.ceil((midnight - now).total_seconds()))
+
+
+def duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = math.ceil(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
