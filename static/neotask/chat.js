@@ -182,6 +182,8 @@
         break;
       case "error":
         note(frame.message, "error");
+        // A message refused by a quota was not stored: back into the box, to send later.
+        if (frame.limit && frame.text) giveBack(frame.text);
         break;
       case "meter":
         renderMeter(frame.meter);
@@ -240,6 +242,12 @@
     }
     note("Not connected — try again in a moment.", "error");
     return false;
+  }
+
+  function giveBack(text) {
+    input.value = input.value.trim() ? `${text}\n${input.value}` : text;
+    autosize();
+    input.focus();
   }
 
   function autosize() {

@@ -72,3 +72,16 @@ def account(username: str) -> dict[str, object] | None:
         "groups": sorted(user.groups.values_list("name", flat=True)),
         "can_use_terminal": user.has_perm("agent.use_terminal"),
     }
+
+
+def limited_user(username: str, password: str, messages_per_minute: int) -> None:
+    """A new user with `password`, in a group whose quota allows
+    `messages_per_minute` (and any number of tokens)."""
+    from django.contrib.auth.models import Group
+
+    from sessions_app.models import GroupQuota
+
+    user = get_user_model().objects.create_user(username, password=password)
+    group = Group.objects.create(name=f"{username} quota")
+    GroupQuota.objects.create(group=group, messages_per_minute=messages_per_minute)
+    user.groups.add(group)
