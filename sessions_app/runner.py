@@ -7,7 +7,9 @@ a message, /new and /reset, /compact, a retry — is stored as a `ChatInput` and
 run in order, one at a time, by whichever process holds the chat's claim
 (`ChatClaim`: a conditional UPDATE with a random token and a lease the holder
 renews). What an input does to the chat is decided in sessions_app.turns; here
-it is only leased, run and broadcast.
+it is only leased, run and broadcast. An input is counted against its owner's
+quota (sessions_app.quotas) in the transaction that stores it: a refused one is
+never stored, and its sender is told (quotas.QuotaExceeded).
 
 A process that cannot take the claim leaves its input queued, says so to the
 chat's tabs, and waits (`wait_for`): the holder runs the input next, or, if the

@@ -22,7 +22,7 @@ from sessions_app.quotas import Limits, QuotaExceeded
 from tests.support.records import make_task
 from tests.support.scripted_llm import Reply
 from tests.support.web import client_for
-from tests.support.websocket import connect, receive, send, until
+from tests.support.websocket import connect, kinds, receive, send, stored, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,6 +131,21 @@ async def test_it_hands_a_refused_chat_message_back_in_an_error_frame(alice, llm
     await ws.disconnect()
     assert await sync_to_async(stored_messages)(alice) == ["first"]
     assert not await ChatInput.objects.filter(owner=alice).aexists()
+
+
+async def test_it_counts_retries_but_not_a_bare_new(alice, llm, configure):
+    configure("quotas", messages_per_minute=1)
+    session = await sync_to_async(chat.start_chat)(alice)
+    ws = await connect(alice, session.key)
+    await send(ws, type="message", text="will fail")  # nothing scripted: the LLM answers 500
+    failed = stored(await until(ws), "error")
+    await send(ws, type="retry", event_id=failed["id"])
+    frame = await receive(ws)
+    assert (frame["type"], frame["limit"], frame["text"]) == ("error", "messages_per_minute", "")
+    await send(ws, type="message", text="/new")  # a fresh session, no model work
+    assert "error" not in kinds(await until(ws))
+    await ws.disconnect()
+    assert (await sync_to_async(usage_of)(alice)).messages == 1
 
 
 # Who gets which limits -------------------------------------------------------------
