@@ -375,7 +375,7 @@ def rename_chat(request: ApiRequest, key: str) -> HttpResponse:
         raise ApiError(400, 'Send the new title as a string: {"title": "..."}.')
     form = ChatTitleForm({"title": title})
     if not form.is_valid():
-        raise ApiError(400, " ".join(form.errors["title"]))
+        raise ApiError(400, " ".join(str(error) for error in form.errors["title"]))
     try:
         session = chat.rename_chat(request.user, key, form.cleaned_data["title"])
     except chat.ChatError:
