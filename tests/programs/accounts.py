@@ -72,3 +72,9 @@ def account(username: str) -> dict[str, object] | None:
         "groups": sorted(user.groups.values_list("name", flat=True)),
         "can_use_terminal": user.has_perm("agent.use_terminal"),
     }
+
+
+def user_token(username: str) -> str:
+    """A new API token of the user `username`, who is made if new."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    return ApiToken.issue(user, "openai client")[1]
