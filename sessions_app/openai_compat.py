@@ -21,9 +21,11 @@ sessions_app.openai_views.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,7 @@ HASH_LENGTH = 16  # hex digits of the first message's hash in a chat's key
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 MAX_TOOLS = 128  # OpenAI's limit
 SYSTEM_ROLES = ("system", "developer")
+MAX_CLIENT_BYTES = 256 * 1024  # what a request adds to its input: system, tools, results
 ROLES = (*SYSTEM_ROLES, "user", "assistant", "tool")
 
 
@@ -112,19 +115,20 @@ def model_id(agent: str) -> str:
 
 
 def model_list(owner: Owner) -> dict[str, Any]:
-    """GET /v1/models: one model per agent of the owner (`main` always)."""
-    Agent.objects.default_for(owner)
-    agents = Agent.objects.owned_by(owner).order_by("name")
+    """GET /v1/models: one model per agent of the owner; `main` always (a GET
+    creates no row: its agent is made when a chat first uses it)."""
+    created = dict(Agent.objects.owned_by(owner).values_list("name", "created_at"))
+    names = sorted({DEFAULT_AGENT, *created})
     return {
         "object": "list",
         "data": [
             {
-                "id": model_id(agent.name),
+                "id": model_id(name),
                 "object": "model",
-                "created": int(agent.created_at.timestamp()),
+                "created": int(created[name].timestamp()) if name in created else 0,
                 "owned_by": "neotask",
             }
-            for agent in agents
+            for name in names
         ],
     }
 
@@ -182,6 +186,7 @@ def parse_request(owner: Owner, body: dict[str, Any], chat_name: str | None) -> 
             400, "The last message must be the user's or a tool's result.", param="messages"
         )
     client = ClientTurn(system=system, tools=tools, results=results)
+    check_storable(client)
     # Results go to a chat that handed out calls: none is started for them.
     key = chat_key(owner, agent, chat_name or user, first, start=not results)
     if results:
@@ -228,6 +233,37 @@ def check_message(message: Any, index: int) -> tuple[str, str, dict[str, Any]]:
             texts.append(str(part.get("text") or ""))
         return role, "".join(texts), message
     raise OpenAIError(400, f"{where}.content must be a string or text parts.", param=where)
+
+
+def strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from strings(item)
+
+
+def check_storable(client: ClientTurn) -> None:
+    """What the client sent is stored with its input (ChatInput.client): PostgreSQL
+    refuses NUL and lone surrogates, and a message's size limit holds for it all."""
+    for text in strings(client.as_json()):
+        if "\x00" in text:
+            raise OpenAIError(400, "The request cannot contain NUL characters.")
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise OpenAIError(400, "The request is not valid Unicode (a lone surrogate).") from None
+    size = len(json.dumps(client.as_json(), ensure_ascii=False).encode())
+    if size > MAX_CLIENT_BYTES:
+        raise OpenAIError(
+            400,
+            f"The system messages, tools and tool results are longer than "
+            f"{MAX_CLIENT_BYTES // 1024} KB together.",
+        )
 
 
 def check_text(content: str, index: int) -> str:
@@ -285,8 +321,6 @@ def tool_results(checked: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[s
                 f"messages[{index}].tool_call_id must name the call this is the result of.",
                 param=f"messages[{index}].tool_call_id",
             )
-        if "\x00" in content:
-            raise OpenAIError(400, "A tool result cannot contain NUL characters.", param="messages")
         results.append({"tool_call_id": call_id, "content": content})
     return tuple(reversed(results))
 

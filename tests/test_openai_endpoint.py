@@ -353,6 +353,28 @@ def test_it_never_reaches_another_users_chat(alice, bob_token, llm):
             400,
             "not waiting",
         ),
+        (
+            {
+                "model": "neotask/main",
+                "messages": [
+                    {"role": "system", "content": "Be\x00 brief"},
+                    {"role": "user", "content": "Hi"},
+                ],
+            },
+            400,
+            "NUL",
+        ),
+        (
+            {
+                "model": "neotask/main",
+                "messages": [
+                    {"role": "system", "content": "x" * 300_000},
+                    {"role": "user", "content": "Hi"},
+                ],
+            },
+            400,
+            "256 KB",
+        ),
     ],
 )
 def test_it_refuses_bad_requests_without_writing_anything(alice_token, llm, raw, status, message):
