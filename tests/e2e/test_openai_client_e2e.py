@@ -81,21 +81,26 @@ def test_it_hands_a_tool_call_to_the_openai_client_and_takes_its_result(live_app
     tester = client(live_app, tokens["tester"])
     asked = [{"role": "user", "content": "Is it raining in Bergen?"}]
     e2e_llm.script(reply_with_tool("get_weather", {"city": "Bergen"}))
-    first = tester.chat.completions.create(model="neotask/main", messages=asked, tools=[WEATHER])
+    with tester.chat.completions.stream(
+        model="neotask/main", messages=asked, tools=[WEATHER]
+    ) as stream:
+        first = stream.get_final_completion()  # the client's own assembly of the chunks
     assert first.choices[0].finish_reason == "tool_calls"
     (call,) = first.choices[0].message.tool_calls or []
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Bergen"}
     result = {"role": "tool", "tool_call_id": call.id, "content": "Rain, 9 °C"}
+    function = {"name": call.function.name, "arguments": call.function.arguments}
+    called = {
+        "role": "assistant",
+        "tool_calls": [{"id": call.id, "type": "function", "function": function}],
+    }
 
     e2e_llm.script(Reply("Yes, it rains in Bergen."))
-    messages = [*asked, first.choices[0].message.model_dump(exclude_none=True), result]
     second = tester.chat.completions.create(
-        model="neotask/main", messages=messages, tools=[WEATHER], stream=True
+        model="neotask/main", messages=[*asked, called, result], tools=[WEATHER]
     )
-    assert "".join(c.choices[0].delta.content or "" for c in second if c.choices) == (
-        "Yes, it rains in Bergen."
-    )
+    assert second.choices[0].message.content == "Yes, it rains in Bergen."
     assert e2e_llm.requests[-1]["messages"][-1] == {
         "role": "tool",
         "tool_call_id": call.id,
