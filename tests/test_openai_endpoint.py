@@ -3,8 +3,10 @@ gets, streaming, a tool call handed to the client and back, errors, isolation.""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -192,6 +194,34 @@ async def test_it_streams_the_answer_as_server_sent_events(alice, alice_token, l
     assert chunks[-1]["usage"] == {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
     stored = await sync_to_async(events_of)(alice, hashed_key("Count"))
     assert [e.text for e in stored] == ["Count", "One two three four."]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_finishes_and_stores_a_streamed_turn_whose_client_went_away(
+    alice, alice_token, llm
+):
+    hold = threading.Event()
+    llm.script(Reply(text="Still stored.", hold=hold))
+    body = {
+        "model": "neotask/main",
+        "messages": [{"role": "user", "content": "Bye"}],
+        "stream": True,
+    }
+    headers = [(b"host", b"127.0.0.1:8000"), (b"authorization", f"Bearer {alice_token}".encode())]
+    post = HttpCommunicator(application, "POST", PATH, headers=headers)
+    await post.send_input({"type": "http.request", "body": json.dumps(body).encode()})
+    assert (await post.receive_output(timeout=20))["status"] == 200
+    first = await post.receive_output(timeout=20)
+    assert b'"role": "assistant"' in first["body"]
+    await post.send_input({"type": "http.disconnect"})
+    hold.set()
+    key = hashed_key("Bye")
+    for _ in range(100):
+        stored = await sync_to_async(events_of)(alice, key)
+        if len(stored) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert [e.text for e in stored] == ["Bye", "Still stored."]
 
 
 @pytest.mark.django_db(transaction=True)
