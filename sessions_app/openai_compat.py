@@ -188,7 +188,8 @@ def parse_request(owner: Owner, body: dict[str, Any], chat_name: str | None) -> 
     client = ClientTurn(system=system, tools=tools, results=results)
     check_storable(client)
     # Results go to a chat that handed out calls: none is started for them.
-    key = chat_key(owner, agent, chat_name or user, first, start=not results)
+    source = CHAT_HEADER if chat_name is not None else "user"
+    key = chat_key(owner, agent, chat_name or user, first, start=not results, source=source)
     if results:
         check_results(owner, key, results)
     return CompletionRequest(model, key, text, client, stream, include_usage)
@@ -326,7 +327,13 @@ def tool_results(checked: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[s
 
 
 def chat_key(
-    owner: Owner, agent: Agent, name: str | None, first_message: str, *, start: bool = True
+    owner: Owner,
+    agent: Agent,
+    name: str | None,
+    first_message: str,
+    *,
+    start: bool = True,
+    source: str = "user",
 ) -> str:
     """The chat a request goes to, with `start` started if it is new (see the module's doc)."""
     if name is not None and ":" in name:
@@ -336,9 +343,7 @@ def chat_key(
             parsed = ""
         session = Session.objects.active(owner, parsed) if parsed else None
         if session is None:  # malformed, unknown or someone else's: the same answer
-            raise OpenAIError(
-                404, "There is no such chat.", param=CHAT_HEADER, code="chat_not_found"
-            )
+            raise OpenAIError(404, "There is no such chat.", param=source, code="chat_not_found")
         if session.agent_id != agent.pk:
             raise OpenAIError(
                 400, f"The chat {name!r} is not a chat of the model's agent.", param="model"
@@ -349,7 +354,7 @@ def chat_key(
             400,
             f"A chat name ({CHAT_HEADER} or 'user') is a chat's key or 1-64 letters, digits, "
             "'.', '_' or '-', starting with a letter or digit.",
-            param="user",
+            param=source,
         )
     chat_id = name or hashlib.sha256(first_message.strip().encode()).hexdigest()[:HASH_LENGTH]
     named = str(SessionKey(agent=agent.name, channel=CHANNEL, chat=chat_id))

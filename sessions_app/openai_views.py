@@ -59,6 +59,18 @@ async def models(request: HttpRequest) -> HttpResponseBase:
         return exc.response()
 
 
+@csrf_exempt
+@login_not_required
+def unknown(request: HttpRequest, rest: str) -> HttpResponseBase:
+    """Any other path under /v1/: a client probing for an endpoint gets OpenAI's
+    error shape, not the HTML 404 page."""
+    return OpenAIError(
+        404,
+        "Neotask serves /v1/models and /v1/chat/completions only.",
+        code="unknown_url",
+    ).response()
+
+
 def read_request(request: HttpRequest) -> tuple[Owner, CompletionRequest]:
     owner = authenticated(request, "POST")
     try:

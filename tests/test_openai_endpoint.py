@@ -414,10 +414,11 @@ def test_it_refuses_bad_requests_without_writing_anything(alice_token, llm, raw,
     assert llm.requests == []
 
 
-def test_it_answers_other_methods_with_405(alice_token):
+def test_it_answers_other_methods_and_paths_in_openais_shape(alice_token):
     api = Client(headers=bearer(alice_token))
     assert_openai_error(api.get(PATH), 405, "Use POST")
     assert_openai_error(api.post("/v1/models"), 405, "Use GET")
+    assert_openai_error(api.post("/v1/embeddings"), 404, "/v1/chat/completions only")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -419,6 +419,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "api-imports": lambda w, bob: [api("POST", "/api/v1/import", 400)],
     # The OpenAI-compatible endpoint: bob's own agents; alice's chats are no chats of his.
     "openai-models": lambda w, bob: [api("GET", "/v1/models", 200)],
+    "openai-unknown": lambda w, bob: [api("POST", "/v1/embeddings", 404)],
     "openai-chat-completions": lambda w, bob: [
         *(
             api("POST", "/v1/chat/completions", 404, body=completion(user=s.key))

@@ -121,6 +121,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "api-memory-file": lambda w: [reverse("api-memory-file") + "?path=MEMORY.md"],
     "openai-models": lambda w: ["/v1/models"],
     "openai-chat-completions": lambda w: [],
+    "openai-unknown": lambda w: ["/v1/embeddings"],
 }
 # Django's own session row (a reset link's token is kept in it), not the app's data.
 NOT_COUNTED = {"sessions.session"}
