@@ -33,6 +33,7 @@ from agent.llm import (
 from agent.prompt import TurnPrompt, start_turn
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import Tool, ToolContext, ToolError, available_tools, call_tool
+from agent.tools.registry import JSON_TYPES
 from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
@@ -79,12 +80,41 @@ class ClientTurn:
     def tool_names(self) -> set[str]:
         return {tool["function"]["name"] for tool in self.tools}
 
+    def readable_tools(self) -> list[Tool]:
+        """The client's tools as agent.text_tool_calls checks a call written as text
+        (the embedded Qwen's way): with the arguments of plain types only, so a
+        call using others stays text rather than passing unchecked. Never run here."""
+        return [readable_tool(schema["function"]) for schema in self.tools]
+
     def as_json(self) -> dict[str, Any]:
         return {"system": self.system, "tools": list(self.tools), "results": list(self.results)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientTurn:
         return cls(data["system"], tuple(data["tools"]), tuple(data["results"]))
+
+
+def readable_tool(function: dict[str, Any]) -> Tool:
+    parameters = function.get("parameters") or {}
+    given, needed = parameters.get("properties"), parameters.get("required")
+    properties = {
+        name: spec
+        for name, spec in (given.items() if isinstance(given, dict) else ())
+        if isinstance(spec, dict) and spec.get("type") in JSON_TYPES
+    }
+    required = (
+        [name for name in needed if isinstance(name, str)] if isinstance(needed, list) else []
+    )
+    return Tool(
+        name=function["name"],
+        description=function.get("description", ""),
+        parameters={"type": "object", "properties": properties, "required": required},
+        run=run_by_the_client,
+    )
+
+
+def run_by_the_client(context: ToolContext, arguments: dict[str, Any]) -> str:
+    raise ToolError("This tool is the client's: its calls go back to the client.")
 
 
 def pending_client_calls(owner: Owner, session_id: str) -> tuple[Event | None, dict[str, str]]:
@@ -228,11 +258,14 @@ class Turn:
         return [tool for tool in available_tools() if tool.name not in client.tool_names]
 
     async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        tools = self.offered = self.own_tools()  # settings only, no database
+        tools = self.own_tools()  # settings only, no database
         client = self.request.client
         client_tools = client.tool_names if client is not None else set()
         schemas = [tool.schema() for tool in tools]
-        schemas += list(client.tools) if client is not None else []
+        if client is not None:
+            schemas += list(client.tools)
+            tools += client.readable_tools()  # for calls written as text
+        self.offered = tools
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
         previous: set[tuple[str, str]] = set()  # the calls of the round before
         for round_number in range(max_iterations):

@@ -270,6 +270,29 @@ def test_it_hands_a_client_tool_call_to_the_client_and_goes_on_from_its_result(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_it_hands_over_a_client_tool_call_the_model_wrote_as_text(alice_token, llm):
+    # As the embedded Qwen writes calls; an argument the tool does not take stays text.
+    llm.script(
+        Reply(text='{"name": "get_weather", "arguments": {"city": "Oslo"}}'),
+        Reply(text='{"name": "get_weather", "arguments": {"town": "Oslo"}}'),
+    )
+    api = Client(headers=bearer(alice_token))
+    for first in ("Weather?", "Weather, again?"):
+        body = {"model": "neotask/main", "messages": [{"role": "user", "content": first}]}
+        response = post(api, {**body, "tools": [WEATHER]}).json()
+        choice = response["choices"][0]
+        if first == "Weather?":
+            assert choice["finish_reason"] == "tool_calls"
+            assert choice["message"]["tool_calls"][0]["function"] == {
+                "name": "get_weather",
+                "arguments": '{"city": "Oslo"}',
+            }
+        else:
+            assert choice["finish_reason"] == "stop"
+            assert choice["message"]["content"].startswith('{"name": "get_weather"')
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_mixes_neotasks_tools_in_only_when_configured(alice_token, llm, configure):
     configure("llm", mix_client_tools=True)
     llm.script(Reply(text="Fine."))
