@@ -226,7 +226,7 @@ async def test_it_finishes_and_stores_a_streamed_turn_whose_client_went_away(
 
 @pytest.mark.django_db(transaction=True)
 def test_it_hands_a_client_tool_call_to_the_client_and_goes_on_from_its_result(
-    alice, bob, alice_token, bob_token, llm
+    alice, bob, alice_token, bob_token, llm, alice_client
 ):
     api = Client(headers=bearer(alice_token))
     asked = [{"role": "user", "content": "Weather in Oslo?"}]
@@ -267,6 +267,8 @@ def test_it_hands_a_client_tool_call_to_the_client_and_goes_on_from_its_result(
         "assistant_response",
     ]
     assert stored[0].data["turn_usage"]["input"] == 40  # both rounds' usage, with its message
+    page = alice_client.get(f"/chat/{hashed_key('Weather in Oslo?')}/").content.decode()
+    assert "<code>get_weather</code> (run by the client)" in page and "Sunny, 21 °C" in page
 
 
 @pytest.mark.django_db(transaction=True)
