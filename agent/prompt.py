@@ -195,6 +195,7 @@ class TurnPrompt:
     agent_prompt: str
     now: datetime
     memory: tuple[str, ...]  # memory_blocks of the turn's context
+    client_system: str = ""  # an OpenAI-compatible client's own system message, kept
 
     def system(self) -> list[dict[str, Any]]:
         """Two system messages. The instructions come first, the same in every turn,
@@ -204,10 +205,13 @@ class TurnPrompt:
         with the embedded Qwen 0.5B: a new turn's prompt took ~6 s instead of ~40 s,
         and it answered from its memory instead of writing a tool call (docs/models.md)."""
         facts = Fact.objects.owned_by(self.owner).order_by("category", "key")[:MAX_FACTS]
-        return [
+        system = [
             {"role": "system", "content": system_prompt(self.agent_prompt)},
             {"role": "system", "content": context_prompt(facts, self.now, self.memory)},
         ]
+        if self.client_system:
+            system.append({"role": "system", "content": self.client_system})
+        return system
 
     def with_history(self, recent: list[Event]) -> list[dict[str, Any]]:
         events = [e for e in recent if e.event_type in EventType.HISTORY]
@@ -232,12 +236,14 @@ def start_turn(
     query: str = "",
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
+    client_system: str = "",
 ) -> tuple[TurnPrompt, list[dict[str, Any]]]:
     """The turn's prompt and its first round's messages: memory gathered once
     (memory.retrieval.get_context), then the recent conversation."""
     context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
     memory = tuple(memory_blocks(context))
-    prompt = TurnPrompt(owner, session_id, agent_prompt, timezone.localtime(), memory)
+    now = timezone.localtime()
+    prompt = TurnPrompt(owner, session_id, agent_prompt, now, memory, client_system)
     return prompt, prompt.with_history(context.recent)
 
 

@@ -33,6 +33,7 @@ from agent.llm import (
 from agent.prompt import TurnPrompt, start_turn
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import Tool, ToolContext, ToolError, available_tools, call_tool
+from agent.tools.registry import JSON_TYPES
 from memory import recording
 from memory.models import Event, EventType
 from memory.recall import record_recall
@@ -61,6 +62,74 @@ class TurnRequest:
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
     endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
+    client: ClientTurn | None = None  # what an OpenAI-compatible client sent with the input
+
+
+@dataclass(frozen=True)
+class ClientTurn:
+    """What an OpenAI-compatible client (sessions_app.openai_compat) sends with its
+    input. Its system message joins this turn's prompt; its tools are offered to
+    the model, and a call of one is not run here: it ends the turn and goes back
+    to the client, whose next request brings the `results` the turn goes on from."""
+
+    system: str = ""
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool schemas, checked by the caller
+    results: tuple[dict[str, str], ...] = ()  # {"tool_call_id", "content"}
+
+    @property
+    def tool_names(self) -> set[str]:
+        return {tool["function"]["name"] for tool in self.tools}
+
+    def readable_tools(self) -> list[Tool]:
+        """The client's tools as agent.text_tool_calls checks a call written as text
+        (the embedded Qwen's way): with the arguments of plain types only, so a
+        call using others stays text rather than passing unchecked. Never run here."""
+        return [readable_tool(schema["function"]) for schema in self.tools]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"system": self.system, "tools": list(self.tools), "results": list(self.results)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientTurn:
+        return cls(data["system"], tuple(data["tools"]), tuple(data["results"]))
+
+
+def readable_tool(function: dict[str, Any]) -> Tool:
+    parameters = function.get("parameters") or {}
+    given, needed = parameters.get("properties"), parameters.get("required")
+    properties = {
+        name: spec
+        for name, spec in (given.items() if isinstance(given, dict) else ())
+        if isinstance(spec, dict) and spec.get("type") in JSON_TYPES
+    }
+    required = (
+        [name for name in needed if isinstance(name, str)] if isinstance(needed, list) else []
+    )
+    return Tool(
+        name=function["name"],
+        description=function.get("description", ""),
+        parameters={"type": "object", "properties": properties, "required": required},
+        run=run_by_the_client,
+    )
+
+
+def run_by_the_client(context: ToolContext, arguments: dict[str, Any]) -> str:
+    raise ToolError("This tool is the client's: its calls go back to the client.")
+
+
+def pending_client_calls(owner: Owner, session_id: str) -> tuple[Event | None, dict[str, str]]:
+    """The session's latest user message, and the client's tool calls made since
+    that wait for their result (id → tool name)."""
+    events = Event.objects.owned_by(owner).filter(session_id=session_id)
+    message = events.filter(event_type=EventType.USER_MESSAGE).order_by("-pk").first()
+    if message is None:
+        return None, {}
+    since = events.filter(pk__gt=message.pk).order_by("pk")
+    calls = since.filter(event_type=EventType.TOOL_CALL, data__client=True)
+    pending = {call.data["id"]: call.data["name"] for call in calls}
+    for result in since.filter(event_type=EventType.TOOL_RESULT):
+        pending.pop((result.data or {}).get("tool_call_id"), None)
+    return message, pending
 
 
 @dataclass
@@ -91,8 +160,11 @@ class Turn:
         self.unsent = ""
         self.sender: asyncio.Task | None = None
         self.offered: list[Tool] = []  # the tools of the round being answered
+        self.carried = Usage()  # a resumed turn's usage before it handed calls to the client
 
     async def run(self, text: str) -> TurnResult:
+        if self.request.client is not None and self.request.client.results:
+            return await self.resume(self.request.client.results)
         # Embedded in answer(), for recall: that vector is also the message's own.
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
@@ -103,6 +175,39 @@ class Turn:
         if not self.closed:  # the turn ended without its closing event (cancelled in it)
             await database_sync_to_async(self.keep_usage)()
         return result
+
+    async def resume(self, results: tuple[dict[str, str], ...]) -> TurnResult:
+        """A turn that handed tool calls to the client goes on from their results:
+        stored as the calls' results, then answered as the same message's turn."""
+        request = self.request
+        message, pending = await database_sync_to_async(pending_client_calls)(
+            request.owner, request.session_id
+        )
+        answered = [result for result in results if result["tool_call_id"] in pending]
+        if message is None or not answered:  # checked on arrival; the chat moved on since
+            error = "None of these tool results answers a call waiting in this chat."
+            await self.emit(Error(error))
+            return TurnResult("error", error=error)
+        self.user_event = message
+        self.carried = Usage(**(message.data or {}).get("turn_usage", {}))
+        for result in answered:
+            call_id = result["tool_call_id"]
+            await self.store(
+                EventType.TOOL_RESULT,
+                {
+                    "tool_call_id": call_id,
+                    "name": pending[call_id],
+                    "content": result["content"],
+                    "is_error": False,
+                    "client": True,
+                },
+                tool_name=pending[call_id],
+            )
+        ended = await self.answer(message)
+        ended.user_event_id = message.pk
+        if not self.closed:
+            await database_sync_to_async(self.keep_usage)()
+        return ended
 
     async def answer(self, user_event: Event) -> TurnResult:
         text = user_event.text
@@ -138,12 +243,29 @@ class Turn:
             query=self.query,
             agent=request.agent_name,
             query_vector=self.query_vector,
+            client_system=request.client.system if request.client is not None else "",
         )
         return recalled, prompt, messages
 
+    def own_tools(self) -> list[Tool]:
+        """Neotask's tools, run here. A client's tools replace them unless [llm]
+        mix_client_tools mixes them in (a client's tool wins a shared name)."""
+        client = self.request.client
+        if client is None or not client.tools:
+            return available_tools()
+        if not settings.NEOTASK["llm"]["mix_client_tools"]:
+            return []
+        return [tool for tool in available_tools() if tool.name not in client.tool_names]
+
     async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        tools = self.offered = available_tools()  # settings only, no database
+        tools = self.own_tools()  # settings only, no database
+        client = self.request.client
+        client_tools = client.tool_names if client is not None else set()
         schemas = [tool.schema() for tool in tools]
+        if client is not None:
+            schemas += list(client.tools)
+            tools += client.readable_tools()  # for calls written as text
+        self.offered = tools
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
         previous: set[tuple[str, str]] = set()  # the calls of the round before
         for round_number in range(max_iterations):
@@ -187,8 +309,15 @@ class Turn:
                     answer=completion.content,
                     next_prompt=[*messages, answered],
                 )
+            handed = [call for call in completion.tool_calls if call.name in client_tools]
             for call in completion.tool_calls:
-                await self.execute(call)
+                if call in handed:
+                    await self.hand_over(call)
+                else:
+                    await self.execute(call)
+            if handed:  # the client runs them, and sends their results in its next request
+                await database_sync_to_async(self.keep_usage)()
+                return TurnResult("completed", self.usage, answer=completion.content)
         note = (
             f"The turn stopped after {max_iterations} rounds of tool calls without a final "
             "answer ([llm] max_iterations)."
@@ -288,6 +417,15 @@ class Turn:
             tool_name=call.name,
         )
 
+    async def hand_over(self, call: ToolCall) -> None:
+        """A call of one of the client's tools: stored (`client`: it waits for the
+        client's result, agent.runtime.pending_client_calls), not run."""
+        await self.store(
+            EventType.TOOL_CALL,
+            {"id": call.id, "name": call.name, "arguments": call.arguments, "client": True},
+            tool_name=call.name,
+        )
+
     def learn(self, tool: str, arguments: dict[str, Any]) -> str:
         """Record the chain from the previous tool; return a macro hint, if any."""
         if self.previous_tool is not None:
@@ -349,7 +487,7 @@ class Turn:
 
     def keep_usage(self) -> None:
         """The turn's usage (all its LLM calls) kept with the message that caused it."""
-        self.user_event.data["turn_usage"] = self.usage.as_dict()
+        self.user_event.data["turn_usage"] = (self.carried + self.usage).as_dict()
         self.user_event.save(update_fields=["data"])
         self.closed = True
 

@@ -151,6 +151,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "request_timeout": Option(120.0, at_least(1)),
         "max_iterations": Option(10, at_least(1)),
         "max_answer_tokens": Option(2048, at_least(16)),
+        # An OpenAI-compatible client's tools replace Neotask's own, unless this mixes them.
+        "mix_client_tools": Option(False),
         # agent.model_files.LOCAL_MODEL_NAMES (config is loaded before the apps are)
         "local_model": Option(
             "qwen2.5-coder-0.5b", one_of("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2")

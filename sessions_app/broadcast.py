@@ -95,10 +95,14 @@ class Signals:
     `next` waits on what it received."""
 
     def __init__(self, owner_id: int, key: str) -> None:
-        self.group = control_group(owner_id, key)
+        self.group = self.group_of(owner_id, key)
         self.received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.channel = ""
         self.receiver: asyncio.Task | None = None
+
+    @staticmethod
+    def group_of(owner_id: int, key: str) -> str:
+        return control_group(owner_id, key)
 
     async def __aenter__(self) -> Signals:
         layer = channel_layer()
@@ -133,3 +137,13 @@ class Signals:
             return await asyncio.wait_for(self.received.get(), timeout)
         except TimeoutError:
             return None
+
+
+class ChatFrames(Signals):
+    """This process receiving the frames a chat's tabs get, as a tab would, while
+    in its `async with` (an OpenAI-compatible client's stream): `next` returns
+    `{"type": "chat.frame", "frame": {...}}`."""
+
+    @staticmethod
+    def group_of(owner_id: int, key: str) -> str:
+        return group_name(owner_id, key)

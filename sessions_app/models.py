@@ -358,6 +358,8 @@ class ChatInput(OwnedModel):
         RESET = "reset", "Reset"  # /new, /reset: text is the message that follows, if any
         COMPACT = "compact", "Compact"
         RETRY = "retry", "Retry"  # retry_of: the failed or stopped answer's event
+        # An OpenAI-compatible client's results of the tool calls it was handed (`client`).
+        TOOL_RESULTS = "tool_results", "Tool results"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -372,6 +374,8 @@ class ChatInput(OwnedModel):
     trusted = models.BooleanField(default=False)
     approval_timeout = models.FloatField(null=True, blank=True)
     retry_of = models.BigIntegerField(null=True, blank=True)
+    # What an OpenAI-compatible client sent with it: agent.runtime.ClientTurn.as_json().
+    client = models.JSONField(null=True, blank=True)
     # Somebody waits for the outcome (the API, the scheduler): kept until read.
     awaited = models.BooleanField(default=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
@@ -394,6 +398,8 @@ class ChatInput(OwnedModel):
             return self.text
         if self.kind == ChatInput.Kind.RETRY:
             return f"Retry: {self.text}"
+        if self.kind == ChatInput.Kind.TOOL_RESULTS:
+            return "Tool results"
         return f"/{self.command} {self.text}".strip()
 
     def finish(self, outcome: Outcome) -> None:

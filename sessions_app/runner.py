@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -139,11 +139,20 @@ def enqueue(
 
 
 async def queue(
-    owner: Owner, key: str, fields: dict[str, Any], *, wait: bool = False, paced: bool = True
+    owner: Owner,
+    key: str,
+    fields: dict[str, Any],
+    *,
+    wait: bool = False,
+    paced: bool = True,
+    stored: Callable[[ChatInput], None] | None = None,
 ) -> Outcome | None:
     """The input stored; run here if the chat's claim is free, else announced
-    and left to its holder. With `wait`, its `Outcome` once it has run."""
+    and left to its holder. With `wait`, its `Outcome` once it has run. `stored`
+    learns the input before it starts (a stream picks its frames by its id)."""
     item, holder = await database_sync_to_async(enqueue)(owner, key, fields, paced=paced)
+    if stored is not None:
+        stored(item)
     if not wait:
         background(start(owner, key, item, holder))
         return None

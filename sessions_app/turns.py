@@ -37,7 +37,7 @@ from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
 from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
-from agent.runtime import TurnRequest, run_turn
+from agent.runtime import ClientTurn, TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
@@ -82,6 +82,9 @@ def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
     session = find_chat(owner, key)
     if item.kind == ChatInput.Kind.COMPACT:
         return Opened(session)
+    if item.kind == ChatInput.Kind.TOOL_RESULTS:
+        # The turn that handed out the calls goes on: no new message, no rollover.
+        return Opened(session, endpoint=chat_endpoint(session))
     retry_of = None
     if item.kind == ChatInput.Kind.RETRY:
         retry_of = find_retry(session, item.retry_of).pk
@@ -112,7 +115,8 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
         await emit(change)
     if item.kind == ChatInput.Kind.COMPACT:
         return await compact_now(opened.session, emit)
-    if not item.text:
+    client = ClientTurn.from_json(item.client) if item.client else None
+    if not item.text and item.kind != ChatInput.Kind.TOOL_RESULTS:
         return Ended("completed")
     return await respond(
         opened.session,
@@ -122,6 +126,7 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
         approval_timeout=item.approval_timeout,
         retry_of=opened.retry_of,
         endpoint=opened.endpoint,
+        client=client,
     )
 
 
@@ -142,11 +147,12 @@ async def respond(
     approval_timeout: float | None = None,
     retry_of: int | None = None,
     endpoint: Endpoint | None = None,
+    client: ClientTurn | None = None,
 ) -> Ended:
     """The agent answers the message `text` in `session`; then the usage is added,
     the meter read, and the session compacted if the context is nearly full.
     Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
-    watching them."""
+    watching them; an OpenAI-compatible client passes what it sent (`client`)."""
     if endpoint is None:
         endpoint = await database_sync_to_async(chat_endpoint)(session)
     request = TurnRequest(
@@ -158,6 +164,7 @@ async def respond(
         approval_timeout=approval_timeout,
         retry_of=retry_of,
         endpoint=endpoint,
+        client=client,
         # A task's runs are titled with its name (scheduler.runner.cron_session).
         task=(session.title or session.key) if session.is_scheduled else "",
     )

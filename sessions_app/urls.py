@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sessions_app import api, views
+from sessions_app import api, openai_views, views
 
 urlpatterns = [
     path("", views.chat_home, name="home"),
@@ -38,6 +38,9 @@ urlpatterns = [
     path("api/v1/facts/<str:pk>/", api.fact_view, name="api-fact"),
     path("api/v1/history/", api.history_view, name="api-history"),
     path("api/v1/memory-files/", api.memory_file_view, name="api-memory-file"),
+    path("v1/models", openai_views.models, name="openai-models"),
+    path("v1/chat/completions", openai_views.chat_completions, name="openai-chat-completions"),
+    path("v1/<path:rest>", openai_views.unknown, name="openai-unknown"),
     # str, not uuid: memory search links to any session id an event names.
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
     path("events/<int:pk>/", views.event_source, name="event-source"),

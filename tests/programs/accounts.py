@@ -85,3 +85,9 @@ def limited_user(username: str, password: str, messages_per_minute: int) -> None
     group = Group.objects.create(name=f"{username} quota")
     GroupQuota.objects.create(group=group, messages_per_minute=messages_per_minute)
     user.groups.add(group)
+
+
+def user_token(username: str) -> str:
+    """A new API token of the user `username`, who is made if new."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    return ApiToken.issue(user, "openai client")[1]

@@ -65,6 +65,12 @@ def api(method: str, path: str, *expect: int, body: dict[str, Any] | None = None
     )
 
 
+def completion(**fields: str) -> dict[str, Any]:
+    """A /v1/chat/completions request asking about the vault."""
+    asked = [{"role": "user", "content": "what is the vault code?"}]
+    return {"model": "neotask/main", "messages": asked, **fields}
+
+
 def file_paths(w: World) -> list[dict[str, Any]]:
     """Every way of naming alice's files from bob's side: her paths (which resolve in
     bob's own workspace), a way out of his workspace into hers, her absolute path,
@@ -411,6 +417,18 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         api("GET", pk("api-export-download", w.export_job.pk), 404)
     ],
     "api-imports": lambda w, bob: [api("POST", "/api/v1/import", 400)],
+    # The OpenAI-compatible endpoint: bob's own agents; alice's chats are no chats of his.
+    "openai-models": lambda w, bob: [api("GET", "/v1/models", 200)],
+    "openai-unknown": lambda w, bob: [api("POST", "/v1/embeddings", 404)],
+    "openai-chat-completions": lambda w, bob: [
+        *(
+            api("POST", "/v1/chat/completions", 404, body=completion(user=s.key))
+            for s in (w.chat, w.archived, w.cron)
+        ),
+        api(
+            "POST", "/v1/chat/completions", 404, body=completion(model=f"neotask/{secret('agent')}")
+        ),
+    ],
     "api-import": lambda w, bob: [
         api("GET", pk("api-import", w.import_job.pk), 404),
         api("GET", pk("api-import", w.export_job.pk), 404),

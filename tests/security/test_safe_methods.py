@@ -119,6 +119,9 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "api-facts": lambda w: ["/api/v1/facts/"],
     "api-history": lambda w: ["/api/v1/history/", "/api/v1/history/?actor=agent"],
     "api-memory-file": lambda w: [reverse("api-memory-file") + "?path=MEMORY.md"],
+    "openai-models": lambda w: ["/v1/models"],
+    "openai-chat-completions": lambda w: [],
+    "openai-unknown": lambda w: ["/v1/embeddings"],
 }
 # Django's own session row (a reset link's token is kept in it), not the app's data.
 NOT_COUNTED = {"sessions.session"}
