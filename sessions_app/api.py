@@ -139,18 +139,26 @@ def csrf_refused(request: HttpRequest) -> bool:
     return CsrfViewMiddleware(view).process_view(request, view, (), {}) is not None
 
 
+def token_owner(header: str) -> Owner | None:
+    """The owner of the API token in an `Authorization: Bearer nt_…` header; None
+    if it is missing, malformed, wrong or revoked. The one check of every program's
+    token: this API's and /mcp's (sessions_app.mcp_server)."""
+    scheme, _, presented = header.partition(" ")
+    token = ApiToken.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
+    return token.owner if token is not None else None
+
+
 def authenticate(request: HttpRequest) -> None:
     header = request.headers.get("Authorization")
     if header is not None:
-        scheme, _, presented = header.partition(" ")
-        token = ApiToken.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
-        if token is None:
+        owner = token_owner(header)
+        if owner is None:
             raise ApiError(
                 401,
                 f"The API token is missing, malformed, wrong or revoked. {AUTH_HINT}",
                 headers=CHALLENGE,
             )
-        request.user = token.owner
+        request.user = owner
         return
     if not request.user.is_authenticated:
         raise ApiError(401, AUTH_HINT, headers=CHALLENGE)
