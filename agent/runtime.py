@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from agent import approvals, macros
+from agent import approvals, macros, mcp_tools
 from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
 from agent.llm import (
     Completion,
@@ -142,7 +142,9 @@ class Turn:
         return recalled, prompt, messages
 
     async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        tools = self.offered = available_tools()  # settings only, no database
+        # The registry's (settings only) and the owner's MCP servers' (as last listed).
+        mcp = await database_sync_to_async(mcp_tools.tools_for)(self.request.owner)
+        tools = self.offered = [*available_tools(), *mcp]
         schemas = [tool.schema() for tool in tools]
         max_iterations = settings.NEOTASK["llm"]["max_iterations"]
         previous: set[tuple[str, str]] = set()  # the calls of the round before
@@ -273,7 +275,9 @@ class Turn:
         )
         # What the call writes (a fact) links back to it.
         context = replace(self.tools, event_id=recorded.pk)
-        output = await call_tool(context, call.name, call.arguments, approve=self.approve)
+        output = await call_tool(
+            context, call.name, call.arguments, approve=self.approve, extra=self.offered
+        )
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
@@ -296,10 +300,11 @@ class Turn:
         note = macros.hint(self.request.owner, tool, arguments)
         return f"\n\n{note}" if note else ""
 
-    async def approve(self, command: str) -> None:
-        """Wait for the user's decision on `command`; raise ToolError unless allowed."""
+    async def approve(self, command: str, kind: str = approvals.TERMINAL) -> None:
+        """Wait for the user's decision on `command` (an ApprovalRequest.Kind);
+        raise ToolError unless allowed."""
         request = await database_sync_to_async(approvals.create_request)(
-            self.request.owner, self.request.session_id, command
+            self.request.owner, self.request.session_id, command, kind
         )
         self.pending_approval = request
         await self.emit(
@@ -308,6 +313,7 @@ class Turn:
                 command=command,
                 prefix=request.prefix or None,
                 always_refused=request.rule.reason if not request.prefix else "",
+                kind=kind,
             )
         )
         timeout = self.request.approval_timeout
@@ -316,7 +322,8 @@ class Turn:
         decision = await approvals.wait_for_decision(request, timeout)
         self.pending_approval = None
         if decision == "deny":
-            raise ToolError("The user denied running this command.")
+            what = "this call" if kind == approvals.MCP else "running this command"
+            raise ToolError(f"The user denied {what}.")
         if decision == "timeout":
             message = f"No approval for `{command}` within {timeout:g} s; it was not run."
             await self.emit(Error(message))
