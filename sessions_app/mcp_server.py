@@ -13,6 +13,7 @@ process answers any request and nothing is kept between them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -149,17 +150,21 @@ class SessionManagers:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.manager: StreamableHTTPSessionManager | None = None
+        self.started = asyncio.Event()
         self.running: asyncio.Task[None] | None = None
 
     async def current(self) -> StreamableHTTPSessionManager:
         loop = asyncio.get_running_loop()
         if self.manager is None or self.loop is not loop:
             manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True)
-            self.loop, self.manager = loop, manager
-            started = asyncio.Event()
-            self.running = loop.create_task(self.run(manager, started))
-            await started.wait()
-        return self.manager
+            self.loop, self.manager, self.started = loop, manager, asyncio.Event()
+            # A context of its own: not the first request's (its log bindings).
+            self.running = loop.create_task(
+                self.run(manager, self.started), context=contextvars.Context()
+            )
+        manager, started = self.manager, self.started
+        await started.wait()  # requests that came meanwhile wait for it too
+        return manager
 
     @staticmethod
     async def run(manager: StreamableHTTPSessionManager, started: asyncio.Event) -> None:

@@ -71,14 +71,20 @@ def text_of(result) -> str:
     return "".join(block.text for block in result.content)
 
 
-def test_it_lists_the_memory_tools_and_never_the_terminal(settings, alice, mcp_url):
-    settings.NEOTASK["terminal"]["enabled"] = True
+def test_it_lists_the_memory_tools_and_never_the_terminal(configure, alice, mcp_url):
+    configure("terminal", enabled=True)
+    token = token_for(alice)
 
     async def use(session):
         return (await session.list_tools()).tools
 
-    tools = with_client(mcp_url, token_for(alice), use)
-    assert {tool.name for tool in tools} == TOOLS
+    async def two_at_once():
+        # The first requests of a process start the SDK's session manager together.
+        clients = [asyncio.to_thread(with_client, mcp_url, token, use) for _ in range(2)]
+        return await asyncio.gather(*clients)
+
+    tools, second = asyncio.run(two_at_once())
+    assert {tool.name for tool in tools} == TOOLS == {tool.name for tool in second}
     remember = next(tool for tool in tools if tool.name == "remember_fact")
     assert remember.inputSchema["required"] == ["category", "key", "value"]
 

@@ -16,9 +16,12 @@ from agent.models import ApprovalRequest, McpServer
 from agent.runtime import TurnRequest, run_turn
 from memory.models import Event
 from neotask_site.sealing import unseal
+from scheduler.runner import run_due_tasks
 from sessions_app import chat
+from sessions_app.models import Session
 from tests.support.frames import Frames
 from tests.support.mcp_server import served, weather_app
+from tests.support.records import MONDAY_9, make_task
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.web import client_for, text
 
@@ -196,3 +199,17 @@ def test_it_shows_a_waiting_mcp_call_on_the_chat_page_without_allow_always(alice
     ]
     assert "call a tool of an MCP server" in card and "Rome" in card
     assert 'value="always" hidden' in card and "approved one at a time" in card
+
+
+def test_it_skips_the_call_in_a_scheduled_run_even_of_a_trusted_task(alice, llm, weather):
+    url, calls = weather
+    add(alice, url)
+    task = make_task(alice, is_trusted=True)
+    llm.script(reply_with_tool(FORECAST, {"city": "Paris"}), Reply(text="Could not."))
+    assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
+    assert calls == []
+    session = Session.objects.get(key=f"cron:{task.pk}")
+    events = list(Event.objects.filter(session_id=str(session.pk)).order_by("id"))
+    [notice] = [event for event in events if event.data.get("kind") == "approval_needed"]
+    assert f'`{FORECAST} {{"city": "Paris"}}`, a tool of an MCP server' in notice.text
+    assert ApprovalRequest.objects.get(owner=alice).status == "expired"
