@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from agent.approvals import PERMISSION
-from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, McpServer, TerminalAllowedPrefix
 from neotask_site.admin import RecordedAdmin
 from neotask_site.ownership import OwnedAdmin
 
@@ -44,3 +44,18 @@ class ApprovalRequestAdmin(TerminalTrustAdmin):
     search_fields = ["command", "session_id"]
     readonly_fields = ["id", "created_at", "decided_at"]
     trust_fields = ["status", "decision", "command", "prefix"]
+
+
+@admin.register(McpServer)
+class McpServerAdmin(OwnedAdmin):
+    """Staff may switch a server off or remove it; its owner adds it on the MCP page,
+    where it must answer with its tools and its token is sealed."""
+
+    list_display = ["name", "url", "enabled", "owner", "listed_at"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "url"]
+    fields = ["owner", "name", "url", "enabled", "token_hint", "tools", "listed_at", "created_at"]
+    readonly_fields = ["owner", "name", "url", "token_hint", "tools", "listed_at", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

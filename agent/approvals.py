@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
-from agent.rules import NotCovered, covers, parse, rule_for
+from agent.rules import NotCovered, covers, parse
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 
@@ -41,10 +41,16 @@ def is_allowed(owner: Owner, command: str) -> bool:
     return any(covers(prefix, command) for prefix in prefixes)
 
 
-def create_request(owner: Owner, session_id: str, command: str) -> ApprovalRequest:
-    return ApprovalRequest.objects.create(
-        owner=owner, session_id=session_id, command=command, prefix=rule_for(command).prefix or ""
-    )
+TERMINAL, MCP = ApprovalRequest.Kind.TERMINAL.value, ApprovalRequest.Kind.MCP.value
+
+
+def create_request(
+    owner: Owner, session_id: str, command: str, kind: str = TERMINAL
+) -> ApprovalRequest:
+    request = ApprovalRequest(owner=owner, session_id=session_id, command=command, kind=kind)
+    request.prefix = request.rule.prefix or ""
+    request.save()
+    return request
 
 
 def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalRequest:
@@ -54,7 +60,8 @@ def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalR
         request = ApprovalRequest.objects.owned_by(user).get(pk=request_id)
     except (ApprovalRequest.DoesNotExist, ValidationError, ValueError, TypeError):
         raise ApprovalError("There is no such approval request.") from None
-    if not has_terminal_permission(user):
+    # An MCP tool call needs no terminal: its owner, who added the server, decides.
+    if request.kind == TERMINAL and not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
     request.decide(decision, Actor.user(user))
     return request

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -8,7 +9,7 @@ from django.core.validators import URLValidator
 from django.db import transaction
 
 from agent import providers
-from agent.models import ModelProvider
+from agent.models import McpServer, ModelProvider
 from neotask_site.ownership import Owner
 from neotask_site.sealing import hint, seal
 
@@ -135,3 +136,53 @@ class ChatModelForm(forms.Form):
                 attrs={"id": "chat-model", "title": "The model that answers in this chat"}
             ),
         )
+
+
+SERVER_NAME = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*")
+STDIO_REFUSED = (
+    "Enter the http:// or https:// URL of an MCP server (streamable HTTP), e.g. "
+    "http://localhost:8000/mcp. Servers started as a command (stdio) are not offered: "
+    "Neotask would run that command on its own machine, outside the terminal's sandbox."
+)
+
+
+class McpServerForm(forms.Form):
+    """An MCP server as its owner adds it; the token is write-only, as a provider's key."""
+
+    name = forms.CharField(
+        max_length=30,
+        help_text="Lowercase letters and digits, single _ between; e.g. weather.",
+        widget=forms.TextInput(attrs={"placeholder": "weather"}),
+    )
+    url = forms.CharField(
+        label="URL", max_length=500, widget=forms.TextInput(attrs={"placeholder": "https://…/mcp"})
+    )
+    token = forms.CharField(
+        label="Bearer token",
+        required=False,
+        max_length=1000,
+        help_text="If the server asks for one; stored encrypted.",
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )
+
+    def __init__(self, owner: Owner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not SERVER_NAME.fullmatch(name):
+            raise forms.ValidationError(
+                "Use lowercase letters and digits, with single _ between words (e.g. my_files)."
+            )
+        if McpServer.objects.owned_by(self.owner).filter(name=name).exists():
+            raise forms.ValidationError("You have a server of that name.")
+        return name
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"].strip()
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise forms.ValidationError(STDIO_REFUSED) from None
+        return url

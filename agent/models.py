@@ -11,6 +11,10 @@ from neotask_site.history import Actor, Recorded
 from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel
 
+# A server's tool may do anything its server allows, with any arguments: each call is
+# its own decision, never a standing permission for the tool or its server.
+MCP_ALWAYS_REFUSED = "MCP tool calls are approved one at a time; “Allow always” is not offered."
+
 
 class ApprovalError(Exception):
     """A decision that cannot be applied; the message is for the user."""
@@ -86,8 +90,13 @@ class ApprovalRequest(OwnedModel):
         ALWAYS = "always", "Allow always"
         DENY = "deny", "Deny"
 
+    class Kind(models.TextChoices):
+        TERMINAL = "terminal", "Terminal command"
+        MCP = "mcp", "MCP tool call"  # `command` is the tool's name and its arguments
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     session_id = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TERMINAL)
     command = models.TextField()
     prefix = models.CharField(
         max_length=500,
@@ -109,6 +118,8 @@ class ApprovalRequest(OwnedModel):
     @property
     def rule(self) -> Rule:
         """What "Allow always" stores for this command, or why it is not offered."""
+        if self.kind == ApprovalRequest.Kind.MCP:
+            return Rule(None, MCP_ALWAYS_REFUSED)
         return rule_for(self.command)
 
     def decide(self, decision: str, actor: Actor) -> None:
@@ -207,3 +218,33 @@ class ModelProvider(models.Model):
     @property
     def model_names(self) -> list[str]:
         return [line.strip() for line in self.offered_models.splitlines() if line.strip()]
+
+
+class McpServer(OwnedModel):
+    """An MCP server (streamable HTTP) whose tools its owner's agent may call, each
+    call approved by them (agent.mcp_tools). Its tool list is kept from the last
+    time it answered (added or tested), so that a turn does not wait for it."""
+
+    name = models.CharField(
+        max_length=30,
+        help_text="Lowercase letters, digits and _; its tools appear as mcp_<name>__<tool>.",
+    )
+    url = models.CharField("URL", max_length=500)
+    # neotask_site.sealing, as a model provider's key; only its hint is shown again.
+    sealed_token = models.TextField(blank=True)
+    token_hint = models.CharField(max_length=16, blank=True)
+    enabled = models.BooleanField(default=True)
+    # [{"name", "description", "input_schema"}] as the server listed them.
+    tools = models.JSONField(default=list, blank=True)
+    listed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "mcp_servers"
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="mcp_server_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from agent import approvals, macros
+from agent import approvals, macros, mcp_tools
 from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
 from agent.llm import (
     Completion,
@@ -247,18 +247,22 @@ class Turn:
         )
         return recalled, prompt, messages
 
-    def own_tools(self) -> list[Tool]:
-        """Neotask's tools, run here. A client's tools replace them unless [llm]
-        mix_client_tools mixes them in (a client's tool wins a shared name)."""
+    def own_tools(self, mcp: list[Tool]) -> list[Tool]:
+        """Neotask's tools, run here: the registry's and the owner's MCP servers'.
+        A client's tools replace them unless [llm] mix_client_tools mixes them in
+        (a client's tool wins a shared name)."""
+        own = [*available_tools(), *mcp]
         client = self.request.client
         if client is None or not client.tools:
-            return available_tools()
+            return own
         if not settings.NEOTASK["llm"]["mix_client_tools"]:
             return []
-        return [tool for tool in available_tools() if tool.name not in client.tool_names]
+        return [tool for tool in own if tool.name not in client.tool_names]
 
     async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        tools = self.own_tools()  # settings only, no database
+        # The owner's MCP servers' tools, as last listed (one query).
+        mcp = await database_sync_to_async(mcp_tools.tools_for)(self.request.owner)
+        tools = self.own_tools(mcp)
         client = self.request.client
         client_tools = client.tool_names if client is not None else set()
         schemas = [tool.schema() for tool in tools]
@@ -402,7 +406,9 @@ class Turn:
         )
         # What the call writes (a fact) links back to it.
         context = replace(self.tools, event_id=recorded.pk)
-        output = await call_tool(context, call.name, call.arguments, approve=self.approve)
+        output = await call_tool(
+            context, call.name, call.arguments, approve=self.approve, extra=self.offered
+        )
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
@@ -434,10 +440,11 @@ class Turn:
         note = macros.hint(self.request.owner, tool, arguments)
         return f"\n\n{note}" if note else ""
 
-    async def approve(self, command: str) -> None:
-        """Wait for the user's decision on `command`; raise ToolError unless allowed."""
+    async def approve(self, command: str, kind: str = approvals.TERMINAL) -> None:
+        """Wait for the user's decision on `command` (an ApprovalRequest.Kind);
+        raise ToolError unless allowed."""
         request = await database_sync_to_async(approvals.create_request)(
-            self.request.owner, self.request.session_id, command
+            self.request.owner, self.request.session_id, command, kind
         )
         self.pending_approval = request
         await self.emit(
@@ -446,6 +453,7 @@ class Turn:
                 command=command,
                 prefix=request.prefix or None,
                 always_refused=request.rule.reason if not request.prefix else "",
+                kind=kind,
             )
         )
         timeout = self.request.approval_timeout
@@ -454,7 +462,8 @@ class Turn:
         decision = await approvals.wait_for_decision(request, timeout)
         self.pending_approval = None
         if decision == "deny":
-            raise ToolError("The user denied running this command.")
+            what = "this call" if kind == approvals.MCP else "running this command"
+            raise ToolError(f"The user denied {what}.")
         if decision == "timeout":
             message = f"No approval for `{command}` within {timeout:g} s; it was not run."
             await self.emit(Error(message))

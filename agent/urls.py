@@ -11,4 +11,7 @@ urlpatterns = [
     path("models/test/", views.model_provider_test, name="model-provider-test"),
     path("models/<int:pk>/", views.model_provider_edit, name="model-provider-edit"),
     path("models/<int:pk>/delete/", views.model_provider_delete, name="model-provider-delete"),
+    path("mcp/", views.mcp_servers, name="mcp-servers"),
+    path("mcp/<int:pk>/test/", views.mcp_server_test, name="mcp-server-test"),
+    path("mcp/<int:pk>/delete/", views.mcp_server_delete, name="mcp-server-delete"),
 ]

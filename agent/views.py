@@ -1,5 +1,5 @@
-"""Settings pages: the terminal's "Allow always" prefixes (each user's own) and
-the model providers (the site's, for its staff)."""
+"""Settings pages: the terminal's "Allow always" prefixes and the MCP servers
+(each user's own), and the model providers (the site's, for its staff)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from agent import cgroups, providers
+from agent import cgroups, mcp_tools, providers
 from agent.approvals import has_terminal_permission
-from agent.forms import ProviderForm
-from agent.models import ModelProvider, TerminalAllowedPrefix
+from agent.forms import McpServerForm, ProviderForm
+from agent.models import McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
@@ -163,3 +163,44 @@ def model_provider_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         request, f"Removed the provider “{provider.name}”; its chats use the default model now."
     )
     return redirect("model-providers")
+
+
+def mcp_servers(request: HtmxHttpRequest) -> HttpResponse:
+    """The user's MCP servers; a POST adds one, once it has answered with its tools."""
+    form = McpServerForm(request.user, request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            server = mcp_tools.add_server(request.user, data["name"], data["url"], data["token"])
+        except mcp_tools.McpUnavailable as exc:
+            form.add_error("url", str(exc))
+        except IntegrityError:  # the same name, added at the same moment elsewhere
+            form.add_error("name", "You have a server of that name.")
+        else:
+            messages.success(
+                request, f"Added “{server.name}”: its tools are offered to your agent."
+            )
+            form = McpServerForm(request.user)
+    context = {"servers": McpServer.objects.owned_by(request.user), "form": form}
+    status = 400 if form.errors else 200
+    return render_page(request, "agent/mcp_servers.html", context, status=status)
+
+
+@require_POST
+def mcp_server_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    server = get_owned_or_404(McpServer, request.user, pk=pk)
+    message = mcp_tools.test_server(server)
+    if not request.htmx:
+        messages.info(request, message)
+        return redirect("mcp-servers")
+    return render(request, "agent/_mcp_server_row.html", {"server": server, "tested": message})
+
+
+@require_POST
+def mcp_server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    server = get_owned_or_404(McpServer, request.user, pk=pk)
+    server.delete()
+    if request.htmx:
+        return HttpResponse("")  # the row goes
+    messages.success(request, f"Removed “{server.name}”; its tools are no longer offered.")
+    return redirect("mcp-servers")

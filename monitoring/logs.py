@@ -57,6 +57,7 @@ def logging_config(log_format: str) -> dict[str, Any]:
         "loggers": {
             "django.db.backends": {"level": "WARNING"},
             "httpx": {"level": "WARNING"},  # one line per LLM call is noise
+            "mcp": {"level": "WARNING"},  # the MCP SDK logs every request and session
             # django-q2 adds a plain handler of its own to a logger without one.
             "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
             # One line per request and per turn: what a JSON log is read for;

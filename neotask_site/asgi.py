@@ -1,4 +1,4 @@
-"""ASGI entry point: Django for HTTP, Channels for websockets."""
+"""ASGI entry point: Django for HTTP (and the MCP server at /mcp), Channels for websockets."""
 
 import os
 
@@ -13,10 +13,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from neotask_site.routing import websocket_urlpatterns  # noqa: E402
 from neotask_site.websocket_origin import SameOriginValidator  # noqa: E402
+from sessions_app import mcp_server  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": mcp_server.wrap(django_asgi_app),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

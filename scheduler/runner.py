@@ -231,7 +231,15 @@ def ask_owner(
 ) -> None:
     """Tell the owner a command waits for them. The turn expired the request when
     nobody answered at once; it is reopened so that the owner can still answer it
-    in this chat ("Allow always" lets the next runs run it)."""
+    in this chat ("Allow always" lets the next runs run it). An MCP tool call is
+    approved each time, so a task's run never makes one: the chat says so."""
+    if request.get("kind") == ApprovalRequest.Kind.MCP:
+        note = (
+            f'"{task.name}" wanted to call `{request["command"]}`, a tool of an MCP server; '
+            "each such call needs your approval at the time, so this run went on without it."
+        )
+        record(task, session_id, agent_name, EventType.SYSTEM, note, "approval_needed")
+        return
     ApprovalRequest.objects.filter(
         pk=request["request_id"], status=ApprovalRequest.Status.EXPIRED
     ).update(status=ApprovalRequest.Status.PENDING, decided_at=None)

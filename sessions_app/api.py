@@ -141,9 +141,10 @@ def csrf_refused(request: HttpRequest) -> bool:
 
 
 def token_owner(header: str) -> Owner | None:
-    """The owner of the API token an `Authorization: Bearer nt_…` header presents;
-    None if it is missing, malformed, wrong or revoked. Every endpoint for
-    programs authenticates with this (the API here, /v1/ in sessions_app.openai_views)."""
+    """The owner of the API token in an `Authorization: Bearer nt_…` header; None
+    if it is missing, malformed, wrong or revoked. The one check of every program's
+    token: this API's, /v1/'s (sessions_app.openai_views) and /mcp's
+    (sessions_app.mcp_server)."""
     scheme, _, presented = header.partition(" ")
     token = ApiToken.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
     return token.owner if token is not None else None

@@ -9,37 +9,14 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from agent.approvals import decide
-from agent.frames import Frame
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.runtime import TurnRequest, run_turn
 from memory.models import Event, Fact
+from tests.support.frames import Frames
 from tests.support.records import take_queued_tasks
 from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Frames:
-    """Collects what a turn emits; answers approval requests like a user would."""
-
-    def __init__(self, user: User | None = None, decision: str | None = None) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.user = user
-        self.decision = decision
-        self.clicks: list[asyncio.Task] = []
-
-    async def __call__(self, typed: Frame) -> None:
-        frame = typed.as_json()
-        self.frames.append(frame)
-        if frame["type"] == "approval_request" and self.user and self.decision:
-            click = sync_to_async(decide)(self.user, frame["request_id"], self.decision)
-            self.clicks.append(asyncio.ensure_future(click))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f["type"] == kind]
-
-    def event_types(self) -> list[str]:
-        return [f["event"]["event_type"] for f in self.of("event")]
 
 
 @pytest.fixture

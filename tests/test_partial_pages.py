@@ -45,6 +45,9 @@ PAGES = {
         '<div id="prefixes">',
     ),
     "api tokens": Page(lambda user: reverse("api-tokens"), "Create token", '<div id="tokens">'),
+    "mcp servers": Page(
+        lambda user: reverse("mcp-servers"), "No MCP servers yet.", '<div id="mcp-servers">'
+    ),
     "session cleanup": Page(
         lambda user: reverse("session-cleanup"), "Nothing to clean up", '<div id="cleanup"'
     ),

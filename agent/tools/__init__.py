@@ -62,8 +62,9 @@ def get_tool(name: str) -> Tool:
 
 log = logging.getLogger(__name__)
 
-# Asks the person about `subject` (a command); raises ToolError unless they allow it.
-Approve = Callable[[str], Awaitable[None]]
+# Asks the person about `subject` (a command, or an MCP tool call: the tool's
+# approval_kind); raises ToolError unless they allow it.
+Approve = Callable[[str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,11 @@ async def call_tool(
     *,
     approve: Approve | None = None,
     only: Collection[str] | None = None,
+    extra: Collection[Tool] = (),
 ) -> ToolOutput:
     """Run the tool `name` with its JSON `arguments`: looked up (among `only`, if
-    given), the arguments checked against its schema, the person's approval asked
+    given; in `extra`, the owner's own tools such as their MCP servers', then in
+    the registry), the arguments checked against its schema, the person's approval asked
     through `approve` where the tool needs it (refused where nobody can give it),
     then run off the database thread: a command may run for seconds, a search
     embed. Every failure is an output, never an exception."""
@@ -94,7 +97,7 @@ async def call_tool(
     try:
         if only is not None and name not in only:
             raise ToolError(f"Only {', '.join(sorted(only))} is available now.")
-        tool = get_tool(name)
+        tool = next((tool for tool in extra if tool.name == name), None) or get_tool(name)
         checked = parse_arguments(tool, arguments)
         if tool.approval_subject is not None:
             subject = await database_sync_to_async(tool.approval_subject)(context, checked)
@@ -103,7 +106,7 @@ async def call_tool(
                     raise ToolError(
                         f"{name} needs a person's approval, which nobody can give here."
                     )
-                await approve(subject)
+                await approve(subject, tool.approval_kind)
         text = await sync_to_async(tool.run, thread_sensitive=False)(context, checked)
         return ToolOutput(text, arguments=checked)
     except ToolError as exc:

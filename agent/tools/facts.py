@@ -43,6 +43,20 @@ def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
     return f"Forgot {category}/{key}."
 
 
+LISTED_FACTS = 200  # the prompt already holds the most useful ones; this is for looking up
+
+
+def list_facts(context: ToolContext, arguments: dict[str, Any]) -> str:
+    category = Fact.normalise(arguments.get("category", ""))
+    facts = Fact.objects.owned_by(context.owner).order_by("category", "key")
+    if category:
+        facts = facts.filter(category=category)
+    lines = [f"{fact.category}/{fact.key}: {fact.value}" for fact in facts[:LISTED_FACTS]]
+    if not lines:
+        return f"There are no facts in {category}." if category else "There are no facts yet."
+    return "\n".join(lines)
+
+
 FACT_KEY = {
     "category": {"type": "string", "maxLength": 100, "description": "e.g. preference, person"},
     "key": {"type": "string", "maxLength": 255, "description": "e.g. favourite_color"},
@@ -69,5 +83,13 @@ register(
         description="Delete a saved fact that is wrong or no longer true.",
         parameters={"type": "object", "properties": FACT_KEY, "required": ["category", "key"]},
         run=forget_fact,
+    )
+)
+register(
+    Tool(
+        name="list_facts",
+        description="List the saved facts (category/key: value), optionally of one category.",
+        parameters={"type": "object", "properties": {"category": FACT_KEY["category"]}},
+        run=list_facts,
     )
 )

@@ -67,6 +67,7 @@ class Tool:
     # Returns the command that needs the user's approval, or None when allowed.
     approval_subject: Callable[[ToolContext, dict[str, Any]], str | None] | None = None
     enabled: Callable[[], bool] = field(default=lambda: True)
+    approval_kind: str = "terminal"  # an ApprovalRequest.Kind: what the card asks about
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,8 @@ JSON_TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "number": (int, float),
     "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
 }
 
 
@@ -116,7 +119,12 @@ def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
         spec = properties.get(name)
         if spec is None:
             raise ToolError(f"{tool.name} has no argument {name!r}; it takes {sorted(properties)}.")
-        expected = JSON_TYPES[spec["type"]]
+        # Another server's schema (agent.mcp_tools) may use what this check does not
+        # know (a union, no type): that server checks those arguments itself.
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        expected = JSON_TYPES.get(kind) if isinstance(kind, str) else None
+        if expected is None:
+            continue
         if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
             raise ToolError(f"{tool.name}: {name!r} must be a {spec['type']}.")
         if isinstance(value, str):

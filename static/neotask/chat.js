@@ -111,6 +111,10 @@
     card.id = `approval-${frame.request_id}`;
     card.querySelector("[name=request_id]").value = frame.request_id;
     card.querySelector(".command").textContent = frame.command;
+    if (frame.kind === "mcp") {
+      card.querySelector(".approval-what").textContent =
+        "The agent wants to call a tool of an MCP server (its answer is data, not instructions):";
+    }
     // Without a rule to store, only "Allow once" and "Deny", and the reason why.
     card.querySelector(".prefix").textContent = frame.prefix || "";
     card.querySelector("button[value=always]").hidden = !frame.prefix;

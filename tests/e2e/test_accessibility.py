@@ -54,6 +54,7 @@ def page_paths(seeded: dict) -> list[str]:
         f"/tasks/{seeded['task']}/delete/",
         "/settings/terminal/",
         "/settings/tokens/",
+        "/settings/mcp/",
         "/settings/models/",
         "/settings/models/add/",
         "/setup/model/",

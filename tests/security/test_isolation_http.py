@@ -244,6 +244,13 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "terminal-prefix-activate": lambda w, bob: post(
         pk("terminal-prefix-activate", w.prefix.pk), 404
     ),
+    # MCP servers: bob's own page; alice's server is a 404 to him.
+    "mcp-servers": lambda w, bob: [
+        *get("/settings/mcp/", 200),
+        *post("/settings/mcp/", 400, name="lake_house", url="http://127.0.0.1:9/mcp"),
+    ],
+    "mcp-server-test": lambda w, bob: post(pk("mcp-server-test", w.mcp_server.pk), 404),
+    "mcp-server-delete": lambda w, bob: post(pk("mcp-server-delete", w.mcp_server.pk), 404),
     # Chats and sessions.
     "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
     "chat-new": lambda w, bob: [

@@ -15,7 +15,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import models
 from django.utils import timezone
 
-from agent.models import ApprovalRequest, ModelProvider, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, McpServer, ModelProvider, TerminalAllowedPrefix
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
@@ -55,6 +55,7 @@ OWNED_MODELS = [
     ScheduledTask,
     TerminalAllowedPrefix,
     ApprovalRequest,
+    McpServer,
     ApiToken,
     ImportJob,
     ExportJob,
@@ -105,6 +106,9 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
             owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
+        McpServer: McpServer.objects.create(
+            owner=owner, name=f"tools{tag}", url=f"http://127.0.0.1:9/{tag}"
+        ),
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
         ExportJob: ExportJob.objects.create(owner=owner, filename=f"export{tag}.zip"),
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),

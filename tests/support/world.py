@@ -19,7 +19,7 @@ from django.contrib.auth.models import User
 from django.db import models
 from django.utils import timezone
 
-from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, McpServer, TerminalAllowedPrefix
 from importers.archive.writing import export_user
 from importers.models import ExportJob, ImportJob
 from memory import recording, tasks
@@ -29,6 +29,7 @@ from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, Memor
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from neotask_site.models import Change
+from neotask_site.sealing import seal
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, DailyUsage, Session
@@ -65,6 +66,7 @@ class World:
     task: ScheduledTask
     prefix: TerminalAllowedPrefix
     approval: ApprovalRequest
+    mcp_server: McpServer
     token: ApiToken
     token_text: str
     import_job: ImportJob
@@ -160,6 +162,13 @@ def build_alice(alice: User) -> World:
         command=f"{secret('command')} --now",
         prefix=secret("command"),
     )
+    mcp_server = McpServer.objects.create(
+        owner=alice,
+        name="lake_house",
+        url=f"http://127.0.0.1:9/{secret('mcp-url')}",
+        sealed_token=seal(secret("mcp-token")),
+        tools=[{"name": "vault", "description": secret("mcp-tool"), "input_schema": {}}],
+    )
     token, token_text = ApiToken.issue(alice, secret("token"))
     import_job = ImportJob.objects.create(
         owner=alice, kind="openclaw", filename=f"{secret('import')}.zip", error=secret("import")
@@ -190,6 +199,7 @@ def build_alice(alice: User) -> World:
         task=task,
         prefix=prefix,
         approval=approval,
+        mcp_server=mcp_server,
         token=token,
         token_text=token_text,
         import_job=import_job,
@@ -206,6 +216,7 @@ def build_alice(alice: User) -> World:
             ScheduledTask: task,
             TerminalAllowedPrefix: prefix,
             ApprovalRequest: approval,
+            McpServer: mcp_server,
             ApiToken: token,
             ImportJob: import_job,
             ExportJob: export_job,

@@ -1,0 +1,202 @@
+"""/mcp: Neotask's memory and tasks as an MCP server (streamable HTTP), for other
+tools' agents (Claude Desktop, IDEs, the SDK's client).
+
+The same API tokens as /api/v1/ (sessions_app.api.token_owner), the same
+registered tools as the agent's, called through agent.tools.call_tool with the
+same argument checks, as their owner's main agent. Never the terminal: only the
+tools named in TOOLS are offered, and none of them asks for an approval.
+
+Stateless, JSON responses: every POST is a whole exchange, so any server
+process answers any request and nothing is kept between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from pydantic import AnyUrl
+
+from agent.tools import ToolContext, call_tool, get_tool
+from memory.files.paths import MemoryPathError, read_memory_file
+from memory.models import Fact, MemoryFile
+from memory.workspace import DEFAULT_AGENT
+from neotask_site.ownership import Owner
+from sessions_app.api import AUTH_HINT, token_owner
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+PATHS = ("/mcp", "/mcp/")
+OWNER_KEY = "neotask.owner"  # where the wrapper leaves the token's owner in the ASGI scope
+TOOLS = (
+    "search_memory",
+    "remember_fact",
+    "forget_fact",
+    "list_facts",
+    "read_memory_file",
+    "write_memory_file",
+    "schedule_task",
+    "list_tasks",
+)
+FACTS_URI = "neotask://facts"
+FILES_URI = "neotask://files/"
+LISTED_FILES = 500
+
+server: Server[Any, Any] = Server(
+    "neotask",
+    instructions=(
+        "The user's Neotask memory: search it, keep and forget facts, read and write "
+        "memory files (MEMORY.md, memory/*.md), schedule prompts for their agent."
+    ),
+)
+
+
+def requesting_owner() -> Owner:
+    """The token's owner, put in the request's scope by `application`."""
+    request = server.request_context.request
+    return request.scope[OWNER_KEY]  # type: ignore[union-attr]
+
+
+def tool_context(owner: Owner) -> ToolContext:
+    # by_person: the owner's own program asked, as with the API; the history says "user".
+    return ToolContext.for_session(owner, "", DEFAULT_AGENT, by_person=True)
+
+
+@server.list_tools()
+async def list_tools() -> list[types.Tool]:
+    tools = [get_tool(name) for name in TOOLS]
+    return [
+        types.Tool(name=tool.name, description=tool.description, inputSchema=tool.parameters)
+        for tool in tools
+    ]
+
+
+# validate_input=False: the registry checks the arguments, as it does the agent's,
+# and its message is the one a caller sees.
+@server.call_tool(validate_input=False)
+async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    context = await sync_to_async(tool_context)(requesting_owner())
+    output = await call_tool(context, name, json.dumps(arguments), only=TOOLS)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=output.error or output.text)],
+        isError=bool(output.error),
+    )
+
+
+def owned_resources(owner: Owner) -> list[types.Resource]:
+    files = MemoryFile.objects.owned_by(owner).filter(agent=DEFAULT_AGENT).order_by("path")
+    return [
+        types.Resource(
+            uri=AnyUrl(FACTS_URI),
+            name="facts",
+            description="Every fact Neotask keeps about you, one per line.",
+            mimeType="text/plain",
+        ),
+        *(
+            types.Resource(
+                uri=AnyUrl(FILES_URI + row.path),
+                name=row.path,
+                description=f"Memory file ({row.size} bytes)",
+                mimeType="text/markdown",
+            )
+            for row in files[:LISTED_FILES]
+        ),
+    ]
+
+
+def facts_text(owner: Owner) -> str:
+    facts = Fact.objects.owned_by(owner).order_by("category", "key")
+    return "\n".join(f"{fact.category}/{fact.key}: {fact.value}" for fact in facts)
+
+
+def resource_text(owner: Owner, uri: str) -> str:
+    if uri == FACTS_URI:
+        return facts_text(owner)
+    if uri.startswith(FILES_URI):
+        context = tool_context(owner)
+        try:
+            text, _ = read_memory_file(context.workspace, uri.removeprefix(FILES_URI))
+        except MemoryPathError as exc:
+            raise ValueError(str(exc)) from None
+        return text
+    raise ValueError(f"Unknown resource {uri}: use {FACTS_URI} or {FILES_URI}<path>.")
+
+
+@server.list_resources()
+async def list_resources() -> list[types.Resource]:
+    return await database_sync_to_async(owned_resources)(requesting_owner())
+
+
+@server.read_resource()
+async def read_resource(uri: AnyUrl) -> str:
+    return await sync_to_async(resource_text, thread_sensitive=False)(requesting_owner(), str(uri))
+
+
+class SessionManagers:
+    """The SDK's session manager runs in a task group it opens itself, normally
+    from the server's lifespan; daphne runs no ASGI lifespan, so it is started
+    at the first request, once per event loop (a test's server has its own)."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.manager: StreamableHTTPSessionManager | None = None
+        self.started = asyncio.Event()
+        self.running: asyncio.Task[None] | None = None
+
+    async def current(self) -> StreamableHTTPSessionManager:
+        loop = asyncio.get_running_loop()
+        if self.manager is None or self.loop is not loop:
+            manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True)
+            self.loop, self.manager, self.started = loop, manager, asyncio.Event()
+            # A context of its own: not the first request's (its log bindings).
+            self.running = loop.create_task(
+                self.run(manager, self.started), context=contextvars.Context()
+            )
+        manager, started = self.manager, self.started
+        await started.wait()  # requests that came meanwhile wait for it too
+        return manager
+
+    @staticmethod
+    async def run(manager: StreamableHTTPSessionManager, started: asyncio.Event) -> None:
+        async with manager.run():
+            started.set()
+            await asyncio.Event().wait()  # as long as the process serves
+
+
+managers = SessionManagers()
+
+
+async def refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json")]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="neotask"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def wrap(django: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """The HTTP application: /mcp to the MCP server, for a valid API token only;
+    everything else to Django."""
+
+    async def application(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in PATHS:
+            return await django(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        owner = await database_sync_to_async(token_owner)(header) if header else None
+        if owner is None:
+            return await refuse(send, 401, f"/mcp needs an API token. {AUTH_HINT}")
+        manager = await managers.current()
+        await manager.handle_request({**scope, OWNER_KEY: owner}, receive, send)
+
+    return application

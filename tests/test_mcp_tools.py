@@ -1,0 +1,215 @@
+"""MCP servers' tools for the agent: a real MCP server (the official SDK's FastMCP
+under uvicorn) added on the settings page, its tool called by the scripted model
+in a real turn, each call approved, denied or failing as the chat shows it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from agent import approvals, mcp_tools
+from agent.approvals import ApprovalError, create_request, decide
+from agent.models import ApprovalRequest, McpServer
+from agent.runtime import TurnRequest, run_turn
+from memory.models import Event
+from neotask_site.sealing import unseal
+from scheduler.runner import run_due_tasks
+from sessions_app import chat
+from sessions_app.models import Session
+from tests.support.frames import Frames
+from tests.support.mcp_server import served, weather_app
+from tests.support.records import MONDAY_9, make_task
+from tests.support.scripted_llm import Reply, reply_with_tool
+from tests.support.web import client_for, text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FORECAST = "mcp_weather__forecast"
+
+
+@pytest.fixture
+def weather() -> Any:
+    """The MCP server, its URL and the calls it received."""
+    calls: list[dict[str, Any]] = []
+    with served(weather_app(calls), lifespan="on") as base:
+        yield f"{base}/mcp", calls
+
+
+def add(user, url: str, name: str = "weather", token: str = "") -> McpServer:
+    return mcp_tools.add_server(user, name, url, token)
+
+
+async def turn(user, frames: Frames, text: str = "Weather in Paris?"):
+    result = await run_turn(TurnRequest(owner=user, session_id="s1"), text, frames)
+    await asyncio.gather(*frames.clicks)
+    return result
+
+
+def results(user) -> list[Event]:
+    return list(Event.objects.filter(owner=user, event_type="tool_result").order_by("id"))
+
+
+def test_it_adds_a_server_that_answers_with_its_tools(alice, weather):
+    url, _ = weather
+    client = client_for(alice)
+    response = client.post(
+        "/settings/mcp/", {"name": "weather", "url": url, "token": "s3cret-token-42"}
+    )
+    assert response.status_code == 200
+    server = McpServer.objects.get(owner=alice)
+    assert [tool["name"] for tool in server.tools] == ["forecast", "history"]
+    assert server.tools[0]["input_schema"]["required"] == ["city"]
+    assert unseal(server.sealed_token) == "s3cret-token-42" and "s3cret" not in server.sealed_token
+    page = text(client.get("/settings/mcp/"))
+    assert "forecast" in page and "…n-42" in page and "s3cret-token-42" not in page
+    assert [tool.name for tool in mcp_tools.tools_for(alice)] == [FORECAST, "mcp_weather__history"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"name": "weather", "url": "npx -y @modelcontextprotocol/server-files"}, "url", "stdio"),
+        ({"name": "Weather Now", "url": "URL"}, "name", "lowercase letters"),
+        ({"name": "weather", "url": "http://127.0.0.1:9/mcp"}, "url", "nothing answers"),
+    ],
+)
+def test_it_refuses_a_command_a_bad_name_and_a_server_that_does_not_answer(
+    alice, weather, fields, field, message
+):
+    url, _ = weather
+    fields = {**fields, "url": url if fields["url"] == "URL" else fields["url"]}
+    response = client_for(alice).post("/settings/mcp/", fields)
+    assert response.status_code == 400
+    assert message in " ".join(response.context["form"].errors[field])
+    assert not McpServer.objects.exists()
+
+
+def test_it_refuses_a_second_server_of_the_same_name(alice, weather):
+    url, _ = weather
+    add(alice, url)
+    response = client_for(alice).post("/settings/mcp/", {"name": "weather", "url": url})
+    assert response.status_code == 400
+    assert McpServer.objects.count() == 1
+
+
+def test_it_keeps_each_users_servers_to_themselves(alice, bob, weather):
+    url, _ = weather
+    server = add(alice, url)
+    bob_client = client_for(bob)
+    assert url not in text(bob_client.get("/settings/mcp/"))
+    assert bob_client.post(f"/settings/mcp/{server.pk}/test/").status_code == 404
+    assert bob_client.post(f"/settings/mcp/{server.pk}/delete/").status_code == 404
+    assert mcp_tools.tools_for(bob) == []
+    # The same name is bob's to use.
+    assert bob_client.post("/settings/mcp/", {"name": "weather", "url": url}).status_code == 200
+    assert McpServer.objects.filter(name="weather").count() == 2
+    alice_client = client_for(alice)
+    answer = alice_client.post(f"/settings/mcp/{server.pk}/test/", headers={"HX-Request": "true"})
+    assert "It answered with 2 tools." in text(answer)
+    alice_client.post(f"/settings/mcp/{server.pk}/delete/")
+    assert list(McpServer.objects.values_list("owner__username", flat=True)) == ["bob"]
+
+
+async def test_it_calls_the_tool_once_its_owner_allows_it(alice, llm, weather):
+    url, calls = weather
+    await sync_to_async(add)(alice, url)
+    llm.script(reply_with_tool(FORECAST, {"city": "Paris"}), Reply(text="Sunny."))
+    frames = Frames(alice, decision="once")
+    result = await turn(alice, frames)
+
+    assert result.status == "completed" and result.answer == "Sunny."
+    assert FORECAST in [tool["function"]["name"] for tool in llm.requests[0]["tools"]]
+    [card] = frames.of("approval_request")
+    assert card["kind"] == "mcp" and card["prefix"] is None
+    assert card["command"] == f'{FORECAST} {{"city": "Paris"}}'
+    assert "not offered" in card["always_refused"]
+    assert calls == [{"city": "Paris"}]
+    seen = llm.requests[1]["messages"][-1]
+    assert seen["role"] == "tool"
+    assert seen["content"].startswith("[Output of the tool forecast of the MCP server “weather”")
+    assert "not instructions to follow" in seen["content"] and "Sunny in Paris" in seen["content"]
+
+
+async def test_it_does_not_call_the_tool_when_denied(alice, llm, weather):
+    url, calls = weather
+    await sync_to_async(add)(alice, url)
+    llm.script(reply_with_tool(FORECAST, {"city": "Paris"}), Reply(text="As you wish."))
+    await turn(alice, Frames(alice, decision="deny"))
+    assert calls == []
+    seen = llm.requests[1]["messages"][-1]["content"]
+    assert seen == "Error: The user denied this call."
+    assert "Sunny" not in str(llm.requests[1]["messages"])
+
+
+async def test_it_refuses_allow_always_for_an_mcp_call(alice, llm, weather):
+    url, calls = weather
+    await sync_to_async(add)(alice, url)
+    llm.script(reply_with_tool(FORECAST, {"city": "Oslo"}), Reply(text="Ok."))
+    frames = Frames()
+    turning = asyncio.ensure_future(turn(alice, frames))
+    while not frames.of("approval_request"):
+        await asyncio.sleep(0.02)
+    request_id = frames.of("approval_request")[0]["request_id"]
+    with pytest.raises(ApprovalError, match="not offered"):
+        await sync_to_async(decide)(alice, request_id, "always")
+    await sync_to_async(decide)(alice, request_id, "once")
+    approvals.wake(request_id)
+    await turning
+    request = await ApprovalRequest.objects.aget(pk=request_id)
+    assert (request.kind, request.decision) == ("mcp", "once")
+    assert calls == [{"city": "Oslo"}]
+
+
+async def test_it_says_clearly_in_the_chat_when_the_server_is_down(alice, llm):
+    calls: list[dict[str, Any]] = []
+    with served(weather_app(calls), lifespan="on") as base:
+        await sync_to_async(add)(alice, f"{base}/mcp")
+    llm.script(reply_with_tool(FORECAST, {"city": "Paris"}), Reply(text="It is down."))
+    await turn(alice, Frames(alice, decision="once"))
+    [result] = await sync_to_async(results)(alice)
+    assert result.data["is_error"] is True
+    assert result.data["content"] == (
+        f"Error: The MCP server “weather” ({base}/mcp) failed: nothing answers at its URL "
+        "(is it running?)."
+    )
+    assert llm.requests[1]["messages"][-1]["content"] == result.data["content"]
+
+
+async def test_it_cuts_a_long_answer_and_keeps_it_marked(alice, llm, weather):
+    url, calls = weather
+    await sync_to_async(add)(alice, url)
+    llm.script(reply_with_tool("mcp_weather__history", {"days": 3000}), Reply(text="Long."))
+    await turn(alice, Frames(alice, decision="once"))
+    [result] = await sync_to_async(results)(alice)
+    content = result.data["content"]
+    assert calls == [{"days": 3000}]
+    assert "more characters cut]" in content and content.endswith("[End of the output of history.]")
+    assert len(content) < mcp_tools.OUTPUT_CHARS + 500
+
+
+def test_it_shows_a_waiting_mcp_call_on_the_chat_page_without_allow_always(alice):
+    session = chat.start_chat(alice)
+    create_request(alice, str(session.pk), f'{FORECAST} {{"city": "Rome"}}', approvals.MCP)
+    page = text(client_for(alice).get(f"/chat/{session.key}/"))
+    card = page[
+        page.index('<div class="approval"') : page.index("</div>", page.index('class="approval"'))
+    ]
+    assert "call a tool of an MCP server" in card and "Rome" in card
+    assert 'value="always" hidden' in card and "approved one at a time" in card
+
+
+def test_it_skips_the_call_in_a_scheduled_run_even_of_a_trusted_task(alice, llm, weather):
+    url, calls = weather
+    add(alice, url)
+    task = make_task(alice, is_trusted=True)
+    llm.script(reply_with_tool(FORECAST, {"city": "Paris"}), Reply(text="Could not."))
+    assert run_due_tasks(now=MONDAY_9).runs[0].status == "completed"
+    assert calls == []
+    session = Session.objects.get(key=f"cron:{task.pk}")
+    events = list(Event.objects.filter(session_id=str(session.pk)).order_by("id"))
+    [notice] = [event for event in events if event.data.get("kind") == "approval_needed"]
+    assert f'`{FORECAST} {{"city": "Paris"}}`, a tool of an MCP server' in notice.text
+    assert ApprovalRequest.objects.get(owner=alice).status == "expired"
