@@ -1,9 +1,10 @@
 """Full-text search over the event log, in the database: SQLite FTS5 or
 PostgreSQL's text search, whichever Neotask runs on.
 
-The index is kept by the database itself (FTS5 triggers; a GIN expression
-index on PostgreSQL) and (re)installed after every `migrate`, so a migration
-that rebuilds the events table cannot leave it behind.
+The index is kept by the database itself: FTS5 triggers, (re)installed after
+every `migrate` so that a migration that rebuilds the events table cannot leave
+it behind; on PostgreSQL a stored tsvector column and its GIN index
+(memory.pgvector, migration 0014_pgvector).
 """
 
 from __future__ import annotations
@@ -89,18 +90,10 @@ SQLITE_RETIRED = [
 ]
 
 
-def postgres_document(row: str) -> str:
-    """The weighted text search document of an event (key A, context B)."""
-    return (
-        f"(setweight(to_tsvector('english', {KEY_SQL.format(row=row)}), 'A') || "
-        f"setweight(to_tsvector('english', {row}.search_context), 'B'))"
-    )
-
-
-POSTGRES_SETUP = [
+# Earlier PostgreSQL indexes (expressions, now a stored column: memory.pgvector).
+POSTGRES_RETIRED = [
     "DROP INDEX IF EXISTS events_text_search",
-    "CREATE INDEX IF NOT EXISTS events_search_document ON events "
-    f"USING GIN ({postgres_document('events')}) WHERE event_type IN ({INDEXED_TYPES})",
+    "DROP INDEX IF EXISTS events_search_document",
 ]
 
 
@@ -134,7 +127,7 @@ def ensure_index(using: str = "default") -> None:
                 for statement in SQLITE_REBUILD:
                     cursor.execute(statement)
         elif connection.vendor == "postgresql":
-            for statement in POSTGRES_SETUP:
+            for statement in POSTGRES_RETIRED:
                 cursor.execute(statement)
 
 
@@ -172,13 +165,13 @@ def search(
             return sqlite_search(cursor, scope_token(owner_id, agent), words, limit, memories)
         if connection.vendor == "postgresql":
             # Weights {D, C, B, A}: the key (A) counts fully, the context (B) as much
-            # as in SQLite.
-            document = postgres_document("e")
+            # as in SQLite. The document is stored (memory.pgvector); ties go by id,
+            # so that the same query finds the same rows.
             cursor.execute(
-                f"SELECT e.id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', {document}, q) AS rank "
-                "FROM events e, to_tsquery('english', %s) q "
-                f"WHERE {document} @@ q AND e.owner_id = %s AND e.agent = %s "
-                f"AND e.event_type IN ({INDEXED_TYPES}) ORDER BY rank DESC LIMIT %s",
+                f"SELECT e.id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', e.search_document, q) "
+                "AS rank FROM events e, to_tsquery('english', %s) q "
+                "WHERE e.search_document @@ q AND e.owner_id = %s AND e.agent = %s "
+                "ORDER BY rank DESC, e.id LIMIT %s",
                 [" | ".join(words), owner_id, agent, limit],
             )
             return [(row[0], float(row[1])) for row in cursor.fetchall()]
