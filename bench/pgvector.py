@@ -257,6 +257,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
     from memory.search import search_memory
 
     rng = np.random.default_rng(11)
+    default_ef = pgvector.EF_SEARCH  # the memory search and get_context run with it
     results: dict[str, Any] = {}
     for label, user, size in owners():
         ids, vectors = stored_vectors(user.pk)
@@ -266,7 +267,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
         index = pgvector.PgIndex(user.pk, "main", table)
         figures: dict[str, Any] = {"events": size}
         for iterative in ("relaxed_order", "off"):
-            for ef in ef_values if iterative != "off" else [pgvector.EF_SEARCH]:
+            for ef in ef_values if iterative != "off" else [100]:
                 pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = iterative, ef
                 found, times = [], []
                 for q in asked:
@@ -277,7 +278,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
                 key = f"ef_search {ef}" + ("" if iterative != "off" else ", no iterative scan")
                 figures[key] = {"recall@10": round(float(recall), 3), **percentiles(times)}
                 print(f"{table} owner {label} ({size}) {key}: {figures[key]}", flush=True)
-        pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = "relaxed_order", 100
+        pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = "relaxed_order", default_ef
         texts = stored_texts(user.pk, queries)
         hybrid_times, context_times = [], []
         for q, text in zip(asked, texts, strict=True):
@@ -341,11 +342,15 @@ def first_search_rss(backend: str) -> None:
     vector[3] = 1
     search_memory(user, "warm up", k=10, query_vector=vector, files=False, branch="lexical")
     before = rss_mb()
+    held = 0
     if backend == "numpy":
-        NumpyIndex(user.pk, "main").search(vector, 10, contextual=True)
+        index = NumpyIndex(user.pk, "main")
+        index.search(vector, 10, contextual=True)
+        held = index.size
     else:
         search_memory(user, "dinner with friends", k=10, query_vector=vector)
-    print(json.dumps({"backend": backend, "before_mb": before, "after_mb": rss_mb()}))
+    after = rss_mb()
+    print(json.dumps({"backend": backend, "before_mb": before, "after_mb": after, "held": held}))
 
 
 def main() -> None:
