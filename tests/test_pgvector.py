@@ -147,3 +147,13 @@ def test_it_backfills_stored_vectors_when_migrating(alice, transactional_db):
         call_command("migrate", "memory", verbosity=0)
     assert np.array_equal(stored_vector(event), unit(3))
     assert [i for i, _ in index_for(alice.pk).search(unit(3), 1)] == [event.pk]
+
+
+def test_it_scans_iteratively_in_each_query_and_only_there(transactional_db):
+    settings = "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')"
+    assert pgvector.run(settings, {}) == [("relaxed_order", str(pgvector.EF_SEARCH))]
+    # SET LOCAL: gone with the query's transaction (or, inside the caller's, with that)
+    with connection.cursor() as cursor:
+        cursor.execute(settings)
+        iterative, ef_search = cursor.fetchone()  # pgvector's defaults ("" before it loads)
+        assert iterative in ("off", "") and ef_search in ("40", "")
