@@ -90,6 +90,26 @@ SQLITE_RETIRED = [
 ]
 
 
+# PostgreSQL: the owner's memories matching the query's words, best first (BM25's
+# stand-in: ts_rank_cd, the key weighing 1 and the context CONTEXT_WEIGHT),
+# ties broken by id so that the same query always finds the same rows. As on
+# SQLite, only the newest SCORED_MATCHES matches are ranked: a query's common
+# words match most of a large memory, and ranking reads each match's row
+# (bench/pgvector.py's user of 100,000 events: p95 216 ms ranking them all).
+POSTGRES_WORDS = f"""
+SELECT id, owner_id, session_id, event_type, speaker, v,
+  ts_rank_cd('{{{{0, 0, {CONTEXT_WEIGHT}, 1}}}}', document, query) AS rank
+FROM (
+  SELECT e.id, e.owner_id, e.session_id, e.event_type, e.speaker, e.embedding_vec AS v,
+    e.search_document AS document, query
+  FROM {{table}} e, to_tsquery('english', %(words)s) query
+  WHERE %(searched)s AND e.search_document @@ query AND e.owner_id = %(owner)s
+    AND e.agent = %(agent)s AND e.search_document IS NOT NULL
+  ORDER BY e.id DESC LIMIT %(scored)s
+) AS matches
+ORDER BY rank DESC, id LIMIT %(candidates)s
+"""
+
 # Earlier PostgreSQL indexes (expressions, now a stored column: memory.pgvector).
 POSTGRES_RETIRED = [
     "DROP INDEX IF EXISTS events_text_search",
@@ -164,15 +184,17 @@ def search(
         if connection.vendor == "sqlite":
             return sqlite_search(cursor, scope_token(owner_id, agent), words, limit, memories)
         if connection.vendor == "postgresql":
-            # Weights {D, C, B, A}: the key (A) counts fully, the context (B) as much
-            # as in SQLite. The document is stored (memory.pgvector); ties go by id,
-            # so that the same query finds the same rows.
+            # The memory search's full-text half (memory.pgvector.hybrid), alone.
             cursor.execute(
-                f"SELECT e.id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', e.search_document, q) "
-                "AS rank FROM events e, to_tsquery('english', %s) q "
-                "WHERE e.search_document @@ q AND e.owner_id = %s AND e.agent = %s "
-                "ORDER BY rank DESC, e.id LIMIT %s",
-                [" | ".join(words), owner_id, agent, limit],
+                f"SELECT id, rank FROM ({POSTGRES_WORDS.format(table='events')}) AS words",
+                {
+                    "words": " | ".join(words),
+                    "searched": True,
+                    "owner": owner_id,
+                    "agent": agent,
+                    "candidates": limit,
+                    "scored": SCORED_MATCHES,
+                },
             )
             return [(row[0], float(row[1])) for row in cursor.fetchall()]
         return []

@@ -34,7 +34,8 @@ import numpy as np
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from memory.fulltext import CONTEXT_WEIGHT, INDEXED_TYPES, KEY_SQL
+from memory import fulltext
+from memory.fulltext import INDEXED_TYPES, KEY_SQL, POSTGRES_WORDS
 from memory.vectors import EMBEDDING_DIM
 
 Hits = list[tuple[int, float]]
@@ -165,6 +166,9 @@ SETUP = [
     "DROP INDEX IF EXISTS events_search_document",  # memory.fulltext's expression index
     f"CREATE INDEX IF NOT EXISTS events_search_document_stored ON {EVENTS_TABLE} "
     "USING GIN (search_document) WHERE search_document IS NOT NULL",
+    # An owner's memories newest first: what fulltext.POSTGRES_WORDS ranks of many matches.
+    f"CREATE INDEX IF NOT EXISTS events_owner_memories ON {EVENTS_TABLE} "
+    "(owner_id, agent, id) WHERE search_document IS NOT NULL",
 ]
 TEARDOWN = [
     *(
@@ -237,17 +241,6 @@ LEFT JOIN LATERAL (
     AND n.embedding_vec IS NOT NULL
   ORDER BY n.id LIMIT 1
 ) b ON true
-"""
-# The owner's memories matching the query's words, best first (BM25's stand-in
-# on PostgreSQL: ts_rank_cd, the key weighing 1 and the context CONTEXT_WEIGHT),
-# ties broken by id so that the same query always finds the same rows.
-WORDS = f"""
-SELECT e.id, e.owner_id, e.session_id, e.event_type, e.speaker, e.embedding_vec AS v,
-  ts_rank_cd('{{{{0, 0, {CONTEXT_WEIGHT}, 1}}}}', e.search_document, query) AS rank
-FROM {{table}} e, to_tsquery('english', %(words)s) query
-WHERE %(searched)s AND e.search_document @@ query AND e.owner_id = %(owner)s
-  AND e.agent = %(agent)s
-ORDER BY rank DESC, e.id LIMIT %(candidates)s
 """
 
 
@@ -415,7 +408,7 @@ def hybrid_statement(
     )
     sql = HYBRID.format(
         nearest=NEAREST.format(table=table, thread=THREAD),
-        words=WORDS.format(table=table),
+        words=POSTGRES_WORDS.format(table=table),
         contextual=CONTEXTUAL.format(table=table, rows=rows),
     )
     params = index.params(
@@ -424,6 +417,7 @@ def hybrid_statement(
         searched=bool(words),
         words=" | ".join(words),
         candidates=candidates,
+        scored=fulltext.SCORED_MATCHES,
         vector_weight=vector_weight,
     )
     return sql, params
