@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
@@ -8,6 +9,9 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from memory import fulltext, tasks
+        from memory.checks import pgvector_installed
+
+        checks.register(pgvector_installed)
 
         post_migrate.connect(fulltext.install_after_migrate, sender=self)
         post_migrate.connect(tasks.install_schedules, sender=self)

@@ -5,9 +5,10 @@ wherever it starts and the audit trail has one place to hook in.
 
 Deleting events removes:
 - the rows, and with them their full-text entries (the database keeps those:
-  FTS5 triggers on SQLite, an expression index on PostgreSQL);
-- their vectors in every process: each is logged in `ForgottenEvent`, which
-  every in-process index reads at its next sync (memory.vector_index);
+  FTS5 triggers on SQLite, a stored column's index on PostgreSQL);
+- their vectors: in PostgreSQL (pgvector) with the rows, at once; on SQLite in
+  every process: each is logged in `ForgottenEvent`, which every in-process
+  index reads at its next sync (memory.vector_index);
 - the session's working memory here (other processes see a smaller count in
   their version check and rebuild);
 - what was derived from them (`mark_derived`), and the search context of the
@@ -31,6 +32,7 @@ from django.utils import timezone
 
 from memory.files import indexing, paths
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
+from memory.vector_index import in_database
 from memory.working import working_memory
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor, record_change
@@ -119,10 +121,11 @@ def erase(owner: Owner, events: list[Event], actor: Actor) -> Forgotten:
         return report
     derived = mark_derived(owner, events, report, actor)
     doomed = {event.pk: event for event in [*events, *derived]}
-    ForgottenEvent.objects.bulk_create(
-        [ForgottenEvent(owner=owner, agent=e.agent, event_id=e.pk) for e in doomed.values()],
-        batch_size=BATCH,
-    )
+    if not in_database():  # in PostgreSQL a vector goes with its row
+        ForgottenEvent.objects.bulk_create(
+            [ForgottenEvent(owner=owner, agent=e.agent, event_id=e.pk) for e in doomed.values()],
+            batch_size=BATCH,
+        )
     ids = sorted(doomed)
     for start in range(0, len(ids), BATCH):
         Event.objects.filter(owner=owner, pk__in=ids[start : start + BATCH]).delete()

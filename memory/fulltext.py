@@ -1,9 +1,10 @@
 """Full-text search over the event log, in the database: SQLite FTS5 or
 PostgreSQL's text search, whichever Neotask runs on.
 
-The index is kept by the database itself (FTS5 triggers; a GIN expression
-index on PostgreSQL) and (re)installed after every `migrate`, so a migration
-that rebuilds the events table cannot leave it behind.
+The index is kept by the database itself: FTS5 triggers, (re)installed after
+every `migrate` so that a migration that rebuilds the events table cannot leave
+it behind; on PostgreSQL a stored tsvector column and its GIN index
+(memory.pgvector, migration 0014_pgvector).
 """
 
 from __future__ import annotations
@@ -89,18 +90,30 @@ SQLITE_RETIRED = [
 ]
 
 
-def postgres_document(row: str) -> str:
-    """The weighted text search document of an event (key A, context B)."""
-    return (
-        f"(setweight(to_tsvector('english', {KEY_SQL.format(row=row)}), 'A') || "
-        f"setweight(to_tsvector('english', {row}.search_context), 'B'))"
-    )
+# PostgreSQL: the owner's memories matching the query's words, best first (BM25's
+# stand-in: ts_rank_cd, the key weighing 1 and the context CONTEXT_WEIGHT),
+# ties broken by id so that the same query always finds the same rows. As on
+# SQLite, only the newest SCORED_MATCHES matches are ranked: a query's common
+# words match most of a large memory, and ranking reads each match's row
+# (bench/pgvector.py's user of 100,000 events: p95 216 ms ranking them all).
+POSTGRES_WORDS = f"""
+SELECT id, owner_id, session_id, event_type, speaker, v,
+  ts_rank_cd('{{{{0, 0, {CONTEXT_WEIGHT}, 1}}}}', document, query) AS rank
+FROM (
+  SELECT e.id, e.owner_id, e.session_id, e.event_type, e.speaker, e.embedding_vec AS v,
+    e.search_document AS document, query
+  FROM {{table}} e, to_tsquery('english', %(words)s) query
+  WHERE %(searched)s AND e.search_document @@ query AND e.owner_id = %(owner)s
+    AND e.agent = %(agent)s AND e.search_document IS NOT NULL
+  ORDER BY e.id DESC LIMIT %(scored)s
+) AS matches
+ORDER BY rank DESC, id LIMIT %(candidates)s
+"""
 
-
-POSTGRES_SETUP = [
+# Earlier PostgreSQL indexes (expressions, now a stored column: memory.pgvector).
+POSTGRES_RETIRED = [
     "DROP INDEX IF EXISTS events_text_search",
-    "CREATE INDEX IF NOT EXISTS events_search_document ON events "
-    f"USING GIN ({postgres_document('events')}) WHERE event_type IN ({INDEXED_TYPES})",
+    "DROP INDEX IF EXISTS events_search_document",
 ]
 
 
@@ -134,7 +147,7 @@ def ensure_index(using: str = "default") -> None:
                 for statement in SQLITE_REBUILD:
                     cursor.execute(statement)
         elif connection.vendor == "postgresql":
-            for statement in POSTGRES_SETUP:
+            for statement in POSTGRES_RETIRED:
                 cursor.execute(statement)
 
 
@@ -171,15 +184,17 @@ def search(
         if connection.vendor == "sqlite":
             return sqlite_search(cursor, scope_token(owner_id, agent), words, limit, memories)
         if connection.vendor == "postgresql":
-            # Weights {D, C, B, A}: the key (A) counts fully, the context (B) as much
-            # as in SQLite.
-            document = postgres_document("e")
+            # The memory search's full-text half (memory.pgvector.hybrid), alone.
             cursor.execute(
-                f"SELECT e.id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', {document}, q) AS rank "
-                "FROM events e, to_tsquery('english', %s) q "
-                f"WHERE {document} @@ q AND e.owner_id = %s AND e.agent = %s "
-                f"AND e.event_type IN ({INDEXED_TYPES}) ORDER BY rank DESC LIMIT %s",
-                [" | ".join(words), owner_id, agent, limit],
+                f"SELECT id, rank FROM ({POSTGRES_WORDS.format(table='events')}) AS words",
+                {
+                    "words": " | ".join(words),
+                    "searched": True,
+                    "owner": owner_id,
+                    "agent": agent,
+                    "candidates": limit,
+                    "scored": SCORED_MATCHES,
+                },
             )
             return [(row[0], float(row[1])) for row in cursor.fetchall()]
         return []

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from memory.models import Event, EventType
 from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, lexical_finds, search_memory
-from memory.vector_index import index_for
+from memory.vector_index import in_database, index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
@@ -123,6 +123,7 @@ def get_context(
     # product thread (both branches below read that one comparison) while this
     # thread asks the database the rest, the full-text query first.
     compared = None
+    pg = in_database()
     if limits["similarity_limit"] or searching:
         if query_vector is None and text:
             from memory.embeddings import embed_text
@@ -130,7 +131,8 @@ def get_context(
             query_vector = embed_text(text)
         if query_vector is not None:
             compared = index_for(owner.pk, agent).query(query_vector)
-    lexical = lexical_finds(owner, agent, text, compared) if searching else None
+    # (In PostgreSQL the search asks both branches in one statement, below.)
+    lexical = lexical_finds(owner, agent, text, compared) if searching and not pg else None
 
     # The newest of each (a session opens with at most one of either).
     opening = {

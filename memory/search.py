@@ -13,7 +13,8 @@ common, or no vector yet) adds nothing. Chosen with `memory_eval` on two
 datasets that disagree about the branches (docs/memory.md): on the
 project's own, vector search beats full text; on LoCoMo, full text beats
 vectors. Reciprocal-rank fusion lost to the better branch on both; this
-score fusion beats both branches on both datasets.
+score fusion beats both branches on both datasets. On PostgreSQL both branches
+and the fusion are one statement (memory.pgvector.hybrid), ties broken by id.
 `branch` also runs one branch alone; "recency" is the evaluation's baseline.
 
 The fused ranking also searches the agent's memory files (`memory.files`) and merges
@@ -28,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from memory import fulltext
+from memory import fulltext, pgvector
 from memory.files.search import FileHit, search_files
 from memory.models import Event, EventType
-from memory.vector_index import VectorQuery, index_for
+from memory.pgvector import PgQuery
+from memory.vector_index import VectorQuery, in_database, index_for
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -66,7 +68,7 @@ def search_memory(
     query_vector: np.ndarray | None = None,
     files: bool = True,
     known: Iterable[Event] = (),
-    compared: VectorQuery | None = None,
+    compared: VectorQuery | PgQuery | None = None,
     lexical: dict[int, float] | None = None,
 ) -> list[SearchHit | FileHit]:
     """The `k` best memories for `query`; `known`, events the caller has already
@@ -92,15 +94,23 @@ def search_memory(
             query_vector = embed_text(text)
         if query_vector is not None:
             compared = index_for(owner.pk, agent).query(query_vector)
-    if lexical is None:  # asked while the vector product runs
-        lexical = {} if branch == "vector" else lexical_finds(owner, agent, text, compared)
     vector: dict[int, float] = {}
-    if branch != "lexical" and compared is not None:
-        vector = dict(compared.top(CANDIDATES, contextual=True))
-    if branch == "fused" and lexical and compared is not None:
-        # The cosine of the words' finds, for those with a vector.
-        vector.update(compared.scores([i for i in lexical if i not in vector], contextual=True))
-    scores = fuse(vector, lexical)
+    if branch == "fused" and isinstance(compared, PgQuery):
+        # Both branches and their fusion in one statement, in the database.
+        found = pgvector.hybrid(
+            compared.index, fulltext.terms(text), compared.vector, CANDIDATES, VECTOR_WEIGHT
+        )
+        vector, lexical, scores = found.vector, found.lexical, found.fused
+    else:
+        if lexical is None:  # asked while the vector product runs
+            lexical = {} if branch == "vector" else lexical_finds(owner, agent, text, compared)
+        if branch != "lexical" and compared is not None:
+            vector = dict(compared.top(CANDIDATES, contextual=True))
+        if branch == "fused" and lexical and compared is not None:
+            # The cosine of the words' finds, for those with a vector.
+            found_scores = compared.scores([i for i in lexical if i not in vector], True)
+            vector.update(found_scores)
+        scores = fuse(vector, lexical)
     hits: list[SearchHit] = []
     mine = {
         event.pk: event
@@ -122,10 +132,12 @@ def search_memory(
 
 
 def lexical_finds(
-    owner: Any, agent: str, text: str, compared: VectorQuery | None = None
+    owner: Any, agent: str, text: str, compared: VectorQuery | PgQuery | None = None
 ) -> dict[int, float]:
     """The full-text branch's candidates: event id → BM25."""
-    memories = compared.count if compared is not None else index_for(owner.pk, agent).count()
+    memories = None  # what SQLite's FTS5 query leaves common words out by
+    if not in_database():
+        memories = compared.count if compared is not None else index_for(owner.pk, agent).count()
     return dict(fulltext.search(owner.pk, agent, text, CANDIDATES, memories=memories))
 
 

@@ -1,5 +1,8 @@
 """Vector search in process memory, over an owner's events or memory-file chunks.
 
+On the single-user SQLite profile; on PostgreSQL `index_for` gives the pgvector
+index instead (memory.pgvector), with the same interface, and none of this runs.
+
 `VectorIndex` is the interface a backend implements; `NumpyIndex` keeps one
 owner-and-agent's vectors of one table (`EVENTS` or `CHUNKS`) in process memory
 (384 float32 each: 150 MB per 100k rows), loaded once and then synced
@@ -39,10 +42,12 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
+from django.db import connections
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from memory.models import Event, ForgottenEvent, MemoryChunk
+from memory.pgvector import PgIndex
 from memory.vector_sync import SETTLE, StampWindow
 from memory.vectors import EMBEDDING_DIM, VectorError, unpack
 from memory.workspace import DEFAULT_AGENT
@@ -404,9 +409,18 @@ class IndexCache(Generic[Index]):
 _event_indexes: IndexCache[NumpyIndex] = IndexCache()
 
 
-def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> NumpyIndex:
-    """The event-vector index (in process; [memory] vector_backend chooses the
-    backend of memory-file vectors only: `memory.files.search.chunk_index_for`)."""
+def in_database() -> bool:
+    """Whether vectors are searched in the database (pgvector, the team profile)
+    rather than in process."""
+    return connections["default"].vendor == "postgresql"
+
+
+def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> NumpyIndex | PgIndex:
+    """The event-vector index: in PostgreSQL on the team profile, in process
+    otherwise ([memory] vector_backend chooses the backend of memory-file vectors
+    only: `memory.files.search.chunk_index_for`)."""
+    if in_database():
+        return PgIndex(owner_id, agent)
     return _event_indexes.get((owner_id, agent), lambda: NumpyIndex(owner_id, agent))
 
 

@@ -20,6 +20,7 @@ from memory.tasks import FILES_SCHEDULE, install_schedules
 from memory.workspace import workspace_dir
 from tests.support.embeddings import CountingEmbed, fake_vector
 from tests.support.files import write
+from tests.support.profiles import in_process_vectors
 
 
 @pytest.fixture(params=["numpy", "lancedb"])
@@ -532,6 +533,7 @@ def test_it_schedules_the_watcher_every_minute(db):
     assert (schedule.schedule_type, schedule.minutes) == (Schedule.MINUTES, 1)
 
 
+@in_process_vectors
 def test_it_rebuilds_a_missing_or_corrupt_lancedb_table(alice, workspace, embed, configure, caplog):
     pytest.importorskip("lancedb", reason='the LanceDB plugin (pip install ".[lancedb]")')
     import shutil
@@ -559,6 +561,7 @@ def test_it_rebuilds_a_missing_or_corrupt_lancedb_table(alice, workspace, embed,
         assert "rebuilding the LanceDB table" in caplog.text
 
 
+@in_process_vectors
 def test_it_names_the_plugin_when_lancedb_is_chosen_but_missing(
     alice, workspace, embed, configure, monkeypatch
 ):

@@ -211,7 +211,7 @@ def test_one_query_vector_is_compared_with_the_index_once_for_every_question(ali
 
 @pytest.mark.skipif(
     connection.vendor != "sqlite",
-    reason="common-word pruning is SQLite's (PostgreSQL ranks every match)",
+    reason="common-word pruning is SQLite's (PostgreSQL ranks the newest matches of every word)",
 )
 def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice):
     from memory import fulltext
@@ -231,10 +231,6 @@ def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice)
     assert len(fulltext.search(alice.pk, "main", "weather", 50, memories=301)) == 50
 
 
-@pytest.mark.skipif(
-    connection.vendor != "sqlite",
-    reason="the bound on ranked matches is SQLite's (PostgreSQL ranks every match)",
-)
 def test_a_word_found_too_often_to_rank_is_ranked_among_its_newest_matches(alice, bob, monkeypatch):
     from memory import fulltext
 

@@ -10,6 +10,7 @@ from memory.models import Event
 from memory.retrieval import get_context
 from memory.search import search_memory
 from memory.working import working_memory
+from tests.support.profiles import in_process_vectors
 
 
 def say(owner, text, session="s1", event_type="user_message", agent="main", **fields):
@@ -171,6 +172,7 @@ def test_it_leaves_out_search_hits_that_share_nothing_with_the_message(alice, hi
     assert get_context(alice, "s1", "Quantum chromodynamics?").branch("search")
 
 
+@in_process_vectors
 def test_it_gathers_a_turns_memory_in_a_bounded_number_of_queries(alice, history, monkeypatch):
     from memory.embeddings import embed_text
     from memory.vector_index import VectorQuery

@@ -2,7 +2,8 @@
 
 The chunk vectors of one owner and agent are held by the in-process index
 (`vector_index.NumpyIndex` over `CHUNKS`, as events are), or with
-`[memory] vector_backend = "lancedb"` by the LanceDB plugin.
+`[memory] vector_backend = "lancedb"` by the LanceDB plugin; on PostgreSQL, by
+the database (memory.pgvector).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import MemoryChunk
-from memory.vector_index import CHUNKS, IndexCache, NumpyIndex
+from memory.pgvector import CHUNKS_TABLE, PgIndex
+from memory.vector_index import CHUNKS, IndexCache, NumpyIndex, in_database
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -40,8 +42,13 @@ class FileHit:
 _chunk_indexes: IndexCache[NumpyIndex | LanceChunkIndex] = IndexCache()
 
 
-def chunk_index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> NumpyIndex | LanceChunkIndex:
-    """The chunk index of the configured backend: in process (numpy) or LanceDB."""
+def chunk_index_for(
+    owner_id: int, agent: str = DEFAULT_AGENT
+) -> NumpyIndex | LanceChunkIndex | PgIndex:
+    """The chunk index of the configured backend: in process (numpy) or LanceDB;
+    in PostgreSQL (pgvector) on the team profile, whatever the setting."""
+    if in_database():
+        return PgIndex(owner_id, agent, CHUNKS_TABLE)
     backend = settings.NEOTASK["memory"]["vector_backend"]
 
     def make() -> NumpyIndex | LanceChunkIndex:

@@ -62,12 +62,12 @@ def answer(question: dict[str, Any]) -> dict[str, Any]:
     """Whether this process's event index holds `event_id` after a sync, and what
     memory search, get_context, auto-recall and the API return for `query`."""
     owner = get_user_model().objects.get(username=question["username"])
-    # Asked first: whether a sync alone (no query meeting the vector as a hit) drops it.
-    index = index_for(owner.pk)
-    index.count()
-    indexed = question["event_id"] in index.position
     query = question["query"]
     vector = embed_text(query)
+    # Asked first: whether a sync alone (no query meeting the vector as a hit) drops
+    # it from an in-process index (in PostgreSQL it goes with its row).
+    event_id = question["event_id"]
+    indexed = event_id in index_for(owner.pk).query(vector).scores([event_id])
     found: dict[str, list[list[Any]]] = {}
     for branch in ("fused", "vector", "lexical"):
         hits = search_memory(owner, query, k=10, branch=branch, query_vector=vector)

@@ -1,0 +1,159 @@
+"""The team profile's vectors in PostgreSQL (pgvector): kept equal to the stored
+ones on every write, searched per owner and agent, scored as the numpy index
+scores them, forgotten with their rows, and the memory search in one statement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from memory import pgvector, recording, vector_index
+from memory.checks import pgvector_installed
+from memory.forgetting import forget_events
+from memory.models import Event, ForgottenEvent
+from memory.search import SearchHit, search_memory
+from memory.vector_index import NumpyIndex, index_for
+from memory.vectors import EMBEDDING_DIM, pack
+from neotask_site.history import Actor
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="pgvector is the team profile's (PostgreSQL)"
+)
+
+
+def unit(seed: int, near: np.ndarray | None = None, noise: float = 1.0) -> np.ndarray:
+    vector = np.random.default_rng(seed).normal(size=EMBEDDING_DIM).astype(np.float32)
+    if near is not None:
+        vector = near + noise * vector / np.linalg.norm(vector)
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def say(owner, text, vector, session="s1", speaker="Ann", kind="user_message", agent="main"):
+    event = recording.record(
+        owner, session, kind, {"content": text, "speaker": speaker}, embed=False, agent=agent
+    )
+    Event.objects.filter(pk=event.pk).update(embedding=pack(vector), embedded_at=timezone.now())
+    return event
+
+
+def stored_vector(event) -> np.ndarray | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT embedding_vec::text FROM events WHERE id = %s", [event.pk])
+        text = cursor.fetchone()[0]
+    return None if text is None else np.array(text.strip("[]").split(","), dtype=np.float32)
+
+
+def test_it_keeps_the_vector_column_equal_to_the_stored_vector_on_every_write(alice):
+    first, second = unit(1), unit(2)
+    event = say(alice, "hello", first)
+    assert np.array_equal(stored_vector(event), first)
+    event.refresh_from_db()
+    event.embedding = pack(second)
+    event.save()  # the model's own write path
+    assert np.array_equal(stored_vector(event), second)
+    # A vector that cannot be read is cleared for the embedding jobs, the write kept.
+    Event.objects.filter(pk=event.pk).update(embedding=b"not a vector", text="kept")
+    event.refresh_from_db()
+    assert (event.embedding, event.embedded_at, event.text) == (None, None, "kept")
+    assert event.embedding_error == pgvector.CORRUPT
+    assert stored_vector(event) is None
+
+
+def test_it_searches_only_the_owners_agent_and_holds_nothing_in_process(alice, bob):
+    query = unit(0)
+    mine = say(alice, "mine", unit(1, query, 0.6))
+    say(alice, "another agent's", query, agent="other")
+    for n in range(40):  # bob's are all nearer than alice's
+        say(bob, f"bob {n}", unit(100 + n, query, 0.1))
+    hits = index_for(alice.pk).search(query, 10)
+    assert [i for i, _ in hits] == [mine.pk]
+    assert hits[0][1] == pytest.approx(float(unit(1, query, 0.6) @ query), abs=1e-5)
+    assert len(index_for(bob.pk).search(query, 10)) == 10
+    assert not vector_index._event_indexes.indexes  # no process holds vectors
+
+
+def test_it_scores_as_the_numpy_index_does_with_each_turns_neighbours(alice):
+    query = unit(0)
+    for s, session in enumerate(("s1", "s2")):
+        for n in range(12):
+            speaker = ("Ann", "Bob")[n % 2]
+            say(alice, f"{session} {n}", unit(50 * s + n + 1, query, 1.5), session, speaker)
+    numpy_index, pg_index = NumpyIndex(alice.pk, "main"), index_for(alice.pk)
+    for contextual in (False, True):
+        expected = numpy_index.search(query, 10, contextual=contextual)
+        found = pg_index.search(query, 10, contextual=contextual)
+        assert [i for i, _ in found] == [i for i, _ in expected]
+        assert [s for _, s in found] == pytest.approx([s for _, s in expected], abs=1e-5)
+        ids = [i for i, _ in expected[:3]]
+        scores = pg_index.query(query).scores(ids, contextual=contextual)
+        assert scores == pytest.approx(numpy_index.query(query).scores(ids, contextual), abs=1e-5)
+
+
+def test_it_fuses_both_branches_in_one_statement_as_in_process(alice, bob):
+    query = unit(0)
+    texts = ["the lentil soup recipe", "a bicycle in the garage", "soup for dinner", "weather"]
+    for n, text in enumerate(texts * 3):
+        say(alice, text, unit(n + 1, query, 1.0 + n / 10), speaker=("Ann", "Bob")[n % 2])
+    say(bob, "bob's soup", query)
+    with CaptureQueriesContext(connection) as queries:
+        hits = search_memory(alice, "lentil soup", k=8, query_vector=query, files=False)
+    searches = [q["sql"] for q in queries.captured_queries if "to_tsquery" in q["sql"]]
+    assert len(searches) == 1 and "<=>" in searches[0]
+    # The same fusion computed in process from the numpy index's scores.
+    numpy_query = NumpyIndex(alice.pk, "main").query(query)
+    expected = search_memory(
+        alice, "lentil soup", k=8, query_vector=query, files=False, compared=numpy_query
+    )
+    assert all(isinstance(hit, SearchHit) for hit in hits)
+    assert [hit.score for hit in hits] == pytest.approx([hit.score for hit in expected], abs=1e-5)
+    assert {hit.event.owner_id for hit in hits} == {alice.pk}
+    # Ties (the same words) go by id, every time.
+    tied = search_memory(alice, "recipe", k=8, branch="lexical", files=False)
+    assert len({hit.score for hit in tied}) < len(tied)
+    assert tied == sorted(tied, key=lambda hit: (-hit.score, hit.event.pk))
+    again = search_memory(alice, "lentil soup", k=8, query_vector=query, files=False)
+    assert [hit.event.pk for hit in again] == [hit.event.pk for hit in hits]
+
+
+def test_it_forgets_a_vector_with_its_row_and_logs_nothing(alice):
+    query = unit(0)
+    kept, forgotten = say(alice, "kept", unit(1, query, 1.0)), say(alice, "forgotten", query)
+    index = index_for(alice.pk)
+    assert [i for i, _ in index.search(query, 5)] == [forgotten.pk, kept.pk]
+    forget_events(alice, [forgotten.pk], Actor.user(alice))
+    assert [i for i, _ in index.search(query, 5)] == [kept.pk]
+    assert not ForgottenEvent.objects.exists()
+
+
+def test_it_names_the_package_when_the_extension_is_missing(db):
+    assert pgvector_installed() == []
+    major = connection.cursor().connection.info.server_version // 10000
+    problem = pgvector.missing_extension(connection, extension="vector_not_installed")
+    assert problem is not None and f"postgresql-{major}-pgvector" in problem
+
+
+def test_it_backfills_stored_vectors_when_migrating(alice, transactional_db):
+    event = say(alice, "stored before pgvector", unit(3))
+    call_command("migrate", "memory", "0013", verbosity=0)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'neotask_unpack_vector'")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        call_command("migrate", "memory", verbosity=0)
+    assert np.array_equal(stored_vector(event), unit(3))
+    assert [i for i, _ in index_for(alice.pk).search(unit(3), 1)] == [event.pk]
+
+
+def test_it_scans_iteratively_in_each_query_and_only_there(transactional_db):
+    settings = "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')"
+    assert pgvector.run(settings, {}) == [("relaxed_order", str(pgvector.EF_SEARCH))]
+    # SET LOCAL: gone with the query's transaction (or, inside the caller's, with that)
+    with connection.cursor() as cursor:
+        cursor.execute(settings)
+        iterative, ef_search = cursor.fetchone()  # pgvector's defaults ("" before it loads)
+        assert iterative in ("off", "") and ef_search in ("40", "")
