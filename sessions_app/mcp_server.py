@@ -30,6 +30,7 @@ from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
+from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
 
 Scope = MutableMapping[str, Any]
@@ -85,7 +86,14 @@ async def list_tools() -> list[types.Tool]:
 # and its message is the one a caller sees.
 @server.call_tool(validate_input=False)
 async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    context = await sync_to_async(tool_context)(requesting_owner())
+    owner = requesting_owner()
+    try:  # each call counts as a message toward the owner's quota (sessions_app.quotas)
+        await database_sync_to_async(quotas.admit)(owner)
+    except quotas.QuotaExceeded as exc:
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=str(exc))], isError=True
+        )
+    context = await sync_to_async(tool_context)(owner)
     output = await call_tool(context, name, json.dumps(arguments), only=TOOLS)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=output.error or output.text)],

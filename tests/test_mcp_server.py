@@ -149,6 +149,19 @@ def test_it_answers_a_bad_argument_with_the_tools_own_error(alice, mcp_url):
     assert not Fact.objects.exists() and not ScheduledTask.objects.exists()
 
 
+def test_it_holds_tool_calls_to_the_owners_quota(configure, alice, bob, mcp_url):
+    configure("quotas", messages_per_minute=2)
+
+    async def use(session):
+        return [await session.call_tool("list_facts", {}) for _ in range(3)]
+
+    results = with_client(mcp_url, token_for(alice), use)
+    assert [result.isError for result in results] == [False, False, True]
+    assert "this minute" in text_of(results[2])
+    # Bob's quota is his own.
+    assert not with_client(mcp_url, token_for(bob), use)[0].isError
+
+
 def test_it_keeps_each_owner_to_their_own_memory(alice, bob, mcp_url):
     call_as(bob, "remember_fact", {"category": "secret", "key": "pin", "value": "4321"})
     call_as(bob, "write_memory_file", {"path": "MEMORY.md", "text": "bob only"})
