@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 
 from memory import tasks
@@ -16,6 +17,21 @@ from sessions_app.models import Session
 from tests.support.records import FRIDAY
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.web import client_for
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases; before they are dropped, PostgreSQL's
+    sessions of connections other threads still hold (asgiref's executor, the
+    live servers') are ended, or the drop fails and leaves the database behind."""
+    yield
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
 
 
 def forget_process_state() -> None:
