@@ -47,6 +47,10 @@ RESCORED = 100  # nearest by plain cosine, re-scored by contextual cosine
 # not enough: bench/pgvector.py's owner of 10 % of 1M events got recall@10 0.89
 # at 100, 0.96 at 400, for ~3 ms more (docs/performance.md).
 EF_SEARCH = 400
+# An owner with fewer rows is compared exactly, whatever the planner's statistics
+# say: through HNSW, a small owner's rows are few among the graph's and the
+# iterative scan stops at hnsw.max_scan_tuples (20,000) before finding them all.
+EXACT_BELOW = 5_000
 ITERATIVE_SCAN = "relaxed_order"  # bench/pgvector.py measures "off" too
 EVENTS_TABLE = "events"
 CHUNKS_TABLE = "memory_memorychunk"
@@ -212,8 +216,10 @@ NEAREST = """
 SELECT e.id, e.owner_id, {thread} e.embedding_vec AS v, e.embedding_vec <=> %(q)s AS distance
 FROM {table} e
 WHERE e.owner_id = %(owner)s AND e.agent = %(agent)s AND e.embedding_vec IS NOT NULL
-ORDER BY e.embedding_vec <=> %(q)s LIMIT %(nearest)s
+ORDER BY (e.embedding_vec <=> %(q)s) {exact}LIMIT %(nearest)s
 """
+# The same order as an expression no index serves: the owner's rows read and sorted.
+EXACT = "+ 0 "
 THREAD = "e.session_id, e.event_type, e.speaker,"
 # Each row's contextual cosine: with a and b its speaker's turns just before and
 # after it in the session (with a vector), the cosine of q to v + w·a + w·b is
@@ -266,6 +272,17 @@ class PgIndex:
     ) -> Hits:
         return self.query(vector).top(k, min_score, contextual)
 
+    def exact(self) -> str:
+        """NEAREST's `{exact}`: EXACT for an owner of fewer than EXACT_BELOW rows
+        (counted that far only)."""
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.table} WHERE owner_id = %s "
+                "AND agent = %s LIMIT %s) AS rows",
+                [self.owner_id, self.agent, EXACT_BELOW],
+            )
+            return EXACT if cursor.fetchone()[0] < EXACT_BELOW else ""
+
     def count(self) -> int:
         with connections["default"].cursor() as cursor:
             cursor.execute(
@@ -305,7 +322,7 @@ class PgQuery:
             return []
         index = self.index
         thread = THREAD if index.threaded else ""
-        nearest = NEAREST.format(table=index.table, thread=thread)
+        nearest = NEAREST.format(table=index.table, thread=thread, exact=index.exact())
         if contextual and index.threaded:
             rows = CONTEXTUAL.format(table=index.table, rows="nearest")
             sql = f"WITH nearest AS MATERIALIZED ({nearest}) {rows}"
@@ -407,7 +424,7 @@ def hybrid_statement(
         "WHERE v IS NOT NULL AND id NOT IN (SELECT id FROM nearest))"
     )
     sql = HYBRID.format(
-        nearest=NEAREST.format(table=table, thread=THREAD),
+        nearest=NEAREST.format(table=table, thread=THREAD, exact=index.exact()),
         words=POSTGRES_WORDS.format(table=table),
         contextual=CONTEXTUAL.format(table=table, rows=rows),
     )

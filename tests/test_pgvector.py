@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -157,3 +157,28 @@ def test_it_scans_iteratively_in_each_query_and_only_there(transactional_db):
         cursor.execute(settings)
         iterative, ef_search = cursor.fetchone()  # pgvector's defaults ("" before it loads)
         assert iterative in ("off", "") and ef_search in ("40", "")
+
+
+def test_it_compares_a_small_owner_exactly_whatever_the_planner_would_choose(alice, monkeypatch):
+    say(alice, "one", unit(1))
+    say(alice, "two", unit(2))
+    index = index_for(alice.pk)
+    assert index.exact() == pgvector.EXACT
+    monkeypatch.setattr(pgvector, "EXACT_BELOW", 2)  # an owner of many rows: HNSW's
+    assert index.exact() == ""
+    monkeypatch.undo()
+    params = index.params(pgvector.as_literal(unit(1)), nearest=10)
+
+    def plan(exact: str) -> str:
+        sql = pgvector.NEAREST.format(table="events", thread="", exact=exact)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # as misleading statistics would
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            return " ".join(row[0] for row in cursor.fetchall())
+
+    # Through HNSW, a few rows among many may not be reached before the scan's
+    # limit (hnsw.max_scan_tuples); read whole and sorted, all of them are.
+    assert "events_embedding_hnsw" not in plan(pgvector.EXACT)
+    hits = index.search(unit(1), 10)
+    assert len(hits) == 2 and hits[0][0] == Event.objects.get(owner=alice, text="one").pk
