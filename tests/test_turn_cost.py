@@ -26,7 +26,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (sessions_app.quotas: BEGIN, the user's group quotas, the counting upsert and
 # COMMIT around the stored input; the turn's tokens added in one upsert) and 1
 # the owner's MCP servers (agent.mcp_tools.tools_for).
-MAX_QUERIES = {0: 41, 1: 49, 2: 66}
+# On PostgreSQL 2 more: each vector search's bounded count that picks an exact
+# scan for an owner of few rows (memory.pgvector.PgIndex.exact).
+MAX_QUERIES = {0: 43, 1: 51, 2: 68}
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Upper bounds from the new code, which ran 19, 27 and 44 queries on SQLite (before
 # it: 19, 35 and 60, with one memory search per round), plus 1 for the owner's MCP
 # servers (agent.mcp_tools.tools_for).
-MAX_QUERIES = {0: 21, 1: 30, 2: 47}
+# (+2 on PostgreSQL: memory.pgvector.PgIndex.exact's bounded counts.)
+MAX_QUERIES = {0: 23, 1: 32, 2: 49}
 
 
 @pytest.fixture
