@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from agent.approvals import PERMISSION
 from agent.models import ApprovalRequest, McpServer, TerminalAllowedPrefix
 from neotask_site.admin import RecordedAdmin
-from neotask_site.ownership import OwnedAdmin
+from neotask_site.ownership import OwnedAdmin, OwnedAdminForm
 
 
 class TerminalTrustAdmin(OwnedAdmin):
@@ -46,16 +46,43 @@ class ApprovalRequestAdmin(TerminalTrustAdmin):
     trust_fields = ["status", "decision", "command", "prefix"]
 
 
+class McpServerAdminForm(OwnedAdminForm):
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        owner = cleaned.get("owner") or getattr(self.instance, "owner", None)
+        if cleaned.get("for_everyone") and owner is not None and not owner.is_superuser:
+            # It would not be offered (agent.mcp_tools.offered_to_everyone): its token is
+            # a user's own, theirs to lend or not.
+            self.add_error("for_everyone", "Only a superuser's server can be offered to everyone.")
+        return cleaned
+
+
 @admin.register(McpServer)
 class McpServerAdmin(OwnedAdmin):
     """Staff may switch a server off or remove it; its owner adds it on the MCP page,
-    where it must answer with its tools and its token is sealed."""
+    where it must answer with its tools and its token is sealed. Only a superuser
+    offers one to everyone."""
 
-    list_display = ["name", "url", "enabled", "owner", "listed_at"]
-    list_filter = ["enabled"]
+    form = McpServerAdminForm
+    list_display = ["name", "url", "enabled", "for_everyone", "owner", "listed_at"]
+    list_filter = ["enabled", "for_everyone"]
     search_fields = ["name", "url"]
-    fields = ["owner", "name", "url", "enabled", "token_hint", "tools", "listed_at", "created_at"]
+    fields = [
+        "owner",
+        "name",
+        "url",
+        "enabled",
+        "for_everyone",
+        "token_hint",
+        "tools",
+        "listed_at",
+        "created_at",
+    ]
     readonly_fields = ["owner", "name", "url", "token_hint", "tools", "listed_at", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        return readonly if request.user.is_superuser else [*readonly, "for_everyone"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

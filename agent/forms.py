@@ -165,9 +165,18 @@ class McpServerForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
     )
 
+    for_everyone = forms.BooleanField(
+        label="Offer to everyone",
+        required=False,
+        help_text="Its tools are offered to every user's agent under your token; each call "
+        "still waits for that user's approval.",
+    )
+
     def __init__(self, owner: Owner, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.owner = owner
+        if not owner.is_superuser:
+            del self.fields["for_everyone"]
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()

@@ -1,4 +1,5 @@
-"""The tools of a user's MCP servers, offered to their agent next to its own.
+"""The tools of a user's MCP servers, and of those a superuser offers to
+everyone, offered to their agent next to its own.
 
 Streamable HTTP only: a stdio server is a command this process would start, on
 the server, outside the terminal's sandbox, under the web server's user — so a
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 from asgiref.sync import async_to_sync
+from django.db.models import QuerySet
 from django.utils import timezone
 from mcp import ClientSession, McpError, types
 from mcp.client.streamable_http import streamable_http_client
@@ -226,10 +228,26 @@ def remote_of(server: McpServer) -> Remote:
     return Remote(server.name, server.url, token)
 
 
+def offered_to_everyone() -> QuerySet[McpServer]:
+    """The servers a superuser offers to everyone. Site-wide on purpose, like a
+    model provider; one who is no longer a superuser offers nothing."""
+    return McpServer.objects.filter(for_everyone=True, owner__is_superuser=True)
+
+
+def servers_for(owner: Owner) -> list[McpServer]:
+    """The enabled servers whose tools the owner's agent is offered (one query):
+    their own, then those offered to everyone under a name they have not used."""
+    both = (McpServer.objects.owned_by(owner) | offered_to_everyone()).filter(enabled=True)
+    servers: dict[str, McpServer] = {}
+    for server in sorted(both, key=lambda server: (server.owner_id != owner.pk, server.pk)):
+        servers.setdefault(server.name, server)
+    return list(servers.values())
+
+
 def tools_for(owner: Owner) -> list[Tool]:
-    """The tools of the owner's enabled servers, as last listed (no network here)."""
+    """The tools of the servers offered to the owner, as last listed (no network here)."""
     tools: list[Tool] = []
-    for server in McpServer.objects.owned_by(owner).filter(enabled=True):
+    for server in servers_for(owner):
         remote = remote_of(server)
         tools.extend(
             tool for listed in server.tools if (tool := remote_tool(remote, listed)) is not None
@@ -237,9 +255,11 @@ def tools_for(owner: Owner) -> list[Tool]:
     return tools
 
 
-def add_server(owner: Owner, name: str, url: str, token: str = "") -> McpServer:
+def add_server(
+    owner: Owner, name: str, url: str, token: str = "", for_everyone: bool = False
+) -> McpServer:
     """Store the server once it has answered with its tools (McpUnavailable, and
-    nothing stored, if it does not)."""
+    nothing stored, if it does not). Only a superuser's may be for everyone."""
     listed = async_to_sync(list_remote_tools)(Remote(name, url, token))
     return McpServer.objects.create(
         owner=owner,
@@ -249,6 +269,7 @@ def add_server(owner: Owner, name: str, url: str, token: str = "") -> McpServer:
         token_hint=hint(token),
         tools=listed,
         listed_at=timezone.now(),
+        for_everyone=for_everyone and owner.is_superuser,
     )
 
 

@@ -223,7 +223,9 @@ class ModelProvider(models.Model):
 class McpServer(OwnedModel):
     """An MCP server (streamable HTTP) whose tools its owner's agent may call, each
     call approved by them (agent.mcp_tools). Its tool list is kept from the last
-    time it answered (added or tested), so that a turn does not wait for it."""
+    time it answered (added or tested), so that a turn does not wait for it. A
+    superuser's server may be offered to everyone: each user still approves each
+    call, and never sees its token."""
 
     name = models.CharField(
         max_length=30,
@@ -234,6 +236,12 @@ class McpServer(OwnedModel):
     sealed_token = models.TextField(blank=True)
     token_hint = models.CharField(max_length=16, blank=True)
     enabled = models.BooleanField(default=True)
+    for_everyone = models.BooleanField(
+        "Offer to everyone",
+        default=False,
+        help_text="Superusers only: its tools are offered to every user's agent, each call "
+        "still approved by that user; a user's own server of the same name comes first.",
+    )
     # [{"name", "description", "input_schema"}] as the server listed them.
     tools = models.JSONField(default=list, blank=True)
     listed_at = models.DateTimeField(null=True, blank=True)

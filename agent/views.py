@@ -171,7 +171,13 @@ def mcp_servers(request: HtmxHttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            server = mcp_tools.add_server(request.user, data["name"], data["url"], data["token"])
+            server = mcp_tools.add_server(
+                request.user,
+                data["name"],
+                data["url"],
+                data["token"],
+                for_everyone=data.get("for_everyone", False),
+            )
         except mcp_tools.McpUnavailable as exc:
             form.add_error("url", str(exc))
         except IntegrityError:  # the same name, added at the same moment elsewhere
@@ -181,7 +187,11 @@ def mcp_servers(request: HtmxHttpRequest) -> HttpResponse:
                 request, f"Added “{server.name}”: its tools are offered to your agent."
             )
             form = McpServerForm(request.user)
-    context = {"servers": McpServer.objects.owned_by(request.user), "form": form}
+    context = {
+        "servers": McpServer.objects.owned_by(request.user),
+        "shared": mcp_tools.offered_to_everyone().exclude(owner=request.user).filter(enabled=True),
+        "form": form,
+    }
     status = 400 if form.errors else 200
     return render_page(request, "agent/mcp_servers.html", context, status=status)
 

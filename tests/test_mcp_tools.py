@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib import admin
+from django.test import RequestFactory
 
 from agent import approvals, mcp_tools
 from agent.approvals import ApprovalError, create_request, decide
@@ -111,6 +113,75 @@ def test_it_keeps_each_users_servers_to_themselves(alice, bob, weather):
     assert "It answered with 2 tools." in text(answer)
     alice_client.post(f"/settings/mcp/{server.pk}/delete/")
     assert list(McpServer.objects.values_list("owner__username", flat=True)) == ["bob"]
+
+
+def test_a_superuser_offers_a_server_to_everyone_under_their_own_token(owner, alice, bob, weather):
+    url, _ = weather
+    response = client_for(owner).post(
+        "/settings/mcp/",
+        {"name": "weather", "url": url, "token": "admins-token-77", "for_everyone": "on"},
+    )
+    assert response.status_code == 200
+    shared = McpServer.objects.get(owner=owner)
+    assert shared.for_everyone
+    assert [tool.name for tool in mcp_tools.tools_for(bob)] == [FORECAST, "mcp_weather__history"]
+    bob_client = client_for(bob)
+    page = text(bob_client.get("/settings/mcp/"))
+    assert "Offered to everyone" in page and url in page
+    assert "…n-77" not in page and "admins-token-77" not in page
+    # Theirs to use, not to test, remove or offer further.
+    assert bob_client.post(f"/settings/mcp/{shared.pk}/test/").status_code == 404
+    assert bob_client.post(f"/settings/mcp/{shared.pk}/delete/").status_code == 404
+    bob_client.post("/settings/mcp/", {"name": "mine", "url": url, "for_everyone": "on"})
+    assert not McpServer.objects.get(owner=bob).for_everyone
+    assert "Offer to everyone" not in text(bob_client.get("/settings/mcp/"))
+    assert [server.name for server in mcp_tools.servers_for(alice)] == ["weather"]
+
+    # A user's own server of the same name comes first; a disabled one is not offered.
+    own = add(alice, url)
+    assert mcp_tools.servers_for(alice) == [own]
+    own.enabled = False
+    own.save()
+    assert mcp_tools.servers_for(alice) == [shared]
+    # One who is no longer a superuser offers nothing to others (their own stays theirs).
+    owner.is_superuser = False
+    owner.save()
+    assert mcp_tools.servers_for(alice) == [] and mcp_tools.servers_for(owner) == [shared]
+    assert "Offered to everyone" not in text(client_for(alice).get("/settings/mcp/"))
+
+
+def test_only_a_superusers_server_is_offered_to_everyone_in_the_admin(owner, alice, weather):
+    url, _ = weather
+    server = add(alice, url)
+    model_admin = admin.site._registry[McpServer]
+    request = RequestFactory().post("/")
+    request.user = owner
+    values = {"enabled": "on", "for_everyone": "on"}
+    form = model_admin.get_form(request, server, change=True)(data=values, instance=server)
+    assert not form.is_valid()
+    assert "Only a superuser's server" in " ".join(form.errors["for_everyone"])
+    # Staff who are not superusers see it, read-only.
+    alice.is_staff = True
+    alice.save()
+    request.user = alice
+    assert "for_everyone" in model_admin.get_readonly_fields(request, server)
+    assert "for_everyone" not in model_admin.get_form(request, server, change=True).base_fields
+
+
+async def test_a_call_to_a_server_offered_to_everyone_waits_for_the_users_approval(
+    owner, alice, llm, weather
+):
+    url, calls = weather
+    await sync_to_async(add)(owner, url)
+    await McpServer.objects.filter(owner=owner).aupdate(for_everyone=True)
+    llm.script(reply_with_tool(FORECAST, {"city": "Oslo"}), Reply(text="Cold."))
+    frames = Frames(alice, decision="once")
+    result = await turn(alice, frames)
+    assert result.status == "completed" and calls == [{"city": "Oslo"}]
+    [card] = frames.of("approval_request")
+    assert card["kind"] == "mcp"
+    assert await ApprovalRequest.objects.filter(owner=alice, decision="once").acount() == 1
+    assert not await ApprovalRequest.objects.filter(owner=owner).aexists()
 
 
 async def test_it_calls_the_tool_once_its_owner_allows_it(alice, llm, weather):
