@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/neotask_bench"
-EVAL = Path(os.environ.get("NEOTASK_EVAL_DIR", ROOT.parent.parent / "shared" / "eval"))
+# The public evaluation data beside the checkout (../shared/eval), never copied into it.
+EVAL = Path(os.environ.get("NEOTASK_EVAL_DIR", ROOT.parent / "shared" / "eval"))
 NOISE = 0.052  # per dimension: cosine ~0.7 between an event and its topic centre
 TOPICS_PER_OWNER = 40
 SESSION_EVENTS = 20
@@ -83,6 +84,8 @@ def centres() -> tuple[list[str], np.ndarray]:
     for dataset in sorted(EVAL.glob("*.json")):
         for conversation in json.loads(dataset.read_text())["conversations"]:
             texts += [turn["text"] for turn in conversation["turns"] if turn["text"].strip()]
+    if not texts:
+        sys.exit(f"no chat turns in {EVAL}/*.json: set NEOTASK_EVAL_DIR to the evaluation data")
     texts = sorted(set(texts))[:2000]
     return texts, embed_texts(texts)
 
