@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from agent.approvals import PERMISSION
-from agent.models import ApprovalRequest, McpServer, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, McpAllowedCall, McpServer, TerminalAllowedPrefix
 from neotask_site.admin import RecordedAdmin
 from neotask_site.ownership import OwnedAdmin, OwnedAdminForm
 
@@ -83,6 +83,19 @@ class McpServerAdmin(OwnedAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         readonly = list(super().get_readonly_fields(request, obj))
         return readonly if request.user.is_superuser else [*readonly, "for_everyone"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(McpAllowedCall)
+class McpAllowedCallAdmin(RecordedAdmin, OwnedAdmin):
+    """Staff may revoke a remembered call; only its owner's click remembers one."""
+
+    list_display = ["call", "server", "owner", "created_at"]
+    list_filter = ["owner"]
+    search_fields = ["call"]
+    readonly_fields = ["owner", "server", "url", "call", "created_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -4,9 +4,10 @@ everyone, offered to their agent next to its own.
 Streamable HTTP only: a stdio server is a command this process would start, on
 the server, outside the terminal's sandbox, under the web server's user — so a
 URL is all one can add. A server's tools appear as `mcp_<server>__<tool>`; each
-call waits for its owner's "Allow once" (never "always": agent.models
-MCP_ALWAYS_REFUSED), has CALL_SECONDS to answer, and what it answers is cut to
-OUTPUT_CHARS and marked as data from outside, never instructions.
+call waits for its owner's approval, unless they chose "Allow always" for that
+very call (agent.models.McpAllowedCall: the tool with exactly these arguments,
+never a whole tool or server), has CALL_SECONDS to answer, and what it answers
+is cut to OUTPUT_CHARS and marked as data from outside, never instructions.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.utils import timezone
 from mcp import ClientSession, McpError, types
 from mcp.client.streamable_http import streamable_http_client
 
-from agent.models import ApprovalRequest, McpServer
+from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.tools.registry import Tool, ToolContext, ToolError
 from neotask_site.ownership import Owner
 from neotask_site.sealing import SealError, hint, seal, unseal
@@ -50,10 +51,17 @@ class Remote:
     name: str
     url: str
     token: str = ""
+    server_id: int | None = None  # the McpServer, once stored
 
 
 def tool_name(server: str, tool: str) -> str:
     return f"mcp_{server}__{tool}"
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A call as its card shows it and "Allow always" remembers it: the arguments
+    in one form however the model ordered or spaced them."""
+    return f"{name} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}"
 
 
 class CappedStream(httpx.AsyncByteStream):
@@ -207,8 +215,13 @@ def remote_tool(remote: Remote, listed: dict[str, Any]) -> Tool | None:
         # In a worker thread without an event loop (agent.tools.call_tool).
         return asyncio.run(call_remote(remote, original, arguments))
 
-    def subject(context: ToolContext, arguments: dict[str, Any]) -> str:
-        return f"{name} {json.dumps(arguments, ensure_ascii=False)}"
+    def subject(context: ToolContext, arguments: dict[str, Any]) -> str | None:
+        call = call_text(name, arguments)
+        if remote.server_id is not None and McpAllowedCall.covers(
+            context.owner.pk, remote.server_id, remote.url, call
+        ):
+            return None  # its owner chose "Allow always" for exactly this call
+        return call
 
     return Tool(
         name=name,
@@ -225,7 +238,7 @@ def remote_of(server: McpServer) -> Remote:
         token = unseal(server.sealed_token)
     except SealError:
         token = ""  # the server then refuses the call (401), which the chat shows
-    return Remote(server.name, server.url, token)
+    return Remote(server.name, server.url, token, server.pk)
 
 
 def offered_to_everyone() -> QuerySet[McpServer]:
@@ -242,6 +255,15 @@ def servers_for(owner: Owner) -> list[McpServer]:
     for server in sorted(both, key=lambda server: (server.owner_id != owner.pk, server.pk)):
         servers.setdefault(server.name, server)
     return list(servers.values())
+
+
+def server_of_call(owner: Owner, call: str) -> McpServer | None:
+    """The server offered to the owner whose tool `call` (call_text) calls."""
+    for server in servers_for(owner):
+        for listed in server.tools:
+            if call.startswith(f"{tool_name(server.name, str(listed.get('name')))} {{"):
+                return server
+    return None
 
 
 def tools_for(owner: Owner) -> list[Tool]:

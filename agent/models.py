@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Collection
 
@@ -9,11 +10,12 @@ from django.utils import timezone
 from agent.rules import Rule, rule_for, rule_problem
 from neotask_site.history import Actor, Recorded
 from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel
+from neotask_site.ownership import OwnedModel, Owner
 
-# A server's tool may do anything its server allows, with any arguments: each call is
-# its own decision, never a standing permission for the tool or its server.
-MCP_ALWAYS_REFUSED = "MCP tool calls are approved one at a time; “Allow always” is not offered."
+# A server's tool may do anything its server allows, with any arguments: "Allow
+# always" remembers one call, that tool with exactly these arguments (McpAllowedCall),
+# never a standing permission for the tool or its server.
+MCP_ALWAYS = "exactly this call"
 
 
 class ApprovalError(Exception):
@@ -119,7 +121,7 @@ class ApprovalRequest(OwnedModel):
     def rule(self) -> Rule:
         """What "Allow always" stores for this command, or why it is not offered."""
         if self.kind == ApprovalRequest.Kind.MCP:
-            return Rule(None, MCP_ALWAYS_REFUSED)
+            return Rule(MCP_ALWAYS)
         return rule_for(self.command)
 
     def decide(self, decision: str, actor: Actor) -> None:
@@ -140,7 +142,9 @@ class ApprovalRequest(OwnedModel):
             ).update(status=status, decision=decision, decided_at=timezone.now())
             if not changed:
                 raise ApprovalError("This request was already answered or has expired.")
-            if always and rule.prefix is not None:
+            if always and self.kind == ApprovalRequest.Kind.MCP:
+                McpAllowedCall.allow_always(self.owner, self.command, actor)
+            elif always and rule.prefix is not None:
                 TerminalAllowedPrefix.allow_always(self.owner_id, rule.prefix, actor)
         self.refresh_from_db()
 
@@ -256,3 +260,57 @@ class McpServer(OwnedModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class McpAllowedCall(Recorded, OwnedModel):
+    """An MCP tool call its owner chose to "Allow always": that tool of that server,
+    at that URL, with exactly these arguments, runs from now on without asking.
+    Other arguments, another tool, or the server moved to another URL still ask."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="allowed_calls")
+    url = models.CharField("URL", max_length=500, help_text="Where the server was when allowed.")
+    call = models.TextField(help_text="The tool and its arguments, as the approval card showed.")
+    digest = models.CharField(max_length=64, editable=False)  # of `call`, however long
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    history_subject = Change.Subject.MCP_CALL
+    history_fields = ("call", "url")
+
+    class Meta:
+        db_table = "mcp_allowed_calls"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "server", "digest"], name="mcp_allowed_call_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.call
+
+    @staticmethod
+    def digest_of(call: str) -> str:
+        return hashlib.sha256(call.encode()).hexdigest()
+
+    @classmethod
+    def covers(cls, owner_id: int, server_id: int, url: str, call: str) -> bool:
+        return cls.objects.filter(
+            owner_id=owner_id, server_id=server_id, url=url, digest=cls.digest_of(call)
+        ).exists()
+
+    @classmethod
+    def allow_always(cls, owner: Owner, call: str, actor: Actor) -> None:
+        """Remember `call` for the server that offers its tool to the owner now."""
+        from agent.mcp_tools import server_of_call  # which imports this module
+
+        server = server_of_call(owner, call)
+        if server is None:
+            raise ApprovalError("Its MCP server is no longer offered to you: allow it once.")
+        digest = cls.digest_of(call)
+        allowed = cls.objects.filter(owner=owner, server=server, digest=digest).first()
+        allowed = allowed or cls(owner=owner, server=server, digest=digest, call=call)
+        allowed.url = server.url
+        allowed.save_by(actor)
+
+    def revoke(self, actor: Actor) -> None:
+        self.delete_by(actor)

@@ -14,4 +14,5 @@ urlpatterns = [
     path("mcp/", views.mcp_servers, name="mcp-servers"),
     path("mcp/<int:pk>/test/", views.mcp_server_test, name="mcp-server-test"),
     path("mcp/<int:pk>/delete/", views.mcp_server_delete, name="mcp-server-delete"),
+    path("mcp/calls/<int:pk>/revoke/", views.mcp_call_revoke, name="mcp-call-revoke"),
 ]

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from agent import cgroups, mcp_tools, providers
 from agent.approvals import has_terminal_permission
 from agent.forms import McpServerForm, ProviderForm
-from agent.models import McpServer, ModelProvider, TerminalAllowedPrefix
+from agent.models import McpAllowedCall, McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
@@ -190,6 +190,7 @@ def mcp_servers(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "servers": McpServer.objects.owned_by(request.user),
         "shared": mcp_tools.offered_to_everyone().exclude(owner=request.user).filter(enabled=True),
+        "allowed_calls": McpAllowedCall.objects.owned_by(request.user).select_related("server"),
         "form": form,
     }
     status = 400 if form.errors else 200
@@ -213,4 +214,15 @@ def mcp_server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return HttpResponse("")  # the row goes
     messages.success(request, f"Removed “{server.name}”; its tools are no longer offered.")
+    return redirect("mcp-servers")
+
+
+@require_POST
+def mcp_call_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """That call asks for approval again next time."""
+    allowed = get_owned_or_404(McpAllowedCall, request.user, pk=pk)
+    allowed.revoke(Actor.user(request.user))
+    if request.htmx:
+        return HttpResponse("")  # the row goes
+    messages.success(request, "Revoked: that call asks for your approval again.")
     return redirect("mcp-servers")

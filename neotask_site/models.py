@@ -78,6 +78,7 @@ class Change(OwnedModel):
         FACT = "fact", "Fact"
         MEMORY_FILE = "memory_file", "Memory file"
         TERMINAL_RULE = "terminal_rule", "Terminal rule"
+        MCP_CALL = "mcp_call", "MCP call allowed always"
         TASK = "task", "Task"
 
     class Action(models.TextChoices):

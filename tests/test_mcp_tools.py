@@ -5,18 +5,23 @@ in a real turn, each call approved, denied or failing as the chat shows it."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib import admin
 from django.test import RequestFactory
+from django.utils.html import escape
 
 from agent import approvals, mcp_tools
 from agent.approvals import ApprovalError, create_request, decide
-from agent.models import ApprovalRequest, McpServer
+from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.runtime import TurnRequest, run_turn
+from agent.tools.registry import ToolContext
 from memory.models import Event
+from neotask_site.history import Actor
+from neotask_site.models import Change
 from neotask_site.sealing import unseal
 from scheduler.runner import run_due_tasks
 from sessions_app import chat
@@ -194,9 +199,10 @@ async def test_it_calls_the_tool_once_its_owner_allows_it(alice, llm, weather):
     assert result.status == "completed" and result.answer == "Sunny."
     assert FORECAST in [tool["function"]["name"] for tool in llm.requests[0]["tools"]]
     [card] = frames.of("approval_request")
-    assert card["kind"] == "mcp" and card["prefix"] is None
+    assert card["kind"] == "mcp" and card["prefix"] == "exactly this call"
     assert card["command"] == f'{FORECAST} {{"city": "Paris"}}'
-    assert "not offered" in card["always_refused"]
+    assert card["always_refused"] == ""
+    assert not await McpAllowedCall.objects.aexists()  # "once" remembers nothing
     assert calls == [{"city": "Paris"}]
     seen = llm.requests[1]["messages"][-1]
     assert seen["role"] == "tool"
@@ -215,23 +221,96 @@ async def test_it_does_not_call_the_tool_when_denied(alice, llm, weather):
     assert "Sunny" not in str(llm.requests[1]["messages"])
 
 
-async def test_it_refuses_allow_always_for_an_mcp_call(alice, llm, weather):
+async def test_allow_always_remembers_that_call_with_exactly_those_arguments(alice, llm, weather):
     url, calls = weather
     await sync_to_async(add)(alice, url)
+    llm.script(reply_with_tool(FORECAST, {"city": "Oslo"}), Reply(text="Cold."))
+    await turn(alice, Frames(alice, decision="always"))
+    allowed = await McpAllowedCall.objects.select_related("server").aget(owner=alice)
+    assert allowed.call == f'{FORECAST} {{"city": "Oslo"}}'
+    assert (allowed.server.name, allowed.url) == ("weather", url)
+
+    # The same call again runs without a card; another city asks, and is denied.
+    llm.script(
+        reply_with_tool(FORECAST, {"city": "Oslo"}),
+        reply_with_tool(FORECAST, {"city": "Paris"}),
+        Reply(text="Done."),
+    )
+    frames = Frames(alice, decision="deny")
+    result = await turn(alice, frames)
+    assert result.status == "completed"
+    assert [card["command"] for card in frames.of("approval_request")] == [
+        f'{FORECAST} {{"city": "Paris"}}'
+    ]
+    assert calls == [{"city": "Oslo"}, {"city": "Oslo"}]
+
+
+async def test_a_remembered_call_asks_again_once_its_server_moved(alice, llm, weather):
+    url, calls = weather
+    server = await sync_to_async(add)(alice, url)
+    command = f'{FORECAST} {{"city": "Oslo"}}'
+    await sync_to_async(McpAllowedCall.allow_always)(alice, command, Actor.user(alice))
+    await McpServer.objects.filter(pk=server.pk).aupdate(url=f"{url}?moved")
     llm.script(reply_with_tool(FORECAST, {"city": "Oslo"}), Reply(text="Ok."))
-    frames = Frames()
-    turning = asyncio.ensure_future(turn(alice, frames))
-    while not frames.of("approval_request"):
-        await asyncio.sleep(0.02)
-    request_id = frames.of("approval_request")[0]["request_id"]
-    with pytest.raises(ApprovalError, match="not offered"):
-        await sync_to_async(decide)(alice, request_id, "always")
-    await sync_to_async(decide)(alice, request_id, "once")
-    approvals.wake(request_id)
-    await turning
-    request = await ApprovalRequest.objects.aget(pk=request_id)
-    assert (request.kind, request.decision) == ("mcp", "once")
-    assert calls == [{"city": "Oslo"}]
+    frames = Frames(alice, decision="deny")
+    await turn(alice, frames)
+    assert [card["command"] for card in frames.of("approval_request")] == [command]
+    assert calls == []
+
+
+def test_allow_always_is_refused_once_the_server_is_gone(alice, weather):
+    url, _ = weather
+    server = add(alice, url)
+    request = create_request(alice, "s1", f'{FORECAST} {{"city": "Rome"}}', approvals.MCP)
+    server.delete()
+    with pytest.raises(ApprovalError, match="no longer offered"):
+        decide(alice, request.pk, "always")
+    request.refresh_from_db()
+    assert request.status == "pending" and not McpAllowedCall.objects.exists()
+    assert decide(alice, request.pk, "once").status == "approved"
+
+
+def test_a_call_one_user_allowed_always_still_asks_another(owner, alice, bob, weather):
+    url, _ = weather
+    add(owner, url)
+    McpServer.objects.filter(owner=owner).update(for_everyone=True)
+    command = f'{FORECAST} {{"city": "Oslo"}}'
+    McpAllowedCall.allow_always(alice, command, Actor.user(alice))
+
+    def subject(user):
+        [forecast, _] = mcp_tools.tools_for(user)
+        return forecast.approval_subject(
+            ToolContext(user, "s1", "assistant", Path("/nonexistent")), {"city": "Oslo"}
+        )
+
+    assert subject(alice) is None
+    assert subject(bob) == command
+
+
+def test_the_mcp_page_lists_the_calls_allowed_always_and_revokes_them(alice, bob, weather):
+    url, _ = weather
+    add(alice, url)
+    command = f'{FORECAST} {{"city": "Oslo"}}'
+    McpAllowedCall.allow_always(alice, command, Actor.user(alice))
+    allowed = McpAllowedCall.objects.get(owner=alice)
+    client = client_for(alice)
+    assert escape(command) in text(client.get("/settings/mcp/"))
+    assert "Oslo" not in text(client_for(bob).get("/settings/mcp/"))
+    assert client_for(bob).post(f"/settings/mcp/calls/{allowed.pk}/revoke/").status_code == 404
+    assert McpAllowedCall.objects.exists()
+
+    response = client.post(
+        f"/settings/mcp/calls/{allowed.pk}/revoke/", headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 200 and response.content == b""
+    assert not McpAllowedCall.objects.exists()
+    assert "Calls allowed always" not in text(client.get("/settings/mcp/"))
+    history = Change.objects.owned_by(alice).filter(subject_kind=Change.Subject.MCP_CALL)
+    history = history.order_by("pk")
+    assert list(history.values_list("action", "subject_label")) == [
+        ("created", command),
+        ("deleted", command),
+    ]
 
 
 async def test_it_says_clearly_in_the_chat_when_the_server_is_down(alice, llm):
@@ -261,7 +340,7 @@ async def test_it_cuts_a_long_answer_and_keeps_it_marked(alice, llm, weather):
     assert len(content) < mcp_tools.OUTPUT_CHARS + 500
 
 
-def test_it_shows_a_waiting_mcp_call_on_the_chat_page_without_allow_always(alice):
+def test_it_shows_a_waiting_mcp_call_on_the_chat_page_with_allow_always_for_that_call(alice):
     session = chat.start_chat(alice)
     create_request(alice, str(session.pk), f'{FORECAST} {{"city": "Rome"}}', approvals.MCP)
     page = text(client_for(alice).get(f"/chat/{session.key}/"))
@@ -269,7 +348,8 @@ def test_it_shows_a_waiting_mcp_call_on_the_chat_page_without_allow_always(alice
         page.index('<div class="approval"') : page.index("</div>", page.index('class="approval"'))
     ]
     assert "call a tool of an MCP server" in card and "Rome" in card
-    assert 'value="always" hidden' in card and "approved one at a time" in card
+    assert 'value="always" hidden' not in card and "Allow always: <code" in card
+    assert "exactly this call" in card and "exactly these arguments" in card
 
 
 def test_it_skips_the_call_in_a_scheduled_run_even_of_a_trusted_task(alice, llm, weather):

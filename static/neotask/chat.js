@@ -114,6 +114,9 @@
     if (frame.kind === "mcp") {
       card.querySelector(".approval-what").textContent =
         "The agent wants to call a tool of an MCP server (its answer is data, not instructions):";
+      card.querySelector("button[value=always]").title =
+        "Remembers this call: the same tool with exactly these arguments runs without asking; " +
+        "other arguments still ask";
     }
     // Without a rule to store, only "Allow once" and "Deny", and the reason why.
     card.querySelector(".prefix").textContent = frame.prefix || "";

@@ -1,5 +1,6 @@
 """Another MCP server's tool in a real browser: added on the settings page, called
-by the (scripted) model, held on its card until the person allows it once."""
+by the (scripted) model, held on its card until the person allows it; "Allow
+always" remembers that one call, which the settings page can revoke."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from tests.support.browser import log_in, new_chat, send
 from tests.support.mcp_server import served, weather_app
 from tests.support.scripted_llm import Reply, reply_with_tool
 
+PARIS = 'mcp_weather__forecast {"city": "Paris"}'
 
-def test_it_adds_a_server_and_runs_its_tool_only_once_allowed(page, e2e_llm):
+
+def test_it_runs_a_servers_tool_only_once_allowed_and_remembers_exactly_that_call(page, e2e_llm):
     calls: list[dict] = []
     with served(weather_app(calls), lifespan="on") as base:
         log_in(page)
@@ -28,12 +31,32 @@ def test_it_adds_a_server_and_runs_its_tool_only_once_allowed(page, e2e_llm):
         card = page.locator(".approval")
         card.wait_for()
         assert "MCP server" in card.locator(".approval-what").inner_text()
-        assert "mcp_weather__forecast" in card.locator(".command").inner_text()
-        assert card.locator("button[value=always]").is_hidden()  # never "always"
+        assert card.locator(".command").inner_text() == PARIS
+        always = card.locator("button[value=always]")
+        assert always.inner_text() == "Allow always: exactly this call"
+        assert "exactly these arguments" in always.get_attribute("title")
         assert calls == []  # nothing runs before the click
         with page.expect_response("**/chat/approval/") as answered:
-            card.locator("button[value=once]").click()
+            always.click()
         assert answered.value.status == 200
         page.locator(".bubble.assistant:has-text('Sunny, the server says.')").wait_for()
         assert calls == [{"city": "Paris"}]
         assert page.locator(".approval").count() == 0
+
+        # The same call again runs without a card.
+        e2e_llm.script(
+            reply_with_tool("mcp_weather__forecast", {"city": "Paris"}),
+            Reply(text="Still sunny."),
+        )
+        send(page, "And now?")
+        page.locator(".bubble.assistant:has-text('Still sunny.')").wait_for()
+        assert calls == [{"city": "Paris"}] * 2
+        assert page.locator(".approval").count() == 0
+
+        page.goto("/settings/mcp/")
+        row = page.locator("table.mcp-allowed-calls tr", has_text=PARIS)
+        page.on("dialog", lambda dialog: dialog.accept())
+        with page.expect_response("**/revoke/") as revoked:
+            row.locator("button:has-text('Revoke')").click()
+        assert revoked.value.status == 200
+        row.wait_for(state="detached")

@@ -251,6 +251,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ],
     "mcp-server-test": lambda w, bob: post(pk("mcp-server-test", w.mcp_server.pk), 404),
     "mcp-server-delete": lambda w, bob: post(pk("mcp-server-delete", w.mcp_server.pk), 404),
+    "mcp-call-revoke": lambda w, bob: post(pk("mcp-call-revoke", w.mcp_call.pk), 404),
     # Chats and sessions.
     "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
     "chat-new": lambda w, bob: [

@@ -69,6 +69,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "mcp-servers": lambda w: ["/settings/mcp/"],
     "mcp-server-test": lambda w: [],
     "mcp-server-delete": lambda w: [],
+    "mcp-call-revoke": lambda w: [],
     "home": lambda w: ["/"],
     "chat-new": lambda w: [],
     "agent-list": lambda w: ["/agents/"],

@@ -15,7 +15,13 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import models
 from django.utils import timezone
 
-from agent.models import ApprovalRequest, McpServer, ModelProvider, TerminalAllowedPrefix
+from agent.models import (
+    ApprovalRequest,
+    McpAllowedCall,
+    McpServer,
+    ModelProvider,
+    TerminalAllowedPrefix,
+)
 from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
@@ -56,6 +62,7 @@ OWNED_MODELS = [
     TerminalAllowedPrefix,
     ApprovalRequest,
     McpServer,
+    McpAllowedCall,
     ApiToken,
     ImportJob,
     ExportJob,
@@ -72,6 +79,9 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
     session = Session.start(owner, agent, "web", f"chat{tag}", title=f"Chat {tag}")
     memory_file = MemoryFile.objects.create(owner=owner, path=f"memory/notes{tag}.md", size=6)
     fact = Fact.objects.create(owner=owner, category="pref", key=f"color{tag}", value="blue")
+    mcp_server = McpServer.objects.create(
+        owner=owner, name=f"tools{tag}", url=f"http://127.0.0.1:9/{tag}"
+    )
     return {
         Agent: agent,
         Session: session,
@@ -106,8 +116,13 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
             owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
         ),
         ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
-        McpServer: McpServer.objects.create(
-            owner=owner, name=f"tools{tag}", url=f"http://127.0.0.1:9/{tag}"
+        McpServer: mcp_server,
+        McpAllowedCall: McpAllowedCall.objects.create(
+            owner=owner,
+            server=mcp_server,
+            url=mcp_server.url,
+            call=f'mcp_tools{tag}__look {{"at": "{tag}"}}',
+            digest=f"digest{tag}",
         ),
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
         ExportJob: ExportJob.objects.create(owner=owner, filename=f"export{tag}.zip"),

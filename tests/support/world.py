@@ -19,7 +19,7 @@ from django.contrib.auth.models import User
 from django.db import models
 from django.utils import timezone
 
-from agent.models import ApprovalRequest, McpServer, TerminalAllowedPrefix
+from agent.models import ApprovalRequest, McpAllowedCall, McpServer, TerminalAllowedPrefix
 from importers.archive.writing import export_user
 from importers.models import ExportJob, ImportJob
 from memory import recording, tasks
@@ -67,6 +67,7 @@ class World:
     prefix: TerminalAllowedPrefix
     approval: ApprovalRequest
     mcp_server: McpServer
+    mcp_call: McpAllowedCall
     token: ApiToken
     token_text: str
     import_job: ImportJob
@@ -169,6 +170,14 @@ def build_alice(alice: User) -> World:
         sealed_token=seal(secret("mcp-token")),
         tools=[{"name": "vault", "description": secret("mcp-tool"), "input_schema": {}}],
     )
+    call = f'mcp_lake_house__vault {{"code": "{secret("mcp-call")}"}}'
+    mcp_call = McpAllowedCall.objects.create(
+        owner=alice,
+        server=mcp_server,
+        url=mcp_server.url,
+        call=call,
+        digest=McpAllowedCall.digest_of(call),
+    )
     token, token_text = ApiToken.issue(alice, secret("token"))
     import_job = ImportJob.objects.create(
         owner=alice, kind="openclaw", filename=f"{secret('import')}.zip", error=secret("import")
@@ -200,6 +209,7 @@ def build_alice(alice: User) -> World:
         prefix=prefix,
         approval=approval,
         mcp_server=mcp_server,
+        mcp_call=mcp_call,
         token=token,
         token_text=token_text,
         import_job=import_job,
@@ -217,6 +227,7 @@ def build_alice(alice: User) -> World:
             TerminalAllowedPrefix: prefix,
             ApprovalRequest: approval,
             McpServer: mcp_server,
+            McpAllowedCall: mcp_call,
             ApiToken: token,
             ImportJob: import_job,
             ExportJob: export_job,

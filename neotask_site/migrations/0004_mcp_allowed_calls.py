@@ -1,0 +1,24 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("neotask_site", "0003_history"),
+    ]
+
+    operations = [
+        migrations.AlterField(
+            model_name="change",
+            name="subject_kind",
+            field=models.CharField(
+                choices=[
+                    ("fact", "Fact"),
+                    ("memory_file", "Memory file"),
+                    ("terminal_rule", "Terminal rule"),
+                    ("mcp_call", "MCP call allowed always"),
+                    ("task", "Task"),
+                ],
+                max_length=16,
+            ),
+        ),
+    ]
