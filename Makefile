@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: pgvector run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider
+.PHONY: pgvector pgvector-if-postgres run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -23,7 +23,7 @@ run: $(VENV)/.installed-run
 TEST_MODELS := $(VENV)/models
 TEST_MODEL := $(TEST_MODELS)/qwen2.5-coder-0.5b.gguf
 
-test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis oidc-provider
+test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis oidc-provider pgvector-if-postgres
 	$(BIN)/ruff check .
 	NEOTASK_TEST_MODELS_DIR=$(abspath $(TEST_MODELS)) $(BIN)/python -m pytest
 
@@ -81,6 +81,11 @@ chromium:
 # for this machine's PostgreSQL, once, when the extension is missing.
 pgvector:
 	@bash scripts/install-pgvector.sh
+
+# `make test`'s fault tests start a PostgreSQL of their own when its programs are
+# installed (tests/faults/test_service_restarts.py); its migrations need pgvector.
+pgvector-if-postgres:
+	@if [ -d /usr/lib/postgresql ]; then bash scripts/install-pgvector.sh; fi
 
 # The terminal tool runs every command in a bubblewrap sandbox, and the escape
 # suite (tests/security/test_sandbox.py) needs the real one. Installed once,

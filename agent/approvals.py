@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
+from agent.mcp_tools import server_of_call
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse
 from neotask_site.history import Actor
@@ -63,7 +64,10 @@ def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalR
     # An MCP tool call needs no terminal: its owner, who added the server, decides.
     if request.kind == TERMINAL and not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
-    request.decide(decision, Actor.user(user))
+    # "Allow always" remembers an MCP call for the server offering its tool now.
+    always = request.kind == MCP and decision == ApprovalRequest.Decision.ALWAYS
+    server = server_of_call(user, request.command) if always else None
+    request.decide(decision, Actor.user(user), server)
     return request
 
 

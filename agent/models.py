@@ -10,7 +10,7 @@ from django.utils import timezone
 from agent.rules import Rule, rule_for, rule_problem
 from neotask_site.history import Actor, Recorded
 from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel, Owner
+from neotask_site.ownership import OwnedModel
 
 # A server's tool may do anything its server allows, with any arguments: "Allow
 # always" remembers one call, that tool with exactly these arguments (McpAllowedCall),
@@ -124,16 +124,20 @@ class ApprovalRequest(OwnedModel):
             return Rule(MCP_ALWAYS)
         return rule_for(self.command)
 
-    def decide(self, decision: str, actor: Actor) -> None:
+    def decide(self, decision: str, actor: Actor, server: McpServer | None = None) -> None:
         """Apply a person's decision, once: of two clicks (two tabs) only the first
-        counts. "Allow always" also stores the rule, where the allow-list offers one.
-        Who may decide is the caller's check (agent.approvals.decide)."""
+        counts. "Allow always" also stores the rule, where the allow-list offers one,
+        or for an MCP call the call itself, for `server`, whose tool it calls.
+        Who may decide, and which server that is, is the caller's to find
+        (agent.approvals.decide)."""
         if decision not in ApprovalRequest.Decision.values:
             raise ApprovalError("decision must be 'once', 'always' or 'deny'")
         rule = self.rule
         always = decision == ApprovalRequest.Decision.ALWAYS
         if always and rule.prefix is None:
             raise ApprovalError(rule.reason)
+        if always and self.kind == ApprovalRequest.Kind.MCP and server is None:
+            raise ApprovalError("Its MCP server is no longer offered to you: allow it once.")
         denied = decision == ApprovalRequest.Decision.DENY
         status = ApprovalRequest.Status.DENIED if denied else ApprovalRequest.Status.APPROVED
         with transaction.atomic():
@@ -142,8 +146,8 @@ class ApprovalRequest(OwnedModel):
             ).update(status=status, decision=decision, decided_at=timezone.now())
             if not changed:
                 raise ApprovalError("This request was already answered or has expired.")
-            if always and self.kind == ApprovalRequest.Kind.MCP:
-                McpAllowedCall.allow_always(self.owner, self.command, actor)
+            if always and server is not None:
+                McpAllowedCall.allow_always(self.owner_id, server, self.command, actor)
             elif always and rule.prefix is not None:
                 TerminalAllowedPrefix.allow_always(self.owner_id, rule.prefix, actor)
         self.refresh_from_db()
@@ -299,16 +303,11 @@ class McpAllowedCall(Recorded, OwnedModel):
         ).exists()
 
     @classmethod
-    def allow_always(cls, owner: Owner, call: str, actor: Actor) -> None:
-        """Remember `call` for the server that offers its tool to the owner now."""
-        from agent.mcp_tools import server_of_call  # which imports this module
-
-        server = server_of_call(owner, call)
-        if server is None:
-            raise ApprovalError("Its MCP server is no longer offered to you: allow it once.")
+    def allow_always(cls, owner_id: int, server: McpServer, call: str, actor: Actor) -> None:
+        """Remember `call` of a tool of `server` (agent.mcp_tools.server_of_call)."""
         digest = cls.digest_of(call)
-        allowed = cls.objects.filter(owner=owner, server=server, digest=digest).first()
-        allowed = allowed or cls(owner=owner, server=server, digest=digest, call=call)
+        allowed = cls.objects.filter(owner_id=owner_id, server=server, digest=digest).first()
+        allowed = allowed or cls(owner_id=owner_id, server=server, digest=digest, call=call)
         allowed.url = server.url
         allowed.save_by(actor)
 

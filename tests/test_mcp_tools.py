@@ -55,6 +55,13 @@ async def turn(user, frames: Frames, text: str = "Weather in Paris?"):
     return result
 
 
+def remember(user, command: str) -> None:
+    """As a click on "Allow always" for `command` does (agent.approvals.decide)."""
+    server = mcp_tools.server_of_call(user, command)
+    assert server is not None
+    McpAllowedCall.allow_always(user.pk, server, command, Actor.user(user))
+
+
 def results(user) -> list[Event]:
     return list(Event.objects.filter(owner=user, event_type="tool_result").order_by("id"))
 
@@ -249,7 +256,7 @@ async def test_a_remembered_call_asks_again_once_its_server_moved(alice, llm, we
     url, calls = weather
     server = await sync_to_async(add)(alice, url)
     command = f'{FORECAST} {{"city": "Oslo"}}'
-    await sync_to_async(McpAllowedCall.allow_always)(alice, command, Actor.user(alice))
+    await sync_to_async(remember)(alice, command)
     await McpServer.objects.filter(pk=server.pk).aupdate(url=f"{url}?moved")
     llm.script(reply_with_tool(FORECAST, {"city": "Oslo"}), Reply(text="Ok."))
     frames = Frames(alice, decision="deny")
@@ -275,7 +282,7 @@ def test_a_call_one_user_allowed_always_still_asks_another(owner, alice, bob, we
     add(owner, url)
     McpServer.objects.filter(owner=owner).update(for_everyone=True)
     command = f'{FORECAST} {{"city": "Oslo"}}'
-    McpAllowedCall.allow_always(alice, command, Actor.user(alice))
+    remember(alice, command)
 
     def subject(user):
         [forecast, _] = mcp_tools.tools_for(user)
@@ -291,7 +298,7 @@ def test_the_mcp_page_lists_the_calls_allowed_always_and_revokes_them(alice, bob
     url, _ = weather
     add(alice, url)
     command = f'{FORECAST} {{"city": "Oslo"}}'
-    McpAllowedCall.allow_always(alice, command, Actor.user(alice))
+    remember(alice, command)
     allowed = McpAllowedCall.objects.get(owner=alice)
     client = client_for(alice)
     assert escape(command) in text(client.get("/settings/mcp/"))
