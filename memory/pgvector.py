@@ -21,7 +21,8 @@ its speaker's neighbouring turns in the session) cannot be indexed as such; the
 `RESCORED` nearest by plain cosine are re-scored with their neighbours in SQL.
 `memory_eval` gave the same figures as the numpy index on both datasets
 (docs/memory.md). The memory search's two branches and their fusion run as one
-statement (`hybrid`), the full-text branch reading the stored `search_document`.
+statement (`hybrid`), the full-text branch reading the stored `search_document`
+from a narrow table of its own (WORDS_SETUP, migration `memory 0015`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from memory import fulltext
-from memory.fulltext import INDEXED_TYPES, KEY_SQL, POSTGRES_WORDS
+from memory.fulltext import INDEXED_TYPES, KEY_SQL, POSTGRES_WORDS, WORDS_TABLE
 from memory.vectors import EMBEDDING_DIM
 
 Hits = list[tuple[int, float]]
@@ -170,7 +171,8 @@ SETUP = [
     "DROP INDEX IF EXISTS events_search_document",  # memory.fulltext's expression index
     f"CREATE INDEX IF NOT EXISTS events_search_document_stored ON {EVENTS_TABLE} "
     "USING GIN (search_document) WHERE search_document IS NOT NULL",
-    # An owner's memories newest first: what fulltext.POSTGRES_WORDS ranks of many matches.
+    # An owner's memories newest first: what the full-text half ranks of many
+    # matches (0015 moves both indexes to WORDS_TABLE).
     f"CREATE INDEX IF NOT EXISTS events_owner_memories ON {EVENTS_TABLE} "
     "(owner_id, agent, id) WHERE search_document IS NOT NULL",
 ]
@@ -186,6 +188,57 @@ TEARDOWN = [
     f"ALTER TABLE {EVENTS_TABLE} DROP COLUMN IF EXISTS search_document",
     "DROP FUNCTION IF EXISTS neotask_embedding_vec()",
     "DROP FUNCTION IF EXISTS neotask_unpack_vector(bytea)",
+]
+
+# The full-text half's narrow table (memory.fulltext.POSTGRES_WORDS): each
+# memory's id, owner, agent and document, kept equal to the events by triggers
+# (every write, delete and truncate of events), so no write path knows of it.
+# The events' search_document stays the one place the document is computed.
+WORDS_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION neotask_event_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    TRUNCATE {WORDS_TABLE};
+    RETURN NULL;
+  END IF;
+  IF TG_OP <> 'INSERT' THEN
+    DELETE FROM {WORDS_TABLE} WHERE id = OLD.id;
+  END IF;
+  IF TG_OP <> 'DELETE' AND NEW.search_document IS NOT NULL THEN
+    INSERT INTO {WORDS_TABLE} (id, owner_id, agent, document)
+    VALUES (NEW.id, NEW.owner_id, NEW.agent, NEW.search_document);
+  END IF;
+  RETURN NULL;
+END
+$$
+"""
+WORDS_SETUP = [
+    f"CREATE TABLE IF NOT EXISTS {WORDS_TABLE} (id bigint PRIMARY KEY, "
+    "owner_id bigint NOT NULL, agent varchar(64) NOT NULL, document tsvector NOT NULL)",
+    WORDS_FUNCTION,
+    f"DROP TRIGGER IF EXISTS events_words ON {EVENTS_TABLE}",
+    f"CREATE TRIGGER events_words AFTER INSERT OR DELETE OR UPDATE OF text, search_key, "
+    f"search_context, event_type, owner_id, agent ON {EVENTS_TABLE} "
+    "FOR EACH ROW EXECUTE FUNCTION neotask_event_words()",
+    f"DROP TRIGGER IF EXISTS events_words_truncate ON {EVENTS_TABLE}",
+    f"CREATE TRIGGER events_words_truncate AFTER TRUNCATE ON {EVENTS_TABLE} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION neotask_event_words()",
+    f"TRUNCATE {WORDS_TABLE}",
+    f"INSERT INTO {WORDS_TABLE} (id, owner_id, agent, document) SELECT id, owner_id, agent, "
+    f"search_document FROM {EVENTS_TABLE} WHERE search_document IS NOT NULL",
+    f"CREATE INDEX IF NOT EXISTS {WORDS_TABLE}_document ON {WORDS_TABLE} USING GIN (document)",
+    # An owner's memories newest first: what POSTGRES_WORDS ranks of many matches.
+    f"CREATE INDEX IF NOT EXISTS {WORDS_TABLE}_owner ON {WORDS_TABLE} (owner_id, agent, id)",
+    # The events' own full-text indexes (0014's), read no more.
+    "DROP INDEX IF EXISTS events_search_document_stored",
+    "DROP INDEX IF EXISTS events_owner_memories",
+]
+WORDS_TEARDOWN = [
+    f"DROP TRIGGER IF EXISTS events_words ON {EVENTS_TABLE}",
+    f"DROP TRIGGER IF EXISTS events_words_truncate ON {EVENTS_TABLE}",
+    "DROP FUNCTION IF EXISTS neotask_event_words()",
+    f"DROP TABLE IF EXISTS {WORDS_TABLE}",
+    *SETUP[-2:],  # 0014's indexes on the events
 ]
 
 

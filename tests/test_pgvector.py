@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memory import pgvector, recording, vector_index
+from memory import fulltext, pgvector, recording, vector_index
 from memory.checks import pgvector_installed
 from memory.forgetting import forget_events
 from memory.models import Event, ForgottenEvent
@@ -117,6 +117,48 @@ def test_it_fuses_both_branches_in_one_statement_as_in_process(alice, bob):
     assert tied == sorted(tied, key=lambda hit: (-hit.score, hit.event.pk))
     again = search_memory(alice, "lentil soup", k=8, query_vector=query, files=False)
     assert [hit.event.pk for hit in again] == [hit.event.pk for hit in hits]
+
+
+def words_rows() -> dict[int, tuple[int, str, str]]:
+    """The full-text half's narrow table: id → (owner, agent, document)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, owner_id, agent, document::text FROM {fulltext.WORDS_TABLE}")
+        return {row[0]: row[1:] for row in cursor.fetchall()}
+
+
+def test_it_keeps_the_full_text_table_equal_to_the_events_on_every_write(
+    alice, bob, transactional_db
+):
+    soup, tool = say(alice, "lentil soup", unit(1)), say(alice, "ls", unit(2), kind="tool_call")
+    assert set(words_rows()) == {soup.pk}  # memories only, as search_document
+    Event.objects.filter(pk=soup.pk).update(search_key="Ann: bicycle repairs")
+    assert "bicycl" in words_rows()[soup.pk][2] and "soup" not in words_rows()[soup.pk][2]
+    Event.objects.filter(pk=soup.pk).update(owner=bob, agent="other")
+    assert words_rows()[soup.pk][:2] == (bob.pk, "other")
+    assert search_memory(alice, "bicycle", branch="lexical", files=False) == []
+    Event.objects.filter(pk=tool.pk).update(event_type="user_message")  # becomes a memory
+    assert set(words_rows()) == {soup.pk, tool.pk}
+    Event.objects.filter(pk=soup.pk).update(importance=0.9)  # a column it does not copy
+    Event.objects.filter(pk=tool.pk).delete()
+    assert set(words_rows()) == {soup.pk}
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE events CASCADE")  # as the test runner's flush does
+    assert words_rows() == {}
+    # What the events held before the table existed is copied when migrating.
+    kept = say(alice, "the garden shed", unit(3))
+    call_command("migrate", "memory", "0014", verbosity=0)
+    try:
+        assert not fulltext_table_exists()
+    finally:
+        call_command("migrate", "memory", verbosity=0)
+    assert set(words_rows()) == {kept.pk}
+    assert [h.event.pk for h in search_memory(alice, "garden", branch="lexical")] == [kept.pk]
+
+
+def fulltext_table_exists() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [fulltext.WORDS_TABLE])
+        return cursor.fetchone()[0]
 
 
 def test_it_forgets_a_vector_with_its_row_and_logs_nothing(alice):
