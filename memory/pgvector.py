@@ -229,6 +229,7 @@ WORDS_SETUP = [
     f"CREATE INDEX IF NOT EXISTS {WORDS_TABLE}_document ON {WORDS_TABLE} USING GIN (document)",
     # An owner's memories newest first: what POSTGRES_WORDS ranks of many matches.
     f"CREATE INDEX IF NOT EXISTS {WORDS_TABLE}_owner ON {WORDS_TABLE} (owner_id, agent, id)",
+    f"ANALYZE {WORDS_TABLE}",  # the planner's first plans (p50 96 ms instead of 40 without)
     # The events' own full-text indexes (0014's), read no more.
     "DROP INDEX IF EXISTS events_search_document_stored",
     "DROP INDEX IF EXISTS events_owner_memories",
