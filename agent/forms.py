@@ -90,7 +90,11 @@ class ProviderForm(forms.ModelForm):
             ) from None
         if "?" in url or "#" in url:  # the client appends paths: these would send it elsewhere
             raise forms.ValidationError("A base URL has no ?query or #fragment.")
-        return checked_url(url, outbound.policy_of(self.user))
+        # An unchanged URL keeps the policy of whoever set it (a superuser's Ollama
+        # on localhost stays editable by staff); a new one is this user's.
+        unchanged = self.instance.pk is not None and url == self.instance.base_url
+        setter = self.instance.url_set_by if unchanged else self.user
+        return checked_url(url, outbound.policy_of(setter))
 
     @property
     def url_changed(self) -> bool:

@@ -164,13 +164,15 @@ def model_provider_test(request: HtmxHttpRequest) -> HttpResponse:
             trial = providers.Trial(False, " ".join(problems))
             return render(request, "agent/_provider_test.html", {"trial": trial})
         data = form.cleaned_data
+        same_url = data["base_url"] == saved_url
         candidate = ModelProvider(
             name=request.POST.get("name", "").strip()[:100] or "the endpoint",
             base_url=data["base_url"],
             offered_models=data["offered_models"],
             context_window=data["context_window"],
-            sealed_api_key=saved.sealed_api_key if saved and data["base_url"] == saved_url else "",
-            url_set_by=request.user,  # tried as this user's URL
+            sealed_api_key=saved.sealed_api_key if same_url and saved else "",
+            # Tried as the URL of whoever set it: the saved one's, or this user's.
+            url_set_by=saved.url_set_by if same_url and saved else request.user,
         )
         key = data.get("api_key") or None  # None: the stored one
         endpoint = providers.provider_endpoint(candidate, candidate.model_names[0], api_key=key)

@@ -334,3 +334,21 @@ def test_next_and_the_link_cannot_send_the_provider_form_elsewhere(owner, endpoi
         client.get("/settings/models/add/", {"base_url": "https://evil.example/v1", "name": "X"})
     )
     assert 'value="https://evil.example/v1"' not in page and 'value="X"' not in page
+
+
+def test_staff_may_edit_a_superusers_loopback_provider_but_not_move_it(owner, staff, endpoint):
+    assert (
+        client_for(owner).post("/settings/models/add/", provider_form(endpoint)).status_code == 302
+    )
+    provider = ModelProvider.objects.get()
+    client = client_for(staff)
+    form = provider_form(endpoint, name="Renamed", api_key="")
+    assert client.post(f"/settings/models/{provider.pk}/", form).status_code == 302
+    provider.refresh_from_db()
+    assert provider.name == "Renamed" and provider.url_set_by == owner and provider.api_key_hint
+    endpoint.script(Reply("OK"))
+    tried = text(client.post("/settings/models/test/", {**form, "provider": provider.pk}, **HTMX))
+    assert "✓ Works" in tried
+    moved = provider_form(endpoint, base_url=endpoint.url.replace("127.0.0.1", "localhost"))
+    response = client.post(f"/settings/models/{provider.pk}/", moved)
+    assert response.status_code == 400 and "Refused" in text(response)
