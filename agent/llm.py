@@ -25,6 +25,7 @@ LOCAL_URL_VARIABLE = "NEOTASK_LOCAL_LLM_URL"
 LOCAL_KEY_VARIABLE = "NEOTASK_LOCAL_LLM_KEY"
 LOCAL_MODEL_LABEL = "embedded local model"
 CONFIG_FILE = "config.toml"
+CONFIG_LABEL = "the configured endpoint"
 
 OnDelta = Callable[[str], Awaitable[None]]
 
@@ -136,7 +137,7 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
             base_url=llm["base_url"].rstrip("/"),
             api_key=llm["api_key"],
             model=model,
-            label=llm["base_url"],
+            label=CONFIG_LABEL,  # every user reads its errors: not the URL (inside the network)
             **common,
         )
     return Endpoint(

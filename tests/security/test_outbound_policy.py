@@ -17,6 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from agent import mcp_tools, outbound, providers
+from agent.llm import LLMClient, LLMError, configured_endpoint
 from agent.models import McpServer, ModelProvider
 from agent.outbound import Policy, Refused
 from agent.tools.registry import ToolError
@@ -185,16 +186,23 @@ def test_a_deactivated_superusers_shared_server_is_no_longer_offered(owner, bob,
     assert "refused" in mcp_tools.test_server(server)
 
 
-def test_plain_users_see_a_shared_servers_name_not_its_url(owner, bob, loopback_mcp, llm):
+def test_plain_users_see_a_shared_servers_name_not_its_url(
+    owner, bob, loopback_mcp, llm, configure
+):
     port, _ = loopback_mcp
     url = f"http://127.0.0.1:{port}/mcp"
     client_for(owner).post("/settings/mcp/", {"name": "internal", "url": url, "for_everyone": "on"})
     page = text(client_for(bob).get("/settings/mcp/"))
     assert "internal" in page and url not in page
     assert url in text(client_for(owner).get("/settings/mcp/"))
-    # The model picker names config.toml's model, not where it is.
+    # The model picker names config.toml's model, not where it is; nor do errors.
     chat = text(client_for(bob).get("/"))
     assert llm.url not in chat
+    configure("llm", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(LLMError) as error:
+        async_to_sync(LLMClient(configured_endpoint()).stream)([{"role": "user", "content": "hi"}])
+    assert "Cannot reach the LLM at the configured endpoint" in str(error.value)
+    assert "127.0.0.1:9" not in str(error.value)
 
 
 # Model providers -----------------------------------------------------------------
