@@ -58,7 +58,7 @@ class McpServerAdminForm(OwnedAdminForm):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(OwnedAdmin):
+class McpServerAdmin(RecordedAdmin, OwnedAdmin):
     """Staff may switch a server off or remove it; its owner adds it on the MCP page,
     where it must answer with its tools and its token is sealed. Only a superuser
     offers one to everyone."""

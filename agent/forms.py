@@ -8,8 +8,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
 
-from agent import providers
+from agent import outbound, providers
 from agent.models import McpServer, ModelProvider
+from agent.outbound import Policy
 from neotask_site.ownership import Owner
 from neotask_site.sealing import hint, seal
 
@@ -17,9 +18,21 @@ MODEL_NAME_LENGTH = 200
 MAX_MODELS = 50
 
 
+def checked_url(url: str, policy: Policy) -> str:
+    """`url` if the outbound policy lets it be reached now (agent.outbound: it is
+    checked again at every connection); a clear error if not."""
+    try:
+        outbound.check_url(url, policy)
+    except outbound.Refused as exc:
+        raise forms.ValidationError(f"Refused: {exc}.") from None
+    return url
+
+
 class ProviderForm(forms.ModelForm):
-    """A provider as an admin enters it. The API key is write-only: the page
-    shows its last characters, an empty field keeps the stored key."""
+    """A provider as a staff member (`user`) enters it. The API key is
+    write-only: the page shows its last characters, an empty field keeps the
+    stored key — unless the base URL changes: a key is only ever sent where it
+    was entered for, so it must be entered again."""
 
     api_key = forms.CharField(
         label="API key",
@@ -52,11 +65,14 @@ class ProviderForm(forms.ModelForm):
             "offered_models": {"required": "Name at least one model the endpoint serves."}
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, user: Owner, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.user = user
+        self.key_forgotten = False  # the base URL changed and took the stored key with it
         saved = self.instance.api_key_hint
         self.fields["api_key"].help_text = (
-            f"Saved ({saved}); leave empty to keep it."
+            f"Saved ({saved}); leave empty to keep it. Changing the base URL removes it: "
+            "enter it again."
             if saved
             else "Leave empty for endpoints without keys (Ollama, llama.cpp's server)."
         )
@@ -72,7 +88,17 @@ class ProviderForm(forms.ModelForm):
             raise forms.ValidationError(
                 "Enter an http:// or https:// URL, e.g. http://localhost:11434/v1."
             ) from None
-        return url
+        if "?" in url or "#" in url:  # the client appends paths: these would send it elsewhere
+            raise forms.ValidationError("A base URL has no ?query or #fragment.")
+        # An unchanged URL keeps the policy of whoever set it (a superuser's Ollama
+        # on localhost stays editable by staff); a new one is this user's.
+        unchanged = self.instance.pk is not None and url == self.instance.base_url
+        setter = self.instance.url_set_by if unchanged else self.user
+        return checked_url(url, outbound.policy_of(setter))
+
+    @property
+    def url_changed(self) -> bool:
+        return self.instance.pk is not None and "base_url" in self.changed_data
 
     def clean_offered_models(self) -> str:
         names = [line.strip() for line in self.cleaned_data["offered_models"].splitlines()]
@@ -96,12 +122,16 @@ class ProviderForm(forms.ModelForm):
         return window
 
     def save(self, commit: bool = True) -> ModelProvider:
+        before = self.instance.stored()  # the form's values are on the instance already
         provider = super().save(commit=False)
         key = self.cleaned_data.get("api_key", "")
         if key:
             provider.sealed_api_key, provider.api_key_hint = seal(key), hint(key)
-        elif self.cleaned_data.get("forget_key"):
+        elif self.cleaned_data.get("forget_key") or (self.url_changed and provider.api_key_hint):
+            self.key_forgotten = not self.cleaned_data.get("forget_key")
             provider.sealed_api_key = provider.api_key_hint = ""
+        if before is None or self.url_changed or self.user.is_superuser:
+            provider.url_set_by = self.user  # whose URL it is decides where it may go
         if set(self.changed_data) & {"base_url", "api_key", "forget_key", "offered_models"}:
             provider.tested_at, provider.test_passed, provider.test_message = None, False, ""
         if commit:
@@ -110,6 +140,7 @@ class ProviderForm(forms.ModelForm):
                     ModelProvider.objects.exclude(pk=provider.pk).update(is_default=False)
                 provider.save()
                 self.save_m2m()
+                provider.record(self.user, before)
         return provider
 
 
@@ -194,4 +225,4 @@ class McpServerForm(forms.Form):
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
             raise forms.ValidationError(STDIO_REFUSED) from None
-        return url
+        return checked_url(url, outbound.policy_of(self.owner))

@@ -18,12 +18,14 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from agent.outbound import Policy, Refused
 from agent.transport import asyncio_transport
 
 LOCAL_URL_VARIABLE = "NEOTASK_LOCAL_LLM_URL"
 LOCAL_KEY_VARIABLE = "NEOTASK_LOCAL_LLM_KEY"
 LOCAL_MODEL_LABEL = "embedded local model"
 CONFIG_FILE = "config.toml"
+CONFIG_LABEL = "the configured endpoint"
 
 OnDelta = Callable[[str], Awaitable[None]]
 
@@ -94,10 +96,13 @@ class Completion:
 class LLMError(Exception):
     """The LLM call failed; `kind` names the cause, the message says what to do."""
 
-    def __init__(self, kind: str, message: str, partial: Completion | None = None) -> None:
+    def __init__(
+        self, kind: str, message: str, partial: Completion | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.partial = partial or Completion()
+        self.status = status  # the HTTP status it answered, if it answered
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ class Endpoint:
     label: str
     max_answer_tokens: int  # sent as max_tokens with every request
     where: str = CONFIG_FILE  # where a person fixes it, for error messages
+    # agent.outbound's policy for a URL a person set; None: the operator's, not checked.
+    policy: Policy | None = None
 
     @property
     def is_local(self) -> bool:
@@ -130,7 +137,7 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
             base_url=llm["base_url"].rstrip("/"),
             api_key=llm["api_key"],
             model=model,
-            label=llm["base_url"],
+            label=CONFIG_LABEL,  # every user reads its errors: not the URL (inside the network)
             **common,
         )
     return Endpoint(
@@ -142,19 +149,22 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
     )
 
 
-# One HTTP client per event loop: building one costs milliseconds (it loads the
-# CA certificates) and a shared one keeps connections to the endpoint alive.
-_http_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-    weakref.WeakKeyDictionary()
-)
+# One HTTP client per event loop and policy: building one costs milliseconds (it
+# loads the CA certificates) and a shared one keeps connections to the endpoint
+# alive. Each policy has its own pool, so that a connection one policy allowed
+# is never reused under another.
+_http_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[Policy | None, httpx.AsyncClient]
+] = weakref.WeakKeyDictionary()
 
 
-def http_client() -> httpx.AsyncClient:
+def http_client(policy: Policy | None = None) -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
-    client = _http_clients.get(loop)
+    clients = _http_clients.setdefault(loop, {})
+    client = clients.get(policy)
     if client is None or client.is_closed:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-        client = _http_clients[loop] = httpx.AsyncClient(transport=asyncio_transport(limits))
+        client = clients[policy] = httpx.AsyncClient(transport=asyncio_transport(limits, policy))
     return client
 
 
@@ -211,7 +221,7 @@ class LLMClient:
         completion = Completion()
         calls: dict[int, dict[str, str]] = {}
         try:
-            async with http_client().stream(
+            async with http_client(endpoint.policy).stream(
                 "POST",
                 f"{endpoint.base_url}/chat/completions",
                 json=body,
@@ -220,8 +230,12 @@ class LLMClient:
             ) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    raise http_error(endpoint, response)
+                    error = http_error(endpoint, response)
+                    error.status = response.status_code
+                    raise error
                 done = await read_events(response, completion, calls, on_delta)
+        except Refused as exc:
+            raise LLMError("refused", f"The LLM at {endpoint.label} is refused: {exc}.") from exc
         except httpx.ConnectError:
             raise LLMError("unavailable", not_running_message(endpoint)) from None
         except httpx.TimeoutException:

@@ -8,6 +8,8 @@ call waits for its owner's approval, unless they chose "Allow always" for that
 very call (agent.models.McpAllowedCall: the tool with exactly these arguments,
 never a whole tool or server), has CALL_SECONDS to answer, and what it answers
 is cut to OUTPUT_CHARS and marked as data from outside, never instructions.
+Every connection goes through the outbound policy (agent.outbound): only a
+server of an active superuser's may be on this machine or a private network.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from mcp import ClientSession, McpError, types
 from mcp.client.streamable_http import streamable_http_client
 
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer
+from agent.outbound import Policy, Refused, policy_of
 from agent.tools.registry import Tool, ToolContext, ToolError
+from agent.transport import asyncio_transport
+from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.sealing import SealError, hint, seal, unseal
 
@@ -40,6 +45,8 @@ MAX_TOOLS = 50  # per server: every tool's schema goes into each prompt
 DESCRIPTION_CHARS = 1_000
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]+")
 MAX_TOOL_NAME = 64  # OpenAI's limit on a function's name
+PUBLIC_ONLY = Policy()
+LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=2)
 
 
 class McpUnavailable(Exception):
@@ -52,6 +59,7 @@ class Remote:
     url: str
     token: str = ""
     server_id: int | None = None  # the McpServer, once stored
+    policy: Policy = PUBLIC_ONLY  # private_ok for an active superuser's server (policy_of)
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -102,6 +110,9 @@ def leaves(error: BaseException) -> Iterator[BaseException]:
 
 def what_failed(error: BaseException, seconds: float) -> str:
     for leaf in leaves(error):
+        if isinstance(leaf, Refused):
+            return f"its address is refused: {leaf}"
+    for leaf in leaves(error):
         if isinstance(leaf, McpUnavailable):
             return str(leaf)
         if isinstance(leaf, httpx.HTTPStatusError):
@@ -120,7 +131,10 @@ async def connected(remote: Remote, seconds: float) -> AsyncIterator[ClientSessi
     headers = {"Authorization": f"Bearer {remote.token}"} if remote.token else {}
     async with (
         httpx.AsyncClient(
-            headers=headers, timeout=seconds, transport=CappedTransport(), follow_redirects=False
+            headers=headers,
+            timeout=seconds,
+            transport=asyncio_transport(LIMITS, remote.policy, CappedTransport),
+            follow_redirects=False,
         ) as http,
         streamable_http_client(remote.url, http_client=http) as (read, write, _),
         ClientSession(read, write) as session,
@@ -139,8 +153,9 @@ async def ask(remote: Remote, seconds: float, question: Any) -> Any:
     try:
         return await asyncio.wait_for(run(), seconds)
     except Exception as exc:  # an unreachable server fails in many ways, all said alike
+        # Its URL is not said: the chat of everyone a shared server is offered to shows it.
         raise McpUnavailable(
-            f"The MCP server “{remote.name}” ({remote.url}) failed: {what_failed(exc, seconds)}."
+            f"The MCP server “{remote.name}” failed: {what_failed(exc, seconds)}."
         ) from None
 
 
@@ -238,19 +253,22 @@ def remote_of(server: McpServer) -> Remote:
         token = unseal(server.sealed_token)
     except SealError:
         token = ""  # the server then refuses the call (401), which the chat shows
-    return Remote(server.name, server.url, token, server.pk)
+    return Remote(server.name, server.url, token, server.pk, policy_of(server.owner))
 
 
 def offered_to_everyone() -> QuerySet[McpServer]:
     """The servers a superuser offers to everyone. Site-wide on purpose, like a
-    model provider; one who is no longer a superuser offers nothing."""
-    return McpServer.objects.filter(for_everyone=True, owner__is_superuser=True)
+    model provider; one who is no longer an active superuser offers nothing."""
+    return McpServer.objects.filter(
+        for_everyone=True, owner__is_superuser=True, owner__is_active=True
+    )
 
 
 def servers_for(owner: Owner) -> list[McpServer]:
     """The enabled servers whose tools the owner's agent is offered (one query):
     their own, then those offered to everyone under a name they have not used."""
     both = (McpServer.objects.owned_by(owner) | offered_to_everyone()).filter(enabled=True)
+    both = both.select_related("owner")  # its policy (policy_for)
     servers: dict[str, McpServer] = {}
     for server in sorted(both, key=lambda server: (server.owner_id != owner.pk, server.pk)):
         servers.setdefault(server.name, server)
@@ -281,9 +299,11 @@ def add_server(
     owner: Owner, name: str, url: str, token: str = "", for_everyone: bool = False
 ) -> McpServer:
     """Store the server once it has answered with its tools (McpUnavailable, and
-    nothing stored, if it does not). Only a superuser's may be for everyone."""
-    listed = async_to_sync(list_remote_tools)(Remote(name, url, token))
-    return McpServer.objects.create(
+    nothing stored, if it does not), in its owner's history. Only a superuser's
+    may be for everyone."""
+    remote = Remote(name, url, token, policy=policy_of(owner))
+    listed = async_to_sync(list_remote_tools)(remote)
+    server = McpServer(
         owner=owner,
         name=name,
         url=url,
@@ -293,6 +313,8 @@ def add_server(
         listed_at=timezone.now(),
         for_everyone=for_everyone and owner.is_superuser,
     )
+    server.save_by(Actor.user(owner))
+    return server
 
 
 def test_server(server: McpServer) -> str:

@@ -3,12 +3,14 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Collection
+from typing import Any
 
+from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
 from agent.rules import Rule, rule_for, rule_problem
-from neotask_site.history import Actor, Recorded
+from neotask_site.history import Actor, Recorded, as_json, record_change, snapshot
 from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel
 
@@ -199,6 +201,28 @@ class ModelProvider(models.Model):
     test_passed = models.BooleanField(default=False)
     test_message = models.CharField(max_length=1000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Who set base_url: only an active superuser's URL may reach a private network
+    # (agent.outbound); a URL staff set reaches public addresses only.
+    url_set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
+
+    # A change is recorded in the history of the staff member who made it (the
+    # provider is the site's, not someone's); superusers read them all in the admin.
+    history_fields = (
+        "name",
+        "base_url",
+        "api_key_hint",
+        "offered_models",
+        "context_window",
+        "is_default",
+        "enabled",
+    )
 
     class Meta:
         db_table = "model_providers"
@@ -219,6 +243,35 @@ class ModelProvider(models.Model):
         # makes it the only one, in the same transaction.
         super().validate_constraints(exclude={*(exclude or ()), "is_default"})
 
+    def stored(self) -> dict[str, Any] | None:
+        """As the database has it (None for a new one): what a change is compared with."""
+        if self.pk is None:
+            return None
+        row = ModelProvider.objects.filter(pk=self.pk).values(*self.history_fields).first()
+        return None if row is None else {name: as_json(row[name]) for name in self.history_fields}
+
+    def record(self, user: Any, before: dict[str, Any] | None) -> None:
+        """`user` (staff) created it (`before` None) or changed it: into their history."""
+        action = Change.Action.CREATED if before is None else Change.Action.CHANGED
+        after = snapshot(self, self.history_fields)
+        kind, label = Change.Subject.MODEL_PROVIDER, self.name
+        record_change(user, Actor.admin(user), kind, self.pk, label, action, before, after)
+
+    def delete_by(self, user: Any) -> None:
+        before, pk = self.stored(), self.pk
+        with transaction.atomic():
+            self.delete()
+            record_change(
+                user,
+                Actor.admin(user),
+                Change.Subject.MODEL_PROVIDER,
+                pk,
+                self.name,
+                Change.Action.DELETED,
+                before,
+                None,
+            )
+
     def record_test(self, passed: bool, message: str) -> None:
         self.tested_at, self.test_passed, self.test_message = timezone.now(), passed, message[:1000]
         self.save(update_fields=["tested_at", "test_passed", "test_message"])
@@ -228,7 +281,7 @@ class ModelProvider(models.Model):
         return [line.strip() for line in self.offered_models.splitlines() if line.strip()]
 
 
-class McpServer(OwnedModel):
+class McpServer(Recorded, OwnedModel):
     """An MCP server (streamable HTTP) whose tools its owner's agent may call, each
     call approved by them (agent.mcp_tools). Its tool list is kept from the last
     time it answered (added or tested), so that a turn does not wait for it. A
@@ -254,6 +307,9 @@ class McpServer(OwnedModel):
     tools = models.JSONField(default=list, blank=True)
     listed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    history_subject = Change.Subject.MCP_SERVER
+    history_fields = ("name", "url", "token_hint", "enabled", "for_everyone")
 
     class Meta:
         db_table = "mcp_servers"

@@ -26,6 +26,7 @@ from django.db.models import Q
 
 from agent.llm import Endpoint, LLMClient, LLMError, configured_endpoint
 from agent.models import ModelProvider
+from agent.outbound import Refused, policy_of
 from neotask_site.ownership import Owner
 from neotask_site.sealing import SealError, unseal
 
@@ -49,14 +50,20 @@ def config_sets_endpoint() -> bool:
 
 
 def config_label() -> str:
+    """For the staff's pages: the model and where it is."""
     llm = settings.NEOTASK["llm"]
     return f"{llm['model'] or 'default model'} at {llm['base_url']}"
+
+
+def config_model_label() -> str:
+    """For everyone's picker: the model, not where it is (a URL inside the network)."""
+    return settings.NEOTASK["llm"]["model"] or "the configured model"
 
 
 def offered(owner: Owner) -> list[Choice]:
     """The models `owner` may choose, in the picker's order."""
     if config_sets_endpoint():
-        choices = [Choice(CONFIG, config_label(), "config.toml")]
+        choices = [Choice(CONFIG, config_model_label(), "config.toml")]
     else:
         local = settings.NEOTASK["llm"]["local_model"]
         choices = [Choice(EMBEDDED, f"Embedded ({local})", "Embedded")]
@@ -123,7 +130,9 @@ def default_endpoint(fast: bool = False) -> Endpoint:
 def endpoint_for(key: str, fast: bool = False) -> Endpoint:
     provider_id, _, model = key.partition(":")
     if provider_id.isdigit():
-        provider = ModelProvider.objects.filter(pk=int(provider_id)).first()
+        provider = (
+            ModelProvider.objects.select_related("url_set_by").filter(pk=int(provider_id)).first()
+        )
         if provider is not None and model in provider.model_names:
             return provider_endpoint(provider, model)
     # config.toml's endpoint, or the embedded model where it sets none.
@@ -131,7 +140,8 @@ def endpoint_for(key: str, fast: bool = False) -> Endpoint:
 
 
 def provider_endpoint(provider: ModelProvider, model: str, api_key: str | None = None) -> Endpoint:
-    """`api_key` given: a key being tested before it is saved."""
+    """`api_key` given: a key being tested before it is saved. Its URL is reached
+    as the outbound policy lets the one who set it (agent.outbound)."""
     llm = settings.NEOTASK["llm"]
     if api_key is None:
         try:
@@ -144,9 +154,10 @@ def provider_endpoint(provider: ModelProvider, model: str, api_key: str | None =
         model=model,
         context_window=provider.context_window,
         timeout=llm["request_timeout"],
-        label=f"{provider.name} ({provider.base_url})",
+        label=provider.name,  # chats' errors name it, not its URL (inside the network)
         max_answer_tokens=min(llm["max_answer_tokens"], provider.context_window // 2),
         where="the Models page",
+        policy=policy_of(provider.url_set_by),
     )
 
 
@@ -157,21 +168,41 @@ class Trial:
 
 
 def try_endpoint(endpoint: Endpoint) -> Trial:
-    """One one-token chat completion: does the endpoint answer with this model and key?"""
+    """One one-token chat completion: does the endpoint answer with this model and key?
+    What it answered is told by its status only, never its body: the Test button
+    must not read a page off a server for whoever presses it."""
     started = time.monotonic()
     try:
         async_to_sync(LLMClient(endpoint).stream)(
             [{"role": "user", "content": "Say OK."}], max_tokens=1
         )
     except LLMError as exc:
-        message = str(exc)
-        if exc.kind == "bad_request":  # often a model name the endpoint does not serve
-            listed = listed_models(endpoint.base_url, endpoint.api_key)
-            if listed:
-                message += f" It lists these models: {', '.join(listed[:20])}."
-        return Trial(False, message)
+        return Trial(False, what_failed(exc, endpoint))
     elapsed = (time.monotonic() - started) * 1000
     return Trial(True, f"{endpoint.model} answered in {elapsed:,.0f} ms.")
+
+
+STATUS_HINTS = {
+    401: "the API key was refused",
+    403: "the API key was refused",
+    404: "check the model name and the base URL (it usually ends in /v1)",
+    429: "it is rate limiting; try again in a moment",
+}
+
+
+def what_failed(error: LLMError, endpoint: Endpoint) -> str:
+    if isinstance(error.__cause__, Refused):
+        return f"refused: {error.__cause__}."
+    if error.status is not None:
+        hint = STATUS_HINTS.get(error.status) or (
+            "the server failed" if error.status >= 500 else "it rejected the request"
+        )
+        return f"HTTP {error.status}: {hint}."
+    if error.kind == "unavailable":
+        return "nothing answers at its base URL (is it running?)."
+    if error.kind == "timeout":
+        return f"no answer within {endpoint.timeout:g} s."
+    return "it answered, but not as an OpenAI-compatible endpoint."
 
 
 def listed_models(base_url: str, api_key: str = "", timeout: float = 2.0) -> list[str] | None:

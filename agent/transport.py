@@ -9,6 +9,10 @@ Measured again without it (issue 25, five alternating runs of
 47-160 ms with it and 173-370 ms with stock httpx, so it stays. Everything
 above the socket (HTTP/1.1, TLS set-up, pooling, limits, exceptions) stays
 httpx's.
+
+It is also where the outbound policy (agent.outbound) is enforced: a backend
+given a policy resolves the host itself, checks every address and connects to
+the address it checked, for every new connection.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore
 import httpx
 from httpcore import AsyncNetworkBackend, AsyncNetworkStream
+
+from agent.outbound import Policy
 
 
 class AsyncioStream(AsyncNetworkStream):
@@ -80,6 +86,9 @@ class AsyncioStream(AsyncNetworkStream):
 
 
 class AsyncioBackend(AsyncNetworkBackend):
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy  # None: an operator's endpoint, not checked
+
     async def connect_tcp(
         self,
         host: str,
@@ -88,11 +97,15 @@ class AsyncioBackend(AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> AsyncNetworkStream:
+        local_addr = (local_address, 0) if local_address else None
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, local_addr=(local_address, 0) if local_address else None
-                )
+                if self.policy is None:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, local_addr=local_addr
+                    )
+                else:  # outbound.Refused goes up as it is, for the caller to say
+                    reader, writer = await self.connect_checked(host, port, local_addr)
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
         except OSError as exc:
@@ -101,6 +114,21 @@ class AsyncioBackend(AsyncNetworkBackend):
         for option in socket_options or ():
             sock.setsockopt(*option)
         return AsyncioStream(reader, writer)
+
+    async def connect_checked(
+        self, host: str, port: int, local_addr: tuple[str, int] | None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """To the first of `host`'s addresses that answers, each one checked first:
+        the address connected to is the one checked (no second lookup to rebind)."""
+        assert self.policy is not None
+        addresses = await self.policy.resolve(host, port)
+        error: OSError = OSError(f"{host} has no address")
+        for address in addresses:
+            try:
+                return await asyncio.open_connection(address, port, local_addr=local_addr)
+            except OSError as exc:
+                error = exc
+        raise error
 
     async def connect_unix_socket(
         self,
@@ -127,16 +155,24 @@ class AsyncioBackend(AsyncNetworkBackend):
 PATCHED_FOR = {"httpx": "0.29.0", "httpcore": "1.0.9"}
 
 
-def asyncio_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's own transport, its connection pool on AsyncioBackend. httpx has
-    no argument for the backend, so the pool it built is replaced (a test
-    checks that the client uses this backend, should httpx change)."""
-    transport = httpx.AsyncHTTPTransport(limits=limits)
+T = TypeVar("T", bound=httpx.AsyncHTTPTransport)
+
+
+def asyncio_transport(
+    limits: httpx.Limits,
+    policy: Policy | None = None,
+    kind: type[T] = httpx.AsyncHTTPTransport,  # type: ignore[assignment]
+) -> T:
+    """httpx's own transport (or `kind`, a subclass), its connection pool on
+    AsyncioBackend, under `policy`. httpx has no argument for the backend, so
+    the pool it built is replaced (a test checks that the client uses this
+    backend, should httpx change)."""
+    transport = kind(limits=limits)
     transport._pool = httpcore.AsyncConnectionPool(
         ssl_context=httpx.create_ssl_context(),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
-        network_backend=AsyncioBackend(),
+        network_backend=AsyncioBackend(policy),
     )
     return transport

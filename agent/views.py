@@ -13,6 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from agent import cgroups, mcp_tools, providers
@@ -92,14 +94,35 @@ def model_providers(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "agent/model_providers.html", context)
 
 
+def suggested(request: HtmxHttpRequest) -> dict[str, str] | None:
+    """The add form's values for a suggestion the Models page made (Ollama found
+    on this machine): named, never taken from the link, so that nobody's link
+    fills in a URL for a staff member to save."""
+    if request.GET.get("suggest") != "ollama":
+        return None
+    models = providers.detect_ollama() or []
+    return {"name": "Ollama", "base_url": providers.OLLAMA_URL, "offered_models": "\n".join(models)}
+
+
+def local_next(request: HtmxHttpRequest, default: str) -> str:
+    """`next` when it is a page of this site, else `default` (no open redirect)."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, {request.get_host()}, request.is_secure()
+    ):
+        return target
+    return default
+
+
 @staff_only
 def model_provider_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
-    """Add a provider (pk None; GET may prefill it, as the Ollama suggestion does) or edit one."""
+    """Add a provider (pk None; `?suggest=ollama` fills it in) or edit one."""
     provider = get_object_or_404(ModelProvider, pk=pk) if pk is not None else ModelProvider()
     if request.method == "POST":
-        form = ProviderForm(request.POST, instance=provider)
+        form = ProviderForm(request.user, request.POST, instance=provider)
     else:
-        form = ProviderForm(instance=provider, initial=request.GET.dict() if pk is None else None)
+        initial = suggested(request) if pk is None else None
+        form = ProviderForm(request.user, instance=provider, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             saved = form.save()
@@ -107,7 +130,13 @@ def model_provider_edit(request: HtmxHttpRequest, pk: int | None = None) -> Http
             form.add_error("name", "A provider of that name exists.")
         else:
             messages.success(request, f"Saved the provider “{saved.name}”. Test it below.")
-            return redirect(request.POST.get("next") or "model-providers")
+            if form.key_forgotten:
+                messages.warning(
+                    request,
+                    "Its base URL changed, so the stored API key was removed: a key goes "
+                    "only where it was entered for. Enter it again if the new URL needs it.",
+                )
+            return redirect(local_next(request, reverse("model-providers")))
     status = 400 if form.is_bound else 200
     context = {"form": form, "provider": provider, "next": request.GET.get("next", "")}
     return render_page(request, "agent/model_provider_edit.html", context, status=status)
@@ -121,24 +150,29 @@ TESTED_FIELDS = ("base_url", "offered_models", "context_window")
 def model_provider_test(request: HtmxHttpRequest) -> HttpResponse:
     """The Test button: one one-token request, with a saved provider (`provider`) or
     with the form's values before they are saved (the stored key stands in for an
-    empty key field). What failed is said as the client saw it."""
+    empty key field, only at the URL it was saved for). What happened is said by
+    its status, never by what the server answered (agent.providers.try_endpoint)."""
     saved = None
     if request.POST.get("provider"):
         saved = get_object_or_404(ModelProvider, pk=request.POST["provider"])
+    saved_url = saved.base_url if saved else None  # before the form writes its own on it
     if "base_url" in request.POST:  # the form's values, valid or not elsewhere (a name taken)
-        form = ProviderForm(request.POST, instance=saved or ModelProvider())
+        form = ProviderForm(request.user, request.POST, instance=saved or ModelProvider())
         form.is_valid()
         problems = [str(e) for field in TESTED_FIELDS for e in form.errors.get(field, [])]
         if problems:
             trial = providers.Trial(False, " ".join(problems))
             return render(request, "agent/_provider_test.html", {"trial": trial})
         data = form.cleaned_data
+        same_url = data["base_url"] == saved_url
         candidate = ModelProvider(
             name=request.POST.get("name", "").strip()[:100] or "the endpoint",
             base_url=data["base_url"],
             offered_models=data["offered_models"],
             context_window=data["context_window"],
-            sealed_api_key=saved.sealed_api_key if saved else "",
+            sealed_api_key=saved.sealed_api_key if same_url and saved else "",
+            # Tried as the URL of whoever set it: the saved one's, or this user's.
+            url_set_by=saved.url_set_by if same_url and saved else request.user,
         )
         key = data.get("api_key") or None  # None: the stored one
         endpoint = providers.provider_endpoint(candidate, candidate.model_names[0], api_key=key)
@@ -156,7 +190,7 @@ def model_provider_test(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 def model_provider_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     provider = get_object_or_404(ModelProvider, pk=pk)
-    provider.delete()
+    provider.delete_by(request.user)
     if request.htmx:
         return HttpResponse("")  # the row goes
     messages.success(
@@ -210,7 +244,7 @@ def mcp_server_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def mcp_server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     server = get_owned_or_404(McpServer, request.user, pk=pk)
-    server.delete()
+    server.delete_by(Actor.user(request.user))
     if request.htmx:
         return HttpResponse("")  # the row goes
     messages.success(request, f"Removed “{server.name}”; its tools are no longer offered.")

@@ -10,6 +10,7 @@ Every key of a section can be overridden by `NEOTASK_<SECTION>_<KEY>`, e.g.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import tomllib
 import zoneinfo
@@ -85,6 +86,19 @@ def group_map(text: str) -> dict[str, str]:
             raise ValueError(f"{item!r} is not written as provider-group = Django group")
         pairs[provider_group] = django_group
     return pairs
+
+
+def address_list(text: str) -> str | None:
+    """[network] allow_private: "127.0.0.1, 10.0.0.0/8, fd00::/8" (agent.outbound)."""
+    for item in comma_list(text):
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return (
+                "must be a comma-separated list of IP addresses or networks, e.g. "
+                f"'127.0.0.1, 10.0.0.0/8': {item!r} is neither"
+            )
+    return None
 
 
 def group_map_text(text: str) -> str | None:
@@ -189,6 +203,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "link_existing_users": Option(False),
         "local_login": Option(True),
         "timeout_seconds": Option(10.0, at_least(1)),
+    },
+    # What URLs people set (MCP servers, model providers) may reach besides public
+    # addresses (agent.outbound): addresses or networks, comma-separated; a
+    # superuser's own URLs may reach private networks anyway.
+    "network": {
+        "allow_private": Option("", address_list),
     },
     "macros": {
         "hint_confidence": Option(0.7, between(0.0, 1.0)),

@@ -80,6 +80,9 @@ class Change(OwnedModel):
         TERMINAL_RULE = "terminal_rule", "Terminal rule"
         MCP_CALL = "mcp_call", "MCP call allowed always"
         TASK = "task", "Task"
+        MCP_SERVER = "mcp_server", "MCP server"
+        MODEL_PROVIDER = "model_provider", "Model provider"
+        API_TOKEN = "api_token", "API token"
 
     class Action(models.TextChoices):
         CREATED = "created", "created"

@@ -58,7 +58,7 @@ def setup_model(request: HtmxHttpRequest) -> HttpResponse:
     Models page's form and Test, saved as the default)."""
     if not request.user.is_staff:
         raise PermissionDenied("Only the site's staff chooses its models.")
-    form = ProviderForm(request.POST or None, initial={"is_default": True})
+    form = ProviderForm(request.user, request.POST or None, initial={"is_default": True})
     if request.method == "POST" and form.is_valid():
         provider = form.save()
         messages.success(request, f"Chats now use {provider.name} · {provider.model_names[0]}.")

@@ -6,6 +6,7 @@ from django.contrib.auth.models import Group
 from django.http import HttpRequest
 
 from memory.workspace import validate_agent_name
+from neotask_site.admin import RecordedAdmin
 from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import (
     Agent,
@@ -55,7 +56,7 @@ class SessionAdmin(OwnedAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(OwnedAdmin):
+class ApiTokenAdmin(RecordedAdmin, OwnedAdmin):
     # Tokens are issued in the UI, where the secret is shown once; the admin only
     # lists and revokes them.
     list_display = ["name", "prefix", "owner", "created_at", "last_used_at", "revoked_at"]

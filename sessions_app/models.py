@@ -21,6 +21,8 @@ from agent.llm import Usage
 from memory import recording
 from memory.models import Event, EventType
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
+from neotask_site.history import Actor, Recorded
+from neotask_site.models import Change
 from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
@@ -262,9 +264,10 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class ApiToken(OwnedModel):
+class ApiToken(Recorded, OwnedModel):
     """A personal token for the JSON API, `nt_<prefix>_<secret>`. Only the
-    secret's hash is stored: the whole token is shown once, at creation."""
+    secret's hash is stored: the whole token is shown once, at creation. Its
+    creation and revocation go to its owner's history."""
 
     name = models.CharField(max_length=100, help_text="What the token is for, e.g. a script.")
     # Public: shown in the UI and used to find the row; the secret decides.
@@ -273,6 +276,9 @@ class ApiToken(OwnedModel):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    history_subject = Change.Subject.API_TOKEN
+    history_fields = ("name", "prefix", "revoked_at")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -286,12 +292,11 @@ class ApiToken(OwnedModel):
         return f"{TOKEN_SCHEME}_{self.prefix}_…"
 
     @classmethod
-    def issue(cls, owner: Owner, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, owner: Owner, name: str, actor: Actor | None = None) -> tuple[ApiToken, str]:
         """A new token and its full text, which is never available again."""
         prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            owner=owner, name=name, prefix=prefix, secret_hash=hash_secret(secret)
-        )
+        token = cls(owner=owner, name=name, prefix=prefix, secret_hash=hash_secret(secret))
+        token.save_by(actor or Actor.user(owner))
         return token, f"{TOKEN_SCHEME}_{prefix}_{secret}"
 
     @classmethod
@@ -321,10 +326,13 @@ class ApiToken(OwnedModel):
             ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
             self.last_used_at = now
 
-    def revoke(self) -> None:
+    def revoke(self, actor: Actor | None = None) -> None:
+        """By `actor` (its owner, unless said)."""
         if self.revoked_at is None:
+            before = self.stored()
             self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])
+            actor = actor or Actor.user(self.owner)
+            self.save_by(actor, before=before, update_fields=["revoked_at"])
 
     @property
     def is_revoked(self) -> bool:

@@ -21,6 +21,7 @@ from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
 from memory.models import Event
+from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
@@ -368,7 +369,7 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 def revoke_api_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     token = get_owned_or_404(ApiToken, request.user, pk=pk)
-    token.revoke()
+    token.revoke(Actor.user(request.user))
     if not request.htmx:
         return redirect("api-tokens")
     return render(request, "sessions_app/_token_row.html", {"token": token})

@@ -356,8 +356,14 @@ def test_it_records_what_a_neotask_export_brought_and_marks_its_facts(alice, bob
     import_archive(archive, bob)
     actor = "Import (Neotask export alice.zip)"
     kinds = {c.subject_kind for c in Change.objects.owned_by(bob) if c.actor == actor}
-    # MCP servers, and the calls allowed on them, are not exported (docs/data.md).
-    assert kinds == set(Change.Subject.values) - {Change.Subject.MCP_CALL}
+    # MCP servers, the calls allowed on them and API tokens are not exported
+    # (docs/data.md); model providers are the site's.
+    assert kinds == set(Change.Subject.values) - {
+        Change.Subject.MCP_CALL,
+        Change.Subject.MCP_SERVER,
+        Change.Subject.API_TOKEN,
+        Change.Subject.MODEL_PROVIDER,
+    }
     assert not Change.objects.owned_by(bob).exclude(actor_label="Neotask export alice.zip")
     facts = Fact.objects.filter(owner=bob)
     # A fact keeps the turn it came from when the turn came along; the others

@@ -95,15 +95,17 @@ def test_it_sends_a_visitor_to_log_in(alice, client):
 
 
 def test_it_lists_the_history_in_the_api_with_the_pages_filters(alice, bob):
+    token, secret = ApiToken.issue(alice, "script")  # recorded too
+    api = Client(headers={"Authorization": f"Bearer {secret}"})
     change(alice, "pref/drink", Actor.agent("main"))
     change(alice, "home/city", Actor.user(alice))
     change(bob, "pref/bobs", Actor.agent("main"))
-    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(alice, 'script')[1]}"})
 
     everything = api.get(reverse("api-history")).json()
     by_agent = api.get(reverse("api-history"), {"actor": "agent"}).json()
 
-    assert [c["subject"]["label"] for c in everything["changes"]] == ["home/city", "pref/drink"]
+    labels = [c["subject"]["label"] for c in everything["changes"]]
+    assert labels == ["home/city", "pref/drink", str(token)]
     assert [c["subject"]["label"] for c in by_agent["changes"]] == ["pref/drink"]
     assert by_agent["changes"][0]["actor"] == {"kind": "agent", "label": "main"}
     refused = api.get(reverse("api-history"), {"subject": "passwords"})

@@ -96,7 +96,8 @@ async def test_it_explains_an_endpoint_that_is_down(configure):
     with pytest.raises(LLMError) as info:
         await client().stream(MESSAGES)
     assert info.value.kind == "unavailable"
-    assert f"127.0.0.1:{port}" in str(info.value)
+    # Every user reads it: it names the setting, not the URL (issue 40, L10).
+    assert "[llm] base_url" in str(info.value) and f"127.0.0.1:{port}" not in str(info.value)
 
 
 async def test_it_times_out_a_stalled_stream(llm, configure):

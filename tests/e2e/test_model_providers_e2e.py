@@ -23,7 +23,7 @@ def test_it_connects_tests_and_switches_a_chat_to_another_provider(page, e2e_llm
         page.click("#test-provider")
         failed = page.locator("#test-result.error")
         failed.wait_for()
-        assert "refused the API key (401)" in failed.inner_text()
+        assert "HTTP 401: the API key was refused" in failed.inner_text()
 
         page.fill("input[name=api_key]", KEY)
         other.script(Reply("OK"))

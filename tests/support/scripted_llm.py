@@ -61,6 +61,7 @@ class ScriptedLLM:
         self.models = models  # what GET /models lists
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str] = []  # each POST's Authorization header ("" if none)
         self.lock = threading.Lock()
         # A given port: a server that replaces a dead one where the app expects it.
         self.server = Server(("127.0.0.1", port), self.handler())
@@ -118,6 +119,8 @@ class ScriptedLLM:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with llm.lock:
+                    llm.authorizations.append(self.headers.get("Authorization", ""))
                 if not self.path.endswith("/chat/completions"):
                     return self.fail(404, "no such endpoint")
                 if not self.authorized():

@@ -242,7 +242,9 @@ def build_alice(alice: User) -> World:
             ),
             ChatClaim: ChatClaim.objects.create(owner=alice, key=active.key),
             ForgottenEvent: ForgottenEvent.objects.create(owner=alice, event_id=0),
-            Change: Change.objects.owned_by(alice).get(subject_id=str(fact.pk)),
+            Change: Change.objects.owned_by(alice).get(
+                subject_kind=Change.Subject.FACT, subject_id=str(fact.pk)
+            ),
             DailyUsage: DailyUsage.objects.create(
                 owner=alice, day=timezone.localdate(), messages=3, tokens=123_457
             ),
