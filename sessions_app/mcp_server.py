@@ -33,6 +33,7 @@ from neotask_site.ownership import Owner
 from neotask_site.websocket_origin import from_another_site, known_host
 from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
+from sessions_app.models import Api
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -211,9 +212,9 @@ def wrap(django: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None
         if from_another_site(scope):
             return await refuse(send, 403, f"/mcp does not answer other sites' pages. {HOST_HINT}")
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        owner = await database_sync_to_async(token_owner)(header) if header else None
+        owner = await database_sync_to_async(token_owner)(header, Api.MCP) if header else None
         if owner is None:
-            return await refuse(send, 401, f"/mcp needs an API token. {AUTH_HINT}")
+            return await refuse(send, 401, f"/mcp needs an API token good for /mcp. {AUTH_HINT}")
         manager = await managers.current()
         await manager.handle_request({**scope, OWNER_KEY: owner}, receive, send)
 
