@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: pgvector pgvector-if-postgres run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider
+.PHONY: pgvector pgvector-if-postgres run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider mcp-conformance
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -23,11 +23,11 @@ run: $(VENV)/.installed-run
 TEST_MODELS := $(VENV)/models
 TEST_MODEL := $(TEST_MODELS)/qwen2.5-coder-0.5b.gguf
 
-test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis oidc-provider pgvector-if-postgres
+test: $(VENV)/.installed-test $(TEST_MODEL) chromium bubblewrap redis oidc-provider mcp-conformance pgvector-if-postgres
 	$(BIN)/ruff check .
 	NEOTASK_TEST_MODELS_DIR=$(abspath $(TEST_MODELS)) $(BIN)/python -m pytest
 
-test-team: $(VENV)/.installed-test chromium bubblewrap pgvector oidc-provider
+test-team: $(VENV)/.installed-test chromium bubblewrap pgvector oidc-provider mcp-conformance
 	DATABASE_URL=$(TEAM_DATABASE_URL) REDIS_URL=$(TEAM_REDIS_URL) $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
@@ -109,7 +109,7 @@ redis:
 # when missing; the provider from tests/oidc/package-lock.json, when it changed.
 node:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
-		echo "Installing Node.js for the single sign-on tests (apt-get)..."; \
+		echo "Installing Node.js for the single sign-on and MCP conformance tests (apt-get)..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 
@@ -119,5 +119,13 @@ tests/oidc/node_modules/.installed: tests/oidc/package.json tests/oidc/package-l
 	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
 	touch $@
 
+# /mcp is checked by the MCP conformance suite (npm, run by Node.js as above;
+# tests/security/test_mcp_conformance.py), from its lock file, when it changed.
+mcp-conformance: node tests/mcp_conformance/node_modules/.installed
+
+tests/mcp_conformance/node_modules/.installed: tests/mcp_conformance/package.json tests/mcp_conformance/package-lock.json
+	npm ci --prefix tests/mcp_conformance --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) *.egg-info tests/oidc/node_modules
+	rm -rf $(VENV) *.egg-info tests/oidc/node_modules tests/mcp_conformance/node_modules

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
 
 import structlog
 
@@ -25,6 +26,30 @@ log = logging.getLogger("neotask.requests")
 # An id the proxy gave the request (nginx: $request_id) is kept if it looks like one.
 REQUEST_ID_HEADER = "X-Request-ID"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+# Query parameters whose values are secrets (the first-run token, OAuth codes and
+# states, keys): an access log shows them as REDACTED.
+SECRET_PARAMETERS = frozenset(
+    {
+        "token",
+        "key",
+        "api_key",
+        "apikey",
+        "code",
+        "state",
+        "session_state",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "client_secret",
+        "secret",
+        "password",
+    }
+)
+REDACTED = "REDACTED"
+# The version whose access log (AccessLogGenerator) redact_daphne_access_log changes;
+# pinned exactly in pyproject.toml (tests/test_patched_packages.py).
+PATCHED_FOR = {"daphne": "4.2.3"}
 
 
 def logging_config(log_format: str) -> dict[str, Any]:
@@ -66,6 +91,35 @@ def logging_config(log_format: str) -> dict[str, Any]:
             "neotask.turns": {"level": "INFO" if log_format == "json" else "WARNING"},
         },
     }
+
+
+def without_secrets(uri: str) -> str:
+    """`uri` (a path and its query) with the values of secret parameters redacted."""
+    path, mark, query = uri.partition("?")
+    if not mark:
+        return uri
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(name.lower() in SECRET_PARAMETERS for name, _ in pairs):
+        return uri
+    redacted = [
+        (name, REDACTED if name.lower() in SECRET_PARAMETERS else value) for name, value in pairs
+    ]
+    return f"{path}?{urlencode(redacted)}"
+
+
+def redact_daphne_access_log() -> None:
+    """daphne's own access log (its plain lines, when it keeps one) shows each
+    request's path and query: from now on without secrets' values."""
+    from daphne.access import AccessLogGenerator
+
+    write = AccessLogGenerator.__call__
+
+    def redacting(self: Any, protocol: str, action: str, details: dict[str, Any]) -> None:
+        if isinstance(details.get("path"), str):
+            details = {**details, "path": without_secrets(details["path"])}
+        write(self, protocol, action, details)
+
+    AccessLogGenerator.__call__ = redacting
 
 
 def request_id(request: HttpRequest) -> str:

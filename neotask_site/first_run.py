@@ -28,6 +28,19 @@ def issue_token() -> str:
     return path.read_text().strip()
 
 
+def setup_link(base_url: str, terminal: bool) -> str:
+    """What `serve` prints on a fresh instance. The link with its token goes to a
+    terminal only: written to a pipe or a file (a service's journal, a container's
+    log) the token would be kept in a log, so there the token's file is named."""
+    token = issue_token()
+    if terminal:
+        return f"First run: create the admin account at {base_url}/setup/?token={token}"
+    return (
+        f"First run: create the admin account at {base_url}/setup/ (from this machine), "
+        f"or from another with ?token= and the token in {token_file()}"
+    )
+
+
 def discard_token() -> None:
     token_file().unlink(missing_ok=True)
 

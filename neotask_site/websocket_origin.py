@@ -1,11 +1,14 @@
-"""The websocket's Origin check, as Django's CSRF check makes it for a form: the
-page must come from this site — the scheme, host and port it was reached at —
-or from one of CSRF_TRUSTED_ORIGINS. (Channels' AllowedHostsOriginValidator
-compares the host name alone: a page at http://evil:8000 passed for a site at
-https://evil.)"""
+"""The Origin check, as Django's CSRF check makes it for a form: the page must
+come from this site — the scheme, host and port it was reached at — or from one
+of CSRF_TRUSTED_ORIGINS. The chat's websocket needs it; /mcp (which Django's
+middleware never sees) asks it of any request that carries an Origin, and checks
+its Host as Django does for every page, against DNS rebinding. (Channels'
+AllowedHostsOriginValidator compares the host name alone: a page at
+http://evil:8000 passed for a site at https://evil.)"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +23,7 @@ class HandshakeRequest(HttpRequest):
     """The websocket handshake as Django sees a request: its Host checked against
     ALLOWED_HOSTS, its scheme from SECURE_PROXY_SSL_HEADER behind the proxy."""
 
-    def __init__(self, scope: dict[str, Any]) -> None:
+    def __init__(self, scope: Mapping[str, Any]) -> None:
         super().__init__()
         host, port = scope.get("server") or ("", 0)
         self.META.update(SERVER_NAME=str(host), SERVER_PORT=str(port))
@@ -33,7 +36,7 @@ class HandshakeRequest(HttpRequest):
         return "https" if self.secure_socket else "http"
 
 
-def same_origin(scope: dict[str, Any]) -> bool:
+def same_origin(scope: Mapping[str, Any]) -> bool:
     request = HandshakeRequest(scope)
     origin = request.META.get("HTTP_ORIGIN")
     if origin is None:
@@ -44,6 +47,22 @@ def same_origin(scope: dict[str, Any]) -> bool:
     except DisallowedHost:
         pass
     return trusted(origin)
+
+
+def known_host(scope: Mapping[str, Any]) -> bool:
+    """The Host header names one of ALLOWED_HOSTS."""
+    try:
+        HandshakeRequest(scope).get_host()
+    except DisallowedHost:
+        return False
+    return True
+
+
+def from_another_site(scope: Mapping[str, Any]) -> bool:
+    """An HTTP request a page of another site sent: its Origin is not this site's.
+    (Programs send none; browsers send one with every POST.)"""
+    has_origin = any(name == b"origin" for name, _ in scope.get("headers", []))
+    return has_origin and not same_origin(scope)
 
 
 def trusted(origin: str) -> bool:

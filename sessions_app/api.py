@@ -37,7 +37,7 @@ from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, forgetting, quotas, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.forms import ChatTitleForm
-from sessions_app.models import Agent, ApiToken, Session
+from sessions_app.models import Agent, Api, ApiToken, Session
 
 SESSIONS_PER_PAGE = 50
 EVENTS_PER_PAGE = 100
@@ -140,24 +140,25 @@ def csrf_refused(request: HttpRequest) -> bool:
     return CsrfViewMiddleware(view).process_view(request, view, (), {}) is not None
 
 
-def token_owner(header: str) -> Owner | None:
-    """The owner of the API token in an `Authorization: Bearer nt_…` header; None
-    if it is missing, malformed, wrong or revoked. The one check of every program's
-    token: this API's, /v1/'s (sessions_app.openai_views) and /mcp's
-    (sessions_app.mcp_server)."""
+def token_owner(header: str, api: Api) -> Owner | None:
+    """The owner of the API token in an `Authorization: Bearer nt_…` header, if it is
+    good for `api`; None if it is missing, malformed, wrong, revoked, expired or for
+    other APIs. The one check of every program's token: this API's, /v1/'s
+    (sessions_app.openai_views) and /mcp's (sessions_app.mcp_server)."""
     scheme, _, presented = header.partition(" ")
-    token = ApiToken.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
+    token = ApiToken.authenticate(presented.strip(), api) if scheme.lower() == "bearer" else None
     return token.owner if token is not None else None
 
 
 def authenticate(request: HttpRequest) -> None:
     header = request.headers.get("Authorization")
     if header is not None:
-        owner = token_owner(header)
+        owner = token_owner(header, Api.JSON)
         if owner is None:
             raise ApiError(
                 401,
-                f"The API token is missing, malformed, wrong or revoked. {AUTH_HINT}",
+                "The API token is missing, malformed, wrong, revoked or expired, or not "
+                f"for /api/v1. {AUTH_HINT}",
                 headers=CHALLENGE,
             )
         request.user = owner

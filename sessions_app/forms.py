@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -8,16 +9,45 @@ from agent import providers
 from agent.forms import ModelChoiceField
 from memory.workspace import validate_agent_name
 from neotask_site.ownership import Owner
-from sessions_app.models import Agent, ApiToken, Session
+from sessions_app.models import Agent, Api, ApiToken, Session, every_api
 
 SYSTEM_PROMPT_LENGTH = 20_000  # characters: it is in every prompt the agent sends
 
 
 class ApiTokenForm(forms.ModelForm):
+    """A new token's name, the APIs it is good for and how long (left out: every
+    API, for ever, as tokens were before they had either)."""
+
+    SCOPES = {"": every_api(), **{api.value: [api.value] for api in Api}}
+    LIFETIMES = {"": None, **{str(days): timedelta(days=days) for days in (7, 30, 90, 365)}}
+
+    scope = forms.ChoiceField(
+        label="Good for",
+        required=False,
+        choices=[("", "Every API: /api/v1, /v1 and /mcp")]
+        + [(api.value, f"{api.label} only") for api in Api],
+    )
+    lifetime = forms.ChoiceField(
+        label="Expires",
+        required=False,
+        choices=[("", "Never (until revoked)")]
+        + [(key, f"In {key} days") for key in LIFETIMES if key],
+    )
+
     class Meta:
         model = ApiToken
         fields = ["name"]
         widgets = {"name": forms.TextInput(attrs={"placeholder": "e.g. backup script"})}
+
+    def issue(self, owner: Owner) -> str:
+        """The new token's full text (shown this once)."""
+        data = self.cleaned_data
+        return ApiToken.issue(
+            owner,
+            data["name"],
+            apis=self.SCOPES[data["scope"]],
+            lifetime=self.LIFETIMES[data["lifetime"]],
+        )[1]
 
 
 class ChatTitleForm(forms.Form):

@@ -30,8 +30,10 @@ from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
+from neotask_site.websocket_origin import from_another_site, known_host
 from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
+from sessions_app.models import Api
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,6 +54,10 @@ TOOLS = (
 FACTS_URI = "neotask://facts"
 FILES_URI = "neotask://files/"
 LISTED_FILES = 500
+HOST_HINT = (
+    "Its address goes in NEOTASK_ALLOWED_HOSTS, a trusted page's origin in "
+    "NEOTASK_CSRF_TRUSTED_ORIGINS."
+)
 
 server: Server[Any, Any] = Server(
     "neotask",
@@ -194,16 +200,21 @@ async def refuse(send: Send, status: int, message: str) -> None:
 
 
 def wrap(django: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-    """The HTTP application: /mcp to the MCP server, for a valid API token only;
+    """The HTTP application: /mcp to the MCP server, for a valid API token only,
+    never for a page of another site (the MCP transport's DNS-rebinding rule);
     everything else to Django."""
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in PATHS:
             return await django(scope, receive, send)
+        if not known_host(scope):
+            return await refuse(send, 400, f"/mcp does not answer for this Host. {HOST_HINT}")
+        if from_another_site(scope):
+            return await refuse(send, 403, f"/mcp does not answer other sites' pages. {HOST_HINT}")
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        owner = await database_sync_to_async(token_owner)(header) if header else None
+        owner = await database_sync_to_async(token_owner)(header, Api.MCP) if header else None
         if owner is None:
-            return await refuse(send, 401, f"/mcp needs an API token. {AUTH_HINT}")
+            return await refuse(send, 401, f"/mcp needs an API token good for /mcp. {AUTH_HINT}")
         manager = await managers.current()
         await manager.handle_request({**scope, OWNER_KEY: owner}, receive, send)
 

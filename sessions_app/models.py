@@ -264,8 +264,23 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class Api(models.TextChoices):
+    """The programs' APIs a token may be good for."""
+
+    JSON = "api", "/api/v1"
+    OPENAI = "v1", "/v1"
+    MCP = "mcp", "/mcp"
+
+
+def every_api() -> list[str]:
+    """A token's APIs unless it names fewer (and those of every token made before
+    tokens had a scope)."""
+    return [api.value for api in Api]
+
+
 class ApiToken(Recorded, OwnedModel):
-    """A personal token for the JSON API, `nt_<prefix>_<secret>`. Only the
+    """A personal token for the programs' APIs, `nt_<prefix>_<secret>`: good for
+    the APIs it names, until it expires (if it does) or is revoked. Only the
     secret's hash is stored: the whole token is shown once, at creation. Its
     creation and revocation go to its owner's history."""
 
@@ -273,7 +288,9 @@ class ApiToken(Recorded, OwnedModel):
     # Public: shown in the UI and used to find the row; the secret decides.
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
+    apis = models.JSONField(default=every_api, help_text="The APIs it is good for (Api values).")
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: it never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -292,17 +309,33 @@ class ApiToken(Recorded, OwnedModel):
         return f"{TOKEN_SCHEME}_{self.prefix}_…"
 
     @classmethod
-    def issue(cls, owner: Owner, name: str, actor: Actor | None = None) -> tuple[ApiToken, str]:
-        """A new token and its full text, which is never available again."""
+    def issue(
+        cls,
+        owner: Owner,
+        name: str,
+        apis: Collection[str] = (),
+        lifetime: timedelta | None = None,
+        actor: Actor | None = None,
+    ) -> tuple[ApiToken, str]:
+        """A new token and its full text, which is never available again: good
+        for `apis` (every API if none is named) for `lifetime` (or until revoked)."""
         prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-        token = cls(owner=owner, name=name, prefix=prefix, secret_hash=hash_secret(secret))
+        token = cls(
+            owner=owner,
+            name=name,
+            prefix=prefix,
+            secret_hash=hash_secret(secret),
+            apis=[api.value for api in Api if api.value in apis] if apis else every_api(),
+            expires_at=timezone.now() + lifetime if lifetime else None,
+        )
         token.save_by(actor or Actor.user(owner))
         return token, f"{TOKEN_SCHEME}_{prefix}_{secret}"
 
     @classmethod
-    def authenticate(cls, presented: str) -> ApiToken | None:
-        """The live token `presented` is, with its owner; None if it is malformed,
-        unknown, wrong or revoked, or its owner is inactive."""
+    def authenticate(cls, presented: str, api: str) -> ApiToken | None:
+        """The live token `presented` is, with its owner, if it is good for `api`;
+        None if it is malformed, unknown, wrong, revoked, expired or for other
+        APIs, or its owner is inactive."""
         scheme, _, rest = presented.partition("_")
         prefix, _, secret = rest.partition("_")
         if scheme != TOKEN_SCHEME or not prefix or not secret or "\x00" in presented:
@@ -315,7 +348,7 @@ class ApiToken(Recorded, OwnedModel):
         )
         if token is None or not hmac.compare_digest(token.secret_hash, hash_secret(secret)):
             return None
-        if not token.owner.is_active:
+        if not token.owner.is_active or token.is_expired or api not in token.apis:
             return None
         token.touch()
         return token
@@ -337,6 +370,14 @@ class ApiToken(Recorded, OwnedModel):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def api_labels(self) -> list[str]:
+        return [api.label for api in Api if api.value in self.apis]
 
 
 class ChatInputQuerySet(OwnedQuerySet):

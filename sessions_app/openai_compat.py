@@ -86,8 +86,8 @@ class OpenAIError(Exception):
 
 BAD_TOKEN = OpenAIError(
     401,
-    "The API token is missing, malformed, wrong or revoked. Send 'Authorization: Bearer nt_…' "
-    "(create a token at /settings/tokens/).",
+    "The API token is missing, malformed, wrong, revoked or expired, or not for /v1. Send "
+    "'Authorization: Bearer nt_…' (create a token at /settings/tokens/).",
     code="invalid_api_key",
     headers={"WWW-Authenticate": 'Bearer realm="neotask"'},
 )

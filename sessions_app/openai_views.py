@@ -21,7 +21,7 @@ from neotask_site.ownership import Owner
 from sessions_app import runner
 from sessions_app.api import ApiError, json_body, token_owner
 from sessions_app.broadcast import ChatFrames
-from sessions_app.models import ChatInput
+from sessions_app.models import Api, ChatInput
 from sessions_app.openai_compat import (
     BAD_TOKEN,
     CHAT_HEADER,
@@ -43,7 +43,7 @@ LAST_FRAMES = 0.5  # after the turn ended: how long its last frames may still ta
 def authenticated(request: HttpRequest, method: str) -> Owner:
     if request.method != method:
         raise OpenAIError(405, f"Use {method}.", headers={"Allow": method})
-    owner = token_owner(request.headers.get("Authorization", ""))
+    owner = token_owner(request.headers.get("Authorization", ""), Api.OPENAI)
     if owner is None:
         raise BAD_TOKEN
     return owner

@@ -356,7 +356,7 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST if request.method == "POST" else None)
     secret = ""
     if form.is_valid():
-        secret = ApiToken.issue(request.user, form.cleaned_data["name"])[1]
+        secret = form.issue(request.user)
         form = ApiTokenForm()
     context = {
         "tokens": ApiToken.objects.owned_by(request.user),

@@ -9,11 +9,12 @@ from importlib import metadata
 import pytest
 
 from agent import transport
-from neotask_site import channel_layer
+from monitoring import logs
+from neotask_site import channel_layer, request_bodies
 from tests.support.processes import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
-PATCHES = [channel_layer, transport]
+PATCHES = [channel_layer, logs, request_bodies, transport]
 
 
 @pytest.mark.parametrize("module", PATCHES, ids=lambda module: module.__name__)

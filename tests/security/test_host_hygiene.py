@@ -4,6 +4,7 @@ file modes, the embedded model's port, login guessing, the first-run page."""
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import socket
 import stat
@@ -161,13 +162,25 @@ def test_it_trusts_no_address_behind_a_proxy(db, settings):
 
 
 @pytest.mark.slow
-def test_it_prints_the_setup_link_when_serving_a_fresh_instance(tmp_path):
+def test_it_prints_the_setup_link_to_a_terminal_when_serving_a_fresh_instance(tmp_path):
+    """The link with its token, to a terminal only (tests/security/test_secrets_in_logs.py:
+    to a pipe it names the token's file)."""
     env = app_env(tmp_path, NEOTASK_LLM_BASE_URL="http://127.0.0.1:9/v1")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
-    server = spawn_serve(env, port, output=True)
+    controller, terminal = pty.openpty()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
+        cwd=ROOT,
+        env=env,
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.close(terminal)
     try:
-        line = server.stdout.readline()
+        with open(controller, encoding="utf-8", closefd=True) as output:
+            line = output.readline()
         token = (tmp_path / "setup_token").read_text()
         assert line.strip() == (
             f"First run: create the admin account at http://127.0.0.1:{port}/setup/?token={token}"

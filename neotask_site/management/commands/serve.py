@@ -61,11 +61,8 @@ class Command(BaseCommand):
         if synced.created or synced.updated or synced.deleted:
             self.stdout.write(str(synced))
         if not get_user_model().objects.exists():
-            # From another machine the first-run page needs this link.
-            self.stdout.write(
-                f"First run: create the admin account at "
-                f"http://{host}:{port}/setup/?token={first_run.issue_token()}"
-            )
+            # From another machine the first-run page needs the token.
+            self.stdout.write(first_run.setup_link(f"http://{host}:{port}", self.stdout.isatty()))
         manage = str(settings.BASE_DIR / "manage.py")
         env = dict(os.environ)
         commands: dict[str, list[str]] = {}
