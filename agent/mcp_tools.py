@@ -28,7 +28,7 @@ from mcp import ClientSession, McpError, types
 from mcp.client.streamable_http import streamable_http_client
 
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer
-from agent.tools.registry import Tool, ToolContext, ToolError
+from agent.tools.registry import Tool, ToolContext, ToolError, call_text
 from neotask_site.ownership import Owner
 from neotask_site.sealing import SealError, hint, seal, unseal
 
@@ -56,12 +56,6 @@ class Remote:
 
 def tool_name(server: str, tool: str) -> str:
     return f"mcp_{server}__{tool}"
-
-
-def call_text(name: str, arguments: dict[str, Any]) -> str:
-    """A call as its card shows it and "Allow always" remembers it: the arguments
-    in one form however the model ordered or spaced them."""
-    return f"{name} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}"
 
 
 class CappedStream(httpx.AsyncByteStream):

@@ -3,8 +3,10 @@ tools' agents (Claude Desktop, IDEs, the SDK's client).
 
 The same API tokens as /api/v1/ (sessions_app.api.token_owner), the same
 registered tools as the agent's, called through agent.tools.call_tool with the
-same argument checks, as their owner's main agent. Never the terminal: only the
-tools named in TOOLS are offered, and none of them asks for an approval.
+same argument checks, as their owner's main agent, on behalf of the client: what
+it writes is the client's (the history's actor, the fact's source). Never the
+terminal: only the tools named in TOOLS are offered, and none of them asks for
+an approval.
 
 Stateless, JSON responses: every POST is a whole exchange, so any server
 process answers any request and nothing is kept between them.
@@ -32,6 +34,7 @@ from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
+from sessions_app.models import ApiToken
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,6 +55,7 @@ TOOLS = (
 FACTS_URI = "neotask://facts"
 FILES_URI = "neotask://files/"
 LISTED_FILES = 500
+CLIENT = "MCP client"
 
 server: Server[Any, Any] = Server(
     "neotask",
@@ -68,9 +72,18 @@ def requesting_owner() -> Owner:
     return request.scope[OWNER_KEY]  # type: ignore[union-attr]
 
 
-def tool_context(owner: Owner) -> ToolContext:
-    # by_person: the owner's own program asked, as with the API; the history says "user".
-    return ToolContext.for_session(owner, "", DEFAULT_AGENT, by_person=True)
+def tool_context(owner: Owner, client: str = CLIENT) -> ToolContext:
+    # The owner's program asked, with their token, not the owner: what it writes is
+    # the client's in the history and on the facts, and shown to the model as unverified.
+    return ToolContext.for_session(owner, "", DEFAULT_AGENT, client=client)
+
+
+def requesting_client() -> str:
+    """The client as its token names it ("MCP client “claude-desktop”")."""
+    request = server.request_context.request
+    header = request.headers.get("authorization", "") if request is not None else ""
+    token = ApiToken.authenticate(header.partition(" ")[2].strip())
+    return f"{CLIENT} “{token.name}”" if token is not None else CLIENT
 
 
 @server.list_tools()
@@ -93,7 +106,8 @@ async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(exc))], isError=True
         )
-    context = await sync_to_async(tool_context)(owner)
+    client = await database_sync_to_async(requesting_client)()
+    context = await sync_to_async(tool_context)(owner, client)
     output = await call_tool(context, name, json.dumps(arguments), only=TOOLS)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=output.error or output.text)],
