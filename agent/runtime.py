@@ -261,11 +261,12 @@ class Turn:
 
     def own_tools(self, mcp: list[Tool]) -> list[Tool]:
         """Neotask's tools, run here: the registry's and the owner's MCP servers'.
-        A client's tools replace them unless [llm] mix_client_tools mixes them in
-        (a client's tool wins a shared name)."""
+        An OpenAI-compatible client's turn runs only the tools it offered (none if
+        it offered none), unless [llm] mix_client_tools mixes Neotask's in (a
+        client's tool wins a shared name)."""
         own = [*available_tools(), *mcp]
         client = self.request.client
-        if client is None or not client.tools:
+        if client is None:
             return own
         if not settings.NEOTASK["llm"]["mix_client_tools"]:
             return []
@@ -419,7 +420,12 @@ class Turn:
         # What the call writes (a fact) links back to it.
         context = replace(self.tools, event_id=recorded.pk, outside_text=self.outside_text)
         output = await call_tool(
-            context, call.name, call.arguments, approve=self.approve, extra=self.offered
+            context,
+            call.name,
+            call.arguments,
+            approve=self.approve,
+            only={tool.name for tool in self.offered},  # a tool not offered is not run
+            extra=self.offered,
         )
         if output.ran and brings_outside_text(call.name):
             self.outside_text = True  # its answer is in the next round's prompt

@@ -145,7 +145,7 @@ def test_it_answers_a_bad_argument_with_the_tools_own_error(alice, mcp_url):
     assert messages[2].startswith("list_facts has no argument 'colour'")
     assert messages[3] == "'../escape.md' leads out of the workspace ('..' is not allowed)."
     assert messages[4] and "unexpectedly" not in messages[4]  # the schedule parser's own words
-    assert messages[5].startswith("Only ")
+    assert messages[5].startswith("Unknown tool 'terminal'. Available tools: ")
     assert not Fact.objects.exists() and not ScheduledTask.objects.exists()
 
 

@@ -101,7 +101,7 @@ async def call_tool(
     extra: Collection[Tool] = (),
 ) -> ToolOutput:
     """Run the tool `name` with its JSON `arguments`: looked up (among `only`, if
-    given; in `extra`, the owner's own tools such as their MCP servers', then in
+    given: the tools offered; in `extra`, the owner's own tools such as their MCP servers', then in
     the registry), the arguments checked against its schema, the person's approval asked
     through `approve` where the tool needs it or where it makes a lasting change
     after outside text entered the turn (refused where nobody can give it),
@@ -111,7 +111,8 @@ async def call_tool(
     ran = False
     try:
         if only is not None and name not in only:
-            raise ToolError(f"Only {', '.join(sorted(only))} is available now.")
+            known = ", ".join(sorted(only)) or "none"
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         tool = next((tool for tool in extra if tool.name == name), None) or get_tool(name)
         checked = parse_arguments(tool, arguments)
         if tool.approval_subject is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
+from django.test import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -221,6 +222,23 @@ async def test_compaction_flushes_no_fact_when_outside_text_is_in_the_chat(alice
     assert not await Fact.objects.filter(owner=alice).aexists()
     # The summary only: the flush, which offers remember_fact, was not asked.
     assert [bool(request.get("tools")) for request in llm.requests] == [False]
+
+
+# L2: /v1 runs only what the client offered.
+
+
+def test_v1_without_tools_offered_runs_none_of_neotasks(alice, llm):
+    token = ApiToken.issue(alice, "open-webui")[1]
+    llm.script(reply_with_tool("remember_fact", INJECTED), Reply(text="Saved."))
+    body = {"model": "neotask/main", "messages": [{"role": "user", "content": "Hi"}]}
+    response = Client(headers={"Authorization": f"Bearer {token}"}).post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    assert not llm.requests[0].get("tools")
+    assert not Fact.objects.filter(owner=alice).exists()
+    result = Event.objects.get(owner=alice, event_type="tool_result")
+    assert result.data["is_error"] and "Unknown tool 'remember_fact'" in result.text
 
 
 # L3: what an MCP client writes is the client's.
