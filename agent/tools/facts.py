@@ -67,7 +67,10 @@ def list_facts(context: ToolContext, arguments: dict[str, Any]) -> str:
     facts = Fact.objects.owned_by(context.owner).order_by("category", "key")
     if category:
         facts = facts.filter(category=category)
-    lines = [f"{fact.category}/{fact.key}: {fact.value}" for fact in facts[:LISTED_FACTS]]
+    lines = [
+        f"{fact.category}/{fact.key}: {fact.value}" + (" (unverified)" if fact.unverified else "")
+        for fact in facts[:LISTED_FACTS]
+    ]
     if not lines:
         return f"There are no facts in {category}." if category else "There are no facts yet."
     return "\n".join(lines)
