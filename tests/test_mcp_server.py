@@ -112,7 +112,7 @@ def test_it_calls_each_tool_as_the_agent_would(alice, mcp_url):
 
     answers = with_client(mcp_url, token_for(alice), use)
     assert answers["remember_fact"] == "Remembered preference/colour: teal"
-    assert answers["list_facts"] == "preference/colour: teal"
+    assert answers["list_facts"] == "preference/colour: teal (unverified)"  # the client wrote it
     assert answers["write_memory_file"] == "Wrote memory/trips.md (22 characters)."
     assert answers["read_memory_file"] == "# Trips\nLisbon in May."
     assert "Lisbon in May" in answers["search_memory"]
