@@ -43,6 +43,7 @@ def is_allowed(owner: Owner, command: str) -> bool:
 
 
 TERMINAL, MCP = ApprovalRequest.Kind.TERMINAL.value, ApprovalRequest.Kind.MCP.value
+LASTING = ApprovalRequest.Kind.LASTING.value
 
 
 def create_request(
@@ -61,7 +62,7 @@ def decide(user: Owner, request_id: str | uuid.UUID, decision: str) -> ApprovalR
         request = ApprovalRequest.objects.owned_by(user).get(pk=request_id)
     except (ApprovalRequest.DoesNotExist, ValidationError, ValueError, TypeError):
         raise ApprovalError("There is no such approval request.") from None
-    # An MCP tool call needs no terminal: its owner, who added the server, decides.
+    # An MCP tool call or a lasting change needs no terminal: its owner decides.
     if request.kind == TERMINAL and not has_terminal_permission(user):
         raise ApprovalError("You do not have permission to approve terminal commands.")
     # "Allow always" remembers an MCP call for the server offering its tool now.

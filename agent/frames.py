@@ -61,7 +61,7 @@ class ApprovalRequest(Frame):
     # "Allow once" and "Deny", and says why (`always_refused`).
     prefix: str | None = None
     always_refused: str = ""
-    kind: str = "terminal"  # "mcp": `command` is an MCP tool and its arguments
+    kind: str = "terminal"  # "mcp", "lasting": `command` is a tool and its arguments
 
 
 @dataclass(frozen=True)

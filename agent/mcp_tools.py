@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.outbound import Policy, Refused, policy_of
-from agent.tools.registry import Tool, ToolContext, ToolError
+from agent.tools.registry import Tool, ToolContext, ToolError, call_text
 from agent.transport import asyncio_transport
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -64,12 +64,6 @@ class Remote:
 
 def tool_name(server: str, tool: str) -> str:
     return f"mcp_{server}__{tool}"
-
-
-def call_text(name: str, arguments: dict[str, Any]) -> str:
-    """A call as its card shows it and "Allow always" remembers it: the arguments
-    in one form however the model ordered or spaced them."""
-    return f"{name} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}"
 
 
 class CappedStream(httpx.AsyncByteStream):

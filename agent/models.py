@@ -18,6 +18,11 @@ from neotask_site.ownership import OwnedModel
 # always" remembers one call, that tool with exactly these arguments (McpAllowedCall),
 # never a standing permission for the tool or its server.
 MCP_ALWAYS = "exactly this call"
+# Why a change asked for after outside text is never remembered.
+LASTING_ONCE = (
+    "Outside text (a tool's answer, a document) is in this turn and may have asked for this "
+    "change: each one is allowed on its own."
+)
 
 
 class ApprovalError(Exception):
@@ -78,7 +83,8 @@ class TerminalAllowedPrefix(Recorded, OwnedModel):
 
 
 class ApprovalRequest(OwnedModel):
-    """A terminal command waiting for (or given) its owner's decision.
+    """A terminal command, an MCP tool call or a lasting change (agent.tools.call_tool)
+    waiting for (or given) its owner's decision.
 
     Stored, not held in memory, so that whichever server process receives the
     click, and a scheduled run with nobody watching, see the same request."""
@@ -97,6 +103,9 @@ class ApprovalRequest(OwnedModel):
     class Kind(models.TextChoices):
         TERMINAL = "terminal", "Terminal command"
         MCP = "mcp", "MCP tool call"  # `command` is the tool's name and its arguments
+        # A change to memory or the schedule after outside text entered the turn;
+        # `command` as for MCP. Asked each time: there is no "Allow always".
+        LASTING = "lasting", "Memory or schedule change"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     session_id = models.CharField(max_length=255)
@@ -124,6 +133,8 @@ class ApprovalRequest(OwnedModel):
         """What "Allow always" stores for this command, or why it is not offered."""
         if self.kind == ApprovalRequest.Kind.MCP:
             return Rule(MCP_ALWAYS)
+        if self.kind == ApprovalRequest.Kind.LASTING:
+            return Rule(None, LASTING_ONCE)
         return rule_for(self.command)
 
     def decide(self, decision: str, actor: Actor, server: McpServer | None = None) -> None:

@@ -32,7 +32,14 @@ from agent.llm import (
 )
 from agent.prompt import TurnPrompt, start_turn
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
-from agent.tools import Tool, ToolContext, ToolError, available_tools, call_tool
+from agent.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    available_tools,
+    brings_outside_text,
+    call_tool,
+)
 from agent.tools.registry import JSON_TYPES
 from memory import recording
 from memory.models import Event, EventType
@@ -161,6 +168,9 @@ class Turn:
         self.sender: asyncio.Task | None = None
         self.offered: list[Tool] = []  # the tools of the round being answered
         self.carried = Usage()  # a resumed turn's usage before it handed calls to the client
+        # Text from outside the person and the agent entered the turn (a tool's answer,
+        # a recalled document): from then on a lasting change asks (call_tool).
+        self.outside_text = False
 
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
@@ -189,6 +199,7 @@ class Turn:
             await self.emit(Error(error))
             return TurnResult("error", error=error)
         self.user_event = message
+        self.outside_text = True  # the client's tools' answers
         self.carried = Usage(**(message.data or {}).get("turn_usage", {}))
         for result in answered:
             call_id = result["tool_call_id"]
@@ -216,6 +227,7 @@ class Turn:
             self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
             self.query = text if self.query_vector is not None else ""
             recalled, prompt, messages = await database_sync_to_async(self.start)(user_event)
+            self.outside_text = self.outside_text or prompt.outside_text
             if recalled is not None:
                 await self.emit(EventFrame.of(recalled))
             return await self.loop(prompt, messages)
@@ -249,11 +261,12 @@ class Turn:
 
     def own_tools(self, mcp: list[Tool]) -> list[Tool]:
         """Neotask's tools, run here: the registry's and the owner's MCP servers'.
-        A client's tools replace them unless [llm] mix_client_tools mixes them in
-        (a client's tool wins a shared name)."""
+        An OpenAI-compatible client's turn runs only the tools it offered (none if
+        it offered none), unless [llm] mix_client_tools mixes Neotask's in (a
+        client's tool wins a shared name)."""
         own = [*available_tools(), *mcp]
         client = self.request.client
-        if client is None or not client.tools:
+        if client is None:
             return own
         if not settings.NEOTASK["llm"]["mix_client_tools"]:
             return []
@@ -405,10 +418,17 @@ class Turn:
             tool_name=call.name,
         )
         # What the call writes (a fact) links back to it.
-        context = replace(self.tools, event_id=recorded.pk)
+        context = replace(self.tools, event_id=recorded.pk, outside_text=self.outside_text)
         output = await call_tool(
-            context, call.name, call.arguments, approve=self.approve, extra=self.offered
+            context,
+            call.name,
+            call.arguments,
+            approve=self.approve,
+            only={tool.name for tool in self.offered},  # a tool not offered is not run
+            extra=self.offered,
         )
+        if output.ran and brings_outside_text(call.name):
+            self.outside_text = True  # its answer is in the next round's prompt
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
@@ -462,7 +482,7 @@ class Turn:
         decision = await approvals.wait_for_decision(request, timeout)
         self.pending_approval = None
         if decision == "deny":
-            what = "this call" if kind == approvals.MCP else "running this command"
+            what = "running this command" if kind == approvals.TERMINAL else "this call"
             raise ToolError(f"The user denied {what}.")
         if decision == "timeout":
             message = f"No approval for `{command}` within {timeout:g} s; it was not run."

@@ -59,6 +59,7 @@ class FactForm(forms.ModelForm):
         fact = super().save(commit=False)
         fact.owner = self.owner
         fact.source = Fact.Source.USER  # the user wrote or confirmed it
+        fact.unverified = False
         if fact.pk is None or "value" in self.changed_data:
             # The value is now the user's own, typed on this page.
             fact.origin, fact.origin_event = Fact.Origin.PAGE, None

@@ -269,11 +269,13 @@ class FactQuerySet(OwnedQuerySet):
         origin_event_id: int | None = None,
         origin_session_id: str = "",
         origin_label: str = "",
+        unverified: bool = False,
     ) -> tuple[Fact, bool]:
         """Store `value` under category/key (normalised), replacing an older value,
         and record who did it and where the value came from. Returns the fact and
         whether it is new. The one way facts are written by the agent, slash
-        commands, consolidation and imports."""
+        commands, consolidation, imports and API clients. `unverified`: the value
+        came from outside text or a client, and the prompt says so."""
         category, key = Fact.normalise(category), Fact.normalise(key)
         provenance = {
             "origin": origin,
@@ -286,10 +288,10 @@ class FactQuerySet(OwnedQuerySet):
             created = fact is None
             if fact is None:
                 fact = Fact(owner=owner, category=category, key=key)
-            elif fact.value == value and fact.source == source:
+            elif (fact.value, fact.source, fact.unverified) == (value, source, unverified):
                 return fact, False  # said again: it keeps where it first came from
             before = None if created else snapshot(fact, Fact.history_fields)
-            fact.value, fact.source = value, source
+            fact.value, fact.source, fact.unverified = value, source, unverified
             for name, known in provenance.items():
                 setattr(fact, name, known)
             fact.save_by(actor, before=before)
@@ -306,6 +308,7 @@ class Fact(Recorded, OwnedModel):
     class Source(models.TextChoices):
         AGENT = "agent", "Agent"
         USER = "user", "User"
+        CLIENT = "client", "API client"  # a program with the user's token (/mcp)
 
     class Origin(models.TextChoices):
         TURN = "turn", "a turn of the agent's"
@@ -314,6 +317,7 @@ class Fact(Recorded, OwnedModel):
         CONSOLIDATION = "consolidation", "a summary of a conversation"
         PAGE = "page", "the facts page"
         ADMIN = "admin", "the admin"
+        CLIENT = "client", "an API client"  # origin_label names it
 
     MAX_VALUE = 4000  # longer notes belong in a memory file
 
@@ -330,6 +334,9 @@ class Fact(Recorded, OwnedModel):
     )
     origin_session_id = models.CharField(max_length=255, blank=True)
     origin_label = models.CharField(max_length=200, blank=True)  # e.g. the import job
+    # Written after outside text entered the turn (a click allowed it) or by an
+    # API client: the prompt shows it as unverified data (agent.prompt).
+    unverified = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

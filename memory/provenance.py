@@ -80,6 +80,8 @@ def tell(fact: Fact, titles: dict[str, str]) -> Provenance | None:
         return Provenance(f"from {summary}{chat}, {when}", url)
     if fact.origin == Fact.Origin.IMPORT:
         return Provenance(f"from {fact.origin_label or 'an import'}, {when}")
+    if fact.origin == Fact.Origin.CLIENT:
+        return Provenance(f"from {fact.origin_label or 'an API client'}, {when}")
     if fact.origin == Fact.Origin.PAGE:
         return Provenance(f"written on the facts page, {when}")
     if fact.origin == Fact.Origin.ADMIN:

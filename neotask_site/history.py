@@ -48,6 +48,11 @@ class Actor:
         return cls(Change.Actor.TASK, name)
 
     @classmethod
+    def client(cls, label: str) -> Actor:
+        """A program of the user's, with one of their API tokens (/mcp)."""
+        return cls(Change.Actor.CLIENT, label)
+
+    @classmethod
     def system(cls, label: str) -> Actor:
         return cls(Change.Actor.SYSTEM, label)
 

@@ -73,6 +73,7 @@ class Change(OwnedModel):
         ADMIN = "admin", "Admin"
         SYSTEM = "system", "Neotask"
         TASK = "task", "Scheduled task"
+        CLIENT = "client", "API client"
 
     class Subject(models.TextChoices):
         FACT = "fact", "Fact"

@@ -231,11 +231,17 @@ def ask_owner(
 ) -> None:
     """Tell the owner a command waits for them. The turn expired the request when
     nobody answered at once; it is reopened so that the owner can still answer it
-    in this chat ("Allow always" lets the next runs run it). An MCP tool call is
-    approved each time, so a task's run never makes one: the chat says so."""
-    if request.get("kind") == ApprovalRequest.Kind.MCP:
+    in this chat ("Allow always" lets the next runs run it). An MCP tool call, and a
+    change to memory or the schedule after outside text, is approved each time, so
+    a task's run never makes one: the chat says so."""
+    if request.get("kind") in (ApprovalRequest.Kind.MCP, ApprovalRequest.Kind.LASTING):
+        what = (
+            "a tool of an MCP server"
+            if request["kind"] == ApprovalRequest.Kind.MCP
+            else "a change to memory or tasks after the run read outside text"
+        )
         note = (
-            f'"{task.name}" wanted to call `{request["command"]}`, a tool of an MCP server; '
+            f'"{task.name}" wanted to call `{request["command"]}`, {what}; '
             "each such call needs your approval at the time, so this run went on without it."
         )
         record(task, session_id, agent_name, EventType.SYSTEM, note, "approval_needed")

@@ -1,7 +1,8 @@
 """Compaction: free the context window without losing anything.
 
 1. Memory flush: the agent is asked, silently, to save durable facts with
-   remember_fact (a failure here is logged, not fatal).
+   remember_fact (a failure here is logged, not fatal); not when outside text
+   (an MCP server's answer, a search of memory) is in the conversation.
 2. The older messages are summarised by the fast model. If that fails,
    nothing has changed.
 3. In one transaction: the session is archived (still readable, every event
@@ -21,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 
 from agent.llm import Endpoint, LLMClient, LLMError
-from agent.prompt import history_messages
+from agent.prompt import history_messages, is_outside_text
 from agent.providers import chat_endpoint
 from agent.tools import ToolContext, ToolError, call_tool, get_tool
 from memory import recording
@@ -145,7 +146,10 @@ async def compact(session: Session, reason: str = "/compact") -> Compacted:
     if len(older) < 2:
         raise CompactionError("there is not enough conversation to compact yet")
     try:
-        await flush_memory(session, history_messages(older + recent)[-40:], endpoint)
+        # Nobody could approve a fact that outside text in the chat asked for
+        # (agent.tools.call_tool): then nothing is flushed.
+        if not any(is_outside_text(event) for event in older + recent):
+            await flush_memory(session, history_messages(older + recent)[-40:], endpoint)
     except (LLMError, ToolError):
         log.warning("memory flush before compaction failed; compacting anyway", exc_info=True)
     try:

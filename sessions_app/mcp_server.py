@@ -3,8 +3,10 @@ tools' agents (Claude Desktop, IDEs, the SDK's client).
 
 The same API tokens as /api/v1/ (sessions_app.api.token_owner), the same
 registered tools as the agent's, called through agent.tools.call_tool with the
-same argument checks, as their owner's main agent. Never the terminal: only the
-tools named in TOOLS are offered, and none of them asks for an approval.
+same argument checks, as their owner's main agent, on behalf of the client: what
+it writes is the client's (the history's actor, the fact's source). Never the
+terminal: only the tools named in TOOLS are offered, and none of them asks for
+an approval.
 
 Stateless, JSON responses: every POST is a whole exchange, so any server
 process answers any request and nothing is kept between them.
@@ -33,7 +35,7 @@ from neotask_site.ownership import Owner
 from neotask_site.websocket_origin import from_another_site, known_host
 from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
-from sessions_app.models import Api
+from sessions_app.models import Api, ApiToken
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -58,6 +60,7 @@ HOST_HINT = (
     "Its address goes in NEOTASK_ALLOWED_HOSTS, a trusted page's origin in "
     "NEOTASK_CSRF_TRUSTED_ORIGINS."
 )
+CLIENT = "MCP client"
 
 server: Server[Any, Any] = Server(
     "neotask",
@@ -74,9 +77,18 @@ def requesting_owner() -> Owner:
     return request.scope[OWNER_KEY]  # type: ignore[union-attr]
 
 
-def tool_context(owner: Owner) -> ToolContext:
-    # by_person: the owner's own program asked, as with the API; the history says "user".
-    return ToolContext.for_session(owner, "", DEFAULT_AGENT, by_person=True)
+def tool_context(owner: Owner, client: str = CLIENT) -> ToolContext:
+    # The owner's program asked, with their token, not the owner: what it writes is
+    # the client's in the history and on the facts, and shown to the model as unverified.
+    return ToolContext.for_session(owner, "", DEFAULT_AGENT, client=client)
+
+
+def requesting_client() -> str:
+    """The client as its token names it ("MCP client “claude-desktop”")."""
+    request = server.request_context.request
+    header = request.headers.get("authorization", "") if request is not None else ""
+    token = ApiToken.authenticate(header.partition(" ")[2].strip(), Api.MCP)
+    return f"{CLIENT} “{token.name}”" if token is not None else CLIENT
 
 
 @server.list_tools()
@@ -99,7 +111,8 @@ async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(exc))], isError=True
         )
-    context = await sync_to_async(tool_context)(owner)
+    client = await database_sync_to_async(requesting_client)()
+    context = await sync_to_async(tool_context)(owner, client)
     output = await call_tool(context, name, json.dumps(arguments), only=TOOLS)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=output.error or output.text)],

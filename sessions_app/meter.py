@@ -143,8 +143,10 @@ def fact_lines(session: Session) -> list[str]:
     lines = ["Facts changed last (where each came from):"]
     for fact in facts:
         where = told.get(fact.pk)
+        unverified = " (unverified)" if fact.unverified else ""
         lines.append(
-            f"- {fact}: {' '.join(fact.value.split())[:60]}" + (f" — {where}" if where else "")
+            f"- {fact}: {' '.join(fact.value.split())[:60]}{unverified}"
+            + (f" — {where}" if where else "")
         )
     if (more := owned.count() - len(facts)) > 0:
         lines.append(f"… and {more} more on the facts page.")

@@ -112,7 +112,7 @@ def test_it_calls_each_tool_as_the_agent_would(alice, mcp_url):
 
     answers = with_client(mcp_url, token_for(alice), use)
     assert answers["remember_fact"] == "Remembered preference/colour: teal"
-    assert answers["list_facts"] == "preference/colour: teal"
+    assert answers["list_facts"] == "preference/colour: teal (unverified)"  # the client wrote it
     assert answers["write_memory_file"] == "Wrote memory/trips.md (22 characters)."
     assert answers["read_memory_file"] == "# Trips\nLisbon in May."
     assert "Lisbon in May" in answers["search_memory"]
@@ -145,7 +145,7 @@ def test_it_answers_a_bad_argument_with_the_tools_own_error(alice, mcp_url):
     assert messages[2].startswith("list_facts has no argument 'colour'")
     assert messages[3] == "'../escape.md' leads out of the workspace ('..' is not allowed)."
     assert messages[4] and "unexpectedly" not in messages[4]  # the schedule parser's own words
-    assert messages[5].startswith("Only ")
+    assert messages[5].startswith("Unknown tool 'terminal'. Available tools: ")
     assert not Fact.objects.exists() and not ScheduledTask.objects.exists()
 
 

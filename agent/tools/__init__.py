@@ -18,6 +18,7 @@ from agent.tools.registry import (
     Tool,
     ToolContext,
     ToolError,
+    call_text,
     parse_arguments,
     register,
     terminal_enabled,
@@ -29,6 +30,7 @@ __all__ = [
     "ToolError",
     "ToolOutput",
     "available_tools",
+    "brings_outside_text",
     "call_tool",
     "get_tool",
     "parse_arguments",
@@ -51,6 +53,14 @@ def available_tools() -> list[Tool]:
     return [tool for tool in REGISTRY.values() if tool.enabled()]
 
 
+def brings_outside_text(name: str) -> bool:
+    """Whether a result of the tool `name` is outside text: any tool's but those of
+    the registry that say otherwise (an MCP server's and a client's are)."""
+    load_builtin_tools()
+    tool = REGISTRY.get(name)
+    return tool is None or tool.outside_text
+
+
 def get_tool(name: str) -> Tool:
     load_builtin_tools()
     tool = REGISTRY.get(name)
@@ -62,6 +72,8 @@ def get_tool(name: str) -> Tool:
 
 log = logging.getLogger(__name__)
 
+LASTING = "lasting"  # ApprovalRequest.Kind.LASTING: the registry loads before the models may
+
 # Asks the person about `subject` (a command, or an MCP tool call: the tool's
 # approval_kind); raises ToolError unless they allow it.
 Approve = Callable[[str, str], Awaitable[None]]
@@ -72,6 +84,7 @@ class ToolOutput:
     text: str = ""  # the tool's answer
     error: str = ""  # why it failed, said to the person or the model
     arguments: dict[str, Any] | None = None  # as checked; None if they were not valid
+    ran: bool = False  # the tool ran (allowed, if it asked), whether or not it failed
 
     @property
     def for_model(self) -> str:
@@ -88,15 +101,18 @@ async def call_tool(
     extra: Collection[Tool] = (),
 ) -> ToolOutput:
     """Run the tool `name` with its JSON `arguments`: looked up (among `only`, if
-    given; in `extra`, the owner's own tools such as their MCP servers', then in
+    given: the tools offered; in `extra`, the owner's own tools such as their MCP servers', then in
     the registry), the arguments checked against its schema, the person's approval asked
-    through `approve` where the tool needs it (refused where nobody can give it),
+    through `approve` where the tool needs it or where it makes a lasting change
+    after outside text entered the turn (refused where nobody can give it),
     then run off the database thread: a command may run for seconds, a search
     embed. Every failure is an output, never an exception."""
     checked: dict[str, Any] | None = None
+    ran = False
     try:
         if only is not None and name not in only:
-            raise ToolError(f"Only {', '.join(sorted(only))} is available now.")
+            known = ", ".join(sorted(only)) or "none"
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         tool = next((tool for tool in extra if tool.name == name), None) or get_tool(name)
         checked = parse_arguments(tool, arguments)
         if tool.approval_subject is not None:
@@ -107,10 +123,17 @@ async def call_tool(
                         f"{name} needs a person's approval, which nobody can give here."
                     )
                 await approve(subject, tool.approval_kind)
+        if tool.lasting and context.outside_text:
+            # What came from outside may have asked for it: a person decides, each time.
+            if approve is None:
+                raise ToolError(f"{name} needs a person's approval, which nobody can give here.")
+            await approve(call_text(name, checked), LASTING)
+        ran = True
         text = await sync_to_async(tool.run, thread_sensitive=False)(context, checked)
-        return ToolOutput(text, arguments=checked)
+        return ToolOutput(text, arguments=checked, ran=True)
     except ToolError as exc:
-        return ToolOutput(error=str(exc), arguments=checked)
+        return ToolOutput(error=str(exc), arguments=checked, ran=ran)
     except Exception:
         log.exception("tool %s failed", name)
-        return ToolOutput(error=f"the tool {name} failed unexpectedly.", arguments=checked)
+        error = f"the tool {name} failed unexpectedly."
+        return ToolOutput(error=error, arguments=checked, ran=ran)

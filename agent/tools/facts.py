@@ -8,6 +8,26 @@ from memory.models import Event, EventType, Fact
 REMEMBERED_IMPORTANCE = 0.8
 
 
+def fact_origin(context: ToolContext) -> dict[str, Any]:
+    """Who a fact is from, as Fact.objects.remember keeps it: a person's /remember
+    is theirs; an API client's is the client's; the agent's call is its own, linked
+    to the turn, and unverified if outside text was in it."""
+    if context.client:
+        source, origin = Fact.Source.CLIENT, Fact.Origin.CLIENT
+    elif context.by_person:
+        source, origin = Fact.Source.USER, Fact.Origin.MESSAGE
+    else:
+        source, origin = Fact.Source.AGENT, Fact.Origin.TURN
+    return {
+        "source": source,
+        "origin": origin,
+        "origin_event_id": context.event_id,
+        "origin_session_id": context.session_id,
+        "origin_label": context.client,
+        "unverified": context.unverified,
+    }
+
+
 def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
     fact, created = Fact.objects.remember(
         context.owner,
@@ -15,11 +35,7 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
         arguments["key"],
         arguments["value"].strip(),
         actor=context.actor,
-        # A person's /remember is theirs; the agent's call is its own, linked to the turn.
-        source=Fact.Source.USER if context.by_person else Fact.Source.AGENT,
-        origin=Fact.Origin.MESSAGE if context.by_person else Fact.Origin.TURN,
-        origin_event_id=context.event_id,
-        origin_session_id=context.session_id,
+        **fact_origin(context),
     )
     # What made the agent remember this matters too: keep that message handy.
     latest = (
@@ -51,7 +67,10 @@ def list_facts(context: ToolContext, arguments: dict[str, Any]) -> str:
     facts = Fact.objects.owned_by(context.owner).order_by("category", "key")
     if category:
         facts = facts.filter(category=category)
-    lines = [f"{fact.category}/{fact.key}: {fact.value}" for fact in facts[:LISTED_FACTS]]
+    lines = [
+        f"{fact.category}/{fact.key}: {fact.value}" + (" (unverified)" if fact.unverified else "")
+        for fact in facts[:LISTED_FACTS]
+    ]
     if not lines:
         return f"There are no facts in {category}." if category else "There are no facts yet."
     return "\n".join(lines)
@@ -75,6 +94,8 @@ register(
             "required": ["category", "key", "value"],
         },
         run=remember_fact,
+        outside_text=False,
+        lasting=True,
     )
 )
 register(
@@ -83,6 +104,8 @@ register(
         description="Delete a saved fact that is wrong or no longer true.",
         parameters={"type": "object", "properties": FACT_KEY, "required": ["category", "key"]},
         run=forget_fact,
+        outside_text=False,
+        lasting=True,
     )
 )
 register(
@@ -91,5 +114,6 @@ register(
         description="List the saved facts (category/key: value), optionally of one category.",
         parameters={"type": "object", "properties": {"category": FACT_KEY["category"]}},
         run=list_facts,
+        outside_text=False,  # the facts the prompt shows anyway, marked as it marks them
     )
 )

@@ -89,7 +89,7 @@ register(
         name="read_memory_file",
         description="Read one of your memory files (MEMORY.md or memory/*.md).",
         parameters={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
-        run=read_file,
+        run=read_file,  # its answer is outside text: a file may hold a document
     )
 )
 register(
@@ -105,6 +105,8 @@ register(
             "required": ["path", "text"],
         },
         run=append_file,
+        outside_text=False,
+        lasting=True,
     )
 )
 register(
@@ -117,6 +119,8 @@ register(
             "required": ["path", "text"],
         },
         run=write_file,
+        outside_text=False,
+        lasting=True,
     )
 )
 register(
@@ -125,5 +129,6 @@ register(
         description="List your memory files with their sizes.",
         parameters={"type": "object", "properties": {}},
         run=list_files,
+        outside_text=False,
     )
 )

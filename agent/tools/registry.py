@@ -32,13 +32,24 @@ class ToolContext:
     event_id: int | None = None
     by_person: bool = False  # typed by the owner, not decided by the agent
     task: str = ""  # the scheduled task whose run called it
+    # Outside text (a tool's answer, a recalled document) is in the turn: a
+    # lasting change then waits for a person's click and is kept marked unverified.
+    outside_text: bool = False
+    client: str = ""  # the API client that called it (/mcp), named for the history
 
     @property
     def actor(self) -> Actor:
         """Who the history says made the tool's changes."""
+        if self.client:
+            return Actor.client(self.client)
         if self.by_person:
             return Actor.user(self.owner)
         return Actor.task(self.task) if self.task else Actor.agent(self.agent_name)
+
+    @property
+    def unverified(self) -> bool:
+        """Whether what the call writes came from outside the person's own words."""
+        return self.outside_text or bool(self.client)
 
     @classmethod
     def for_session(
@@ -50,11 +61,19 @@ class ToolContext:
         trusted: bool = False,
         by_person: bool = False,
         task: str = "",
+        client: str = "",
     ) -> ToolContext:
         """The context of a tool called in a session of `agent_name`: its workspace made."""
         workspace = workspace_dir(owner.pk, agent_name)
         return cls(
-            owner, session_id, agent_name, workspace, trusted, by_person=by_person, task=task
+            owner,
+            session_id,
+            agent_name,
+            workspace,
+            trusted,
+            by_person=by_person,
+            task=task,
+            client=client,
         )
 
 
@@ -68,6 +87,13 @@ class Tool:
     approval_subject: Callable[[ToolContext, dict[str, Any]], str | None] | None = None
     enabled: Callable[[], bool] = field(default=lambda: True)
     approval_kind: str = "terminal"  # an ApprovalRequest.Kind: what the card asks about
+    # What its answer may carry: text from outside the person and the agent (another
+    # server's answer, a file, a search of memory and documents). Untrusted by
+    # default; a tool whose answer is only the agent's own says False.
+    outside_text: bool = True
+    # It makes a change that outlasts the turn (memory, facts, the schedule): asked
+    # for, once outside text is in the turn (agent.tools.call_tool).
+    lasting: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -82,6 +108,12 @@ class Tool:
 
 REGISTRY: dict[str, Tool] = {}
 MAX_ARGUMENTS_BYTES = 64 * 1024
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A call as its approval card shows it (and "Allow always" remembers an MCP
+    call): the arguments in one form however the model ordered or spaced them."""
+    return f"{name} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}"
 
 
 def register(tool: Tool) -> Tool:

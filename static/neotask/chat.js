@@ -117,6 +117,10 @@
       card.querySelector("button[value=always]").title =
         "Remembers this call: the same tool with exactly these arguments runs without asking; " +
         "other arguments still ask";
+    } else if (frame.kind === "lasting") {
+      card.querySelector(".approval-what").textContent =
+        "Outside text is in this turn (a tool's answer, a document); " +
+        "the agent wants to change your memory or tasks:";
     }
     // Without a rule to store, only "Allow once" and "Deny", and the reason why.
     card.querySelector(".prefix").textContent = frame.prefix || "";
