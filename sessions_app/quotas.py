@@ -112,21 +112,42 @@ def counts(kind: str, text: str) -> bool:
     )
 
 
+def admit_input(owner: Owner, kind: str, text: str, *, paced: bool = True) -> Reservation:
+    """`admit` a chat input of `kind` as what it costs: a message counted and
+    its turn's tokens reserved; an OpenAI-compatible client's tool results
+    (the turn that handed out the calls goes on) only the tokens; a command
+    without model work nothing."""
+    if counts(kind, text):
+        return admit(owner, paced=paced, model=True)
+    if kind == ChatInput.Kind.TOOL_RESULTS:
+        return admit(owner, paced=False, model=True, message=False)
+    return Reservation()
+
+
 def admit(
-    owner: Owner, *, paced: bool = True, model: bool = False, now: datetime | None = None
+    owner: Owner,
+    *,
+    paced: bool = True,
+    model: bool = False,
+    message: bool = True,
+    now: datetime | None = None,
 ) -> Reservation:
     """Count one input of `owner`'s, or raise QuotaExceeded having counted
     nothing. `paced`: held to the per-minute limit (a person's input, not a
     scheduled run's). `model`: it will run the model, so under a daily token
     limit it needs room beside the running inputs' reservations and reserves
-    its own (the returned Reservation, given back when it finishes). Call it in
-    the transaction that stores the input."""
+    its own (the returned Reservation, given back when it finishes). Without
+    `message`, only that: no message is counted. Call it in the transaction
+    that stores the input."""
     limits = limits_for(owner)
     now = now or timezone.now()
     day = timezone.localdate(now)
     reserve = 0
     if model and limits.tokens_per_day:
         reserve = settings.NEOTASK["quotas"]["reserve_per_turn"]
+    if not message and not reserve:
+        return Reservation()  # nothing to count, and no limit to hold it to
+    paced = paced and message
     ops = connection.ops
     quote = ops.quote_name
     table = quote(DailyUsage._meta.db_table)
@@ -139,7 +160,7 @@ def admit(
     at = ops.adapt_datetimefield_value(now)
     # A window opens with the first message after the last one closed.
     closed = f"({start} IS NULL OR {start} <= %s)"
-    updates = [f"{quote('messages')} = {column('messages')} + 1"]
+    updates = [f"{quote('messages')} = {column('messages')} + {int(message)}"]
     params: list[Any] = []
     if paced:
         updates += [
@@ -163,13 +184,15 @@ def admit(
     sql = (
         f"INSERT INTO {table} ({quote('owner_id')}, {quote('day')}, {quote('messages')}, "
         f"{quote('tokens')}, {quote('reserved')}, {quote('window_start')}, "
-        f"{quote('window_messages')}, {quote('created_at')}) VALUES (%s, %s, 1, 0, %s, %s, %s, %s) "
+        f"{quote('window_messages')}, {quote('created_at')}) "
+        f"VALUES (%s, %s, %s, 0, %s, %s, %s, %s) "
         f"ON CONFLICT ({quote('owner_id')}, {quote('day')}) DO UPDATE SET {', '.join(updates)}"
         + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
     )
     values: list[Any] = [
         owner.pk,
         ops.adapt_datefield_value(day),
+        int(message),
         reserve,
         at if paced else None,
         int(paced),

@@ -128,8 +128,9 @@ def enqueue(
     answering in, costs no more. The holder that took it, with the first input
     of the queue started. Raises quotas.QuotaExceeded, having stored nothing."""
     with transaction.atomic():  # a refused input is not stored; a failed store not counted
-        if quotas.counts(fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")):
-            fields = {**fields, **quotas.admit(owner, paced=paced, model=True).fields()}
+        kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
+        reservation = quotas.admit_input(owner, kind, text, paced=paced)
+        fields = {**fields, **reservation.fields()}
         item = ChatInput.objects.create(owner=owner, key=key, **fields)
     claim = ChatClaim.objects.take(owner.pk, key)
     if claim is None:

@@ -14,13 +14,14 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import HttpCommunicator
 from django.db import connection, transaction
+from django.test import Client
 from django.utils import timezone
 
 from neotask_site.asgi import application
 from sessions_app import chat, quotas, runner
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, DailyUsage
 from sessions_app.quotas import QuotaExceeded
-from tests.support.scripted_llm import Reply
+from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,3 +128,53 @@ async def test_a_crashed_turns_reservation_is_given_back_when_the_chat_is_taken_
     assert await runner.take_over(alice, session.key)  # the next process ends it
     assert (await sync_to_async(usage_of)(alice)).reserved == 0
     await sync_to_async(quotas.admit)(alice, model=True)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def completion(api: Client, body: dict):
+    return api.post("/v1/chat/completions", json.dumps(body), content_type="application/json")
+
+
+def test_a_clients_tool_results_are_held_to_the_days_tokens(alice, llm, configure):
+    """The turn a /v1 client's tool results continue runs the model: it needs
+    room in the day like a message, without counting as one."""
+    configure("quotas", tokens_per_day=LIMIT)
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(alice, 'script')[1]}"})
+    asked = [{"role": "user", "content": "Weather in Oslo?"}]
+    body = {"model": "neotask/main", "messages": asked, "tools": [WEATHER]}
+    llm.script(reply_with_tool("get_weather", {"city": "Oslo"}, usage=TURN))
+    first = completion(api, body)
+    (call,) = first.json()["choices"][0]["message"]["tool_calls"]
+    usage = usage_of(alice)
+    assert (usage.tokens, usage.messages, usage.reserved) == (15, 1, 0)
+
+    # 15 of 20 used: room for one more turn, which reserves the rest.
+    called = {"role": "assistant", "content": None, "tool_calls": [call]}
+    result = {"role": "tool", "tool_call_id": call["id"], "content": "Sunny"}
+    follow_up = {**body, "messages": [*asked, called, result]}
+    llm.script(reply_with_tool("get_weather", {"city": "Bergen"}, usage=TURN))
+    second = completion(api, follow_up)
+    assert second.status_code == 200
+    usage = usage_of(alice)
+    assert (usage.tokens, usage.messages, usage.reserved) == (30, 1, 0)  # no message counted
+
+    # The day is used up: the next results are refused before the model runs.
+    (call,) = second.json()["choices"][0]["message"]["tool_calls"]
+    again = {"role": "assistant", "content": None, "tool_calls": [call]}
+    answer = {"role": "tool", "tool_call_id": call["id"], "content": "Rain"}
+    last = {**body, "messages": [*follow_up["messages"], again, answer]}
+    llm.script(Reply(text="Sunny in Oslo, rain in Bergen.", usage=TURN))
+    refused = completion(api, last)
+    assert refused.status_code == 429
+    assert "your 20 tokens for today" in refused.json()["error"]["message"]
+    assert len(llm.requests) == 2
+    assert usage_of(alice).tokens == 30
