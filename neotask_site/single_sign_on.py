@@ -172,9 +172,12 @@ def link(identity: Identity, config: dict[str, Any]) -> User:
     """The first sign-in of a provider account: linked to the account of its
     username, if no other account of this provider holds that account, or to a new one."""
     name = same_name(identity.username)
-    # iexact narrows the search; the comparison that decides is same_name's.
+    # iexact narrows the search; the comparison that decides is same_name's. The
+    # exact name first: accounts made before names were normalised may differ only so.
     candidates = User.objects.filter(username__iexact=identity.username)
-    matching = [user for user in candidates if same_name(user.username) == name]
+    matching = [user for user in candidates if user.username == identity.username] or [
+        user for user in candidates if same_name(user.username) == name
+    ]
     if len(matching) > 1:
         raise SignInRefused(
             f'Several accounts here are named like "{identity.username}". '

@@ -122,3 +122,18 @@ def test_an_id_token_not_signed_as_agreed_is_refused_with_a_page(signs_in, login
     assert "Sign-in refused" in page
     assert f"The provider's ID token is signed with '{alg}', not RS256" in page
     assert not people().exists()
+
+
+def test_the_exact_name_wins_over_a_case_variant_at_the_first_link(signs_in):
+    User.objects.create(username="Alice", password=make_password(None))
+    alice = User.objects.create(username="alice", password=make_password(None))
+    _, user = signs_in("alice")
+    assert user is not None and user.pk == alice.pk
+
+
+def test_several_accounts_of_the_same_folded_name_are_left_to_the_administrator(signs_in):
+    for name in ("Alice", "ALICE"):
+        User.objects.create(username=name, password=make_password(None))
+    response, user = signs_in("alice")
+    assert user is None and response.status_code == 403
+    assert 'Several accounts here are named like "alice"' in said(response)
