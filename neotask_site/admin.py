@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from neotask_site.history import Actor
-from neotask_site.models import Change
+from neotask_site.models import Change, SignOnLink
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -46,4 +46,18 @@ class ChangeAdmin(OwnedAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(SignOnLink)
+class SignOnLinkAdmin(OwnedAdmin):
+    """Which provider account signs in to which account. Made only by a sign-in;
+    deleting one lets the next sign-in link the account by its username again
+    (e.g. after the person's provider account was recreated)."""
+
+    list_display = ["owner", "issuer", "subject", "created_at"]
+    search_fields = ["owner__username", "subject"]
+    readonly_fields = ["owner", "issuer", "subject", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

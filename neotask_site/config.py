@@ -218,6 +218,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
     "quotas": {
         "messages_per_minute": Option(0, at_least(0)),
         "tokens_per_day": Option(0, at_least(0)),
+        # Under a daily token limit, what each running turn holds of the day until it ends.
+        "reserve_per_turn": Option(4000, at_least(1)),
     },
 }
 

@@ -126,3 +126,25 @@ class Change(OwnedModel):
     def actor(self) -> str:
         kind = self.get_actor_kind_display()
         return f"{kind} ({self.actor_label})" if self.actor_label else kind
+
+
+class SignOnLink(OwnedModel):
+    """Which provider account signs in to which account here (single sign-on,
+    neotask_site.single_sign_on): the ID token's issuer and subject, which the
+    provider never reassigns, unlike a username. Made at the account's first
+    sign-in; deleting it in the admin lets the next sign-in link again by username."""
+
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "single sign-on link"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="signonlink_subject"),
+            # One provider account per account and provider.
+            models.UniqueConstraint(fields=["owner", "issuer"], name="signonlink_one_per_owner"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner} = {self.subject} at {self.issuer}"

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
+from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -86,6 +87,21 @@ class OIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_RP_SIGN_ALGO = oidc_setting("OIDC_RP_SIGN_ALGO")
         self.OIDC_RP_IDP_SIGN_KEY = None
         return super().authenticate(request, **kwargs)
+
+    def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
+        # Only a token signed with the agreed algorithm, by a named key, reaches
+        # the library: an unsigned one ("alg": "none") or one signed with the
+        # client secret (HS256) is refused here (the library failed on one
+        # without a key id with a 500).
+        header = jwt.get_unverified_header(token)  # a malformed token: InvalidTokenError
+        if header.get("alg") != self.OIDC_RP_SIGN_ALGO:
+            raise SignInRefused(
+                f"The provider's ID token is signed with {header.get('alg')!r}, "
+                f"not {self.OIDC_RP_SIGN_ALGO}: it is not accepted."
+            )
+        if not isinstance(header.get("kid"), str):
+            raise SignInRefused("The provider's ID token does not name its signing key.")
+        return super().verify_token(token, **kwargs)
 
     def get_or_create_user(
         self, access_token: str, id_token: str, payload: dict[str, Any]
@@ -165,7 +181,7 @@ class SignInCallback(OIDCAuthenticationCallbackView):
             return unavailable_page(
                 request, f"{oidc_config()['provider_name']} did not complete the sign-in."
             )
-        except jwt.InvalidTokenError as exc:
+        except (jwt.InvalidTokenError, SuspiciousOperation) as exc:
             logger.warning("single sign-on: a bad ID token: %s", exc)
             return refused_page(request, "The provider's ID token is not valid.")
 

@@ -2,12 +2,19 @@
 someone here ([oidc] in config.toml; neotask_site.oidc wires it into
 mozilla-django-oidc).
 
-The account is the one whose username is the `username_claim`'s value: created
-at the first sign-in (without a password), found again at the next. An account
-that has a password (made here, not by a sign-in) is taken over only with
-`link_existing_users`. Accounts are never matched by email: a provider that does
-not verify addresses would hand any account to whoever typed its address, so
-`username_claim = "email"` is accepted only with `email_verified` true.
+A provider account is its ID token's issuer and subject (`sub`), which the
+provider never gives to anyone else; a username can change hands. So an
+account here is found by its `SignOnLink` (issuer, subject) at every sign-in.
+The username (the `username_claim`'s value, NFKC-normalised so that a
+fullwidth lookalike is the plain name) only chooses the account at the first one:
+an account of that name, compared case-folded, that no subject of this
+provider is linked to yet, or a new account (without a password). A provider
+account with the name of an account already linked to another subject is
+refused, never signed in to it. An account that has a password (made here,
+not by a sign-in) is linked only with `link_existing_users`. Accounts are
+never matched by email: a provider that does not verify addresses would hand
+any account to whoever typed its address, so `username_claim = "email"` is
+accepted only with `email_verified` true.
 
 The groups named in `group_map` follow the provider's groups claim at every
 sign-in; other groups are the administrator's and stay as they are.
@@ -15,6 +22,7 @@ sign-in; other groups are the administrator's and stay as they are.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +31,10 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from neotask_site.config import comma_list, group_map
+from neotask_site.models import SignOnLink
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
@@ -69,14 +78,25 @@ def discover(config: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Identity:
-    username: str
+    issuer: str  # with `subject`, the provider account: what the account is linked to
+    subject: str
+    username: str  # NFKC-normalised; chooses the account at the first sign-in only
     email: str  # "" unless the provider verified it
     groups: frozenset[str]
+
+
+def same_name(username: str) -> str:
+    """What two usernames share when they name the same account: NFKC, case-folded
+    (and NFKC again: case folding can undo it)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", username).casefold())
 
 
 def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
     """Who the claims say this is, or SignInRefused saying why they are not let in."""
     name = config["provider_name"]
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject or len(subject) > 255:
+        raise SignInRefused(f"{name} did not say which of its accounts this is.")
     claim = config["username_claim"]
     username = claims.get(claim)
     if not isinstance(username, str) or not username:
@@ -84,6 +104,8 @@ def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
             f'Your {name} account has no "{claim}", which names your account here. '
             "Ask your administrator."
         )
+    # A lookalike in compatibility characters (fullwidth, ligatures) is the same name.
+    username = unicodedata.normalize("NFKC", username)
     verified = claims.get("email_verified") is True
     if claim == "email" and not verified:
         raise SignInRefused(f"Your {name} account's email address is not verified.")
@@ -108,6 +130,8 @@ def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
         )
     email = claims.get("email")
     return Identity(
+        issuer=config["issuer"].rstrip("/"),
+        subject=subject,
         username=username,
         email=email if isinstance(email, str) and verified else "",
         groups=frozenset(groups),
@@ -115,26 +139,74 @@ def identity_from(claims: dict[str, Any], config: dict[str, Any]) -> Identity:
 
 
 def sign_in(identity: Identity, config: dict[str, Any]) -> User:
-    """The account of `identity`, made or updated; SignInRefused if it may not be used."""
+    """The account of `identity`, found by its link, or linked at its first sign-in;
+    updated from the claims. SignInRefused if it may not be used."""
     with transaction.atomic():
-        # get_or_create: two first sign-ins at once (two tabs) make one account.
-        user, created = User.objects.get_or_create(
-            username=identity.username,
-            defaults={"email": identity.email, "password": make_password(None)},
-        )
-        if not created and user.has_usable_password() and not config["link_existing_users"]:
-            raise SignInRefused(
-                f'An account "{identity.username}" with a password already exists here. '
-                f"Log in with its password, or ask your administrator to link it to "
-                f"{config['provider_name']}."
-            )
+        user = linked_account(identity)
+        if user is None:
+            try:
+                with transaction.atomic():
+                    user = link(identity, config)
+            except IntegrityError:
+                # Two first sign-ins at once (two tabs): the other one linked it.
+                user = linked_account(identity)
+                if user is None:  # another provider account took the name meanwhile
+                    raise SignInRefused(taken(identity, config)) from None
         if not user.is_active:
-            raise SignInRefused(f'The account "{identity.username}" is disabled here.')
+            raise SignInRefused(f'The account "{user.username}" is disabled here.')
         if identity.email and user.email != identity.email:
             user.email = identity.email
             user.save(update_fields=["email"])
         sync_groups(user, identity.groups, group_map(config["group_map"]))
     return user
+
+
+def linked_account(identity: Identity) -> User | None:
+    found = SignOnLink.objects.select_related("owner").filter(
+        issuer=identity.issuer, subject=identity.subject
+    )
+    return next((row.owner for row in found), None)
+
+
+def link(identity: Identity, config: dict[str, Any]) -> User:
+    """The first sign-in of a provider account: linked to the account of its
+    username, if no other account of this provider holds that account, or to a new one."""
+    name = same_name(identity.username)
+    # iexact narrows the search; the comparison that decides is same_name's. The
+    # exact name first: accounts made before names were normalised may differ only so.
+    candidates = User.objects.filter(username__iexact=identity.username)
+    matching = [user for user in candidates if user.username == identity.username] or [
+        user for user in candidates if same_name(user.username) == name
+    ]
+    if len(matching) > 1:
+        raise SignInRefused(
+            f'Several accounts here are named like "{identity.username}". '
+            "Ask your administrator to link yours."
+        )
+    if not matching:
+        user = User.objects.create(
+            username=identity.username, email=identity.email, password=make_password(None)
+        )
+    else:
+        user = matching[0]
+        if SignOnLink.objects.filter(owner=user, issuer=identity.issuer).exists():
+            raise SignInRefused(taken(identity, config))
+        if user.has_usable_password() and not config["link_existing_users"]:
+            raise SignInRefused(
+                f'An account "{user.username}" with a password already exists here. '
+                f"Log in with its password, or ask your administrator to link it to "
+                f"{config['provider_name']}."
+            )
+    SignOnLink.objects.create(owner=user, issuer=identity.issuer, subject=identity.subject)
+    return user
+
+
+def taken(identity: Identity, config: dict[str, Any]) -> str:
+    return (
+        f'The account "{identity.username}" here belongs to another '
+        f"{config['provider_name']} account, so you cannot sign in to it. "
+        "If it is yours, ask your administrator."
+    )
 
 
 def sync_groups(user: User, provider_groups: frozenset[str], mapping: dict[str, str]) -> None:

@@ -1,7 +1,15 @@
-"""Login throttling: after repeated failures an account, or an address, is
-refused for a while, whatever the password (login page and admin alike). A
-wrong current password on a password-change page counts as a failed login of
-the account: guessing it there is no cheaper.
+"""Login throttling: after repeated failures an account from one address, an
+account from anywhere, or an address is refused for a while, whatever the
+password (login page and admin alike). A wrong current password on a
+password-change page counts as a failed login of the account: guessing it
+there is no cheaper.
+
+Anyone may type anyone's username, so a lock the guesser sets by themselves
+is kept to their own address: five failures lock the account from that
+address only. The account's own limit (30 from anywhere) still stops guessing
+spread over many addresses, and an attempt refused by the throttle is not
+counted again, so one address adds at most five to it: locking someone out
+from everywhere takes six addresses (IPv6: /64 networks) within the window.
 
 The same gate refuses every password while they are switched off ([oidc]
 local_login = false: single sign-on only), on the admin's login page too.
@@ -26,7 +34,8 @@ from django.http import HttpRequest
 from neotask_site.client_address import client_address
 
 WINDOW_SECONDS = 15 * 60
-PER_USERNAME = 5  # guessing one account's password
+PER_ACCOUNT_AND_ADDRESS = 5  # guessing one account's password from one address
+PER_ACCOUNT = 30  # guessing it from many addresses
 PER_ADDRESS = 20  # trying many accounts from one address
 REFUSED = (
     "Too many failed logins for this account or from this address. Wait 15 minutes, then try again."
@@ -38,10 +47,16 @@ REFUSED_CHANGE = (
 )
 
 
-def keys(username: str, address: str) -> tuple[str, str]:
+def keys(username: str, address: str) -> dict[str, int]:
+    """Each count an attempt adds to, with the failures at which it refuses."""
     # Hashed: a username may hold characters a cache key may not.
     user = hashlib.sha256(username.strip().lower().encode()).hexdigest()
-    return f"login-failures:user:{user}", f"login-failures:address:{network_of(address)}"
+    network = network_of(address)
+    return {
+        f"login-failures:user-address:{user}:{network}": PER_ACCOUNT_AND_ADDRESS,
+        f"login-failures:user:{user}": PER_ACCOUNT,
+        f"login-failures:address:{network}": PER_ADDRESS,
+    }
 
 
 def network_of(address: str) -> str:
@@ -56,9 +71,9 @@ def network_of(address: str) -> str:
 
 
 def is_throttled(username: str, address: str) -> bool:
-    by_user, by_address = keys(username, address)
-    counts = cache.get_many([by_user, by_address])
-    return counts.get(by_user, 0) >= PER_USERNAME or counts.get(by_address, 0) >= PER_ADDRESS
+    limits = keys(username, address)
+    counts = cache.get_many(list(limits))
+    return any(counts.get(key, 0) >= limit for key, limit in limits.items())
 
 
 def record_failure(
@@ -69,6 +84,8 @@ def record_failure(
 
 
 def count_failure(username: str, address: str) -> None:
+    if is_throttled(username, address):
+        return  # refused before any password was checked: not another guess
     for key in keys(username, address):
         cache.add(key, 0, WINDOW_SECONDS)
         try:

@@ -99,7 +99,7 @@ class DailyUsageAdmin(OwnedAdmin):
     """Usage by day: kept by the chat itself (sessions_app.quotas). Read-only;
     deleting a row gives its user that day's quota back."""
 
-    list_display = ["day", "owner", "messages", "tokens"]
+    list_display = ["day", "owner", "messages", "tokens", "reserved"]
     list_filter = ["day", "owner"]
     search_fields = ["owner__username"]
     date_hierarchy = "day"

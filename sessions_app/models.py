@@ -7,13 +7,13 @@ import secrets
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
-from django.db import models
-from django.db.models import Exists, F, OuterRef, Q
+from django.db import models, transaction
+from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django.utils import timezone
 
 from agent.frames import Outcome
@@ -427,6 +427,10 @@ class ChatInput(OwnedModel):
     client = models.JSONField(null=True, blank=True)
     # Somebody waits for the outcome (the API, the scheduler): kept until read.
     awaited = models.BooleanField(default=False)
+    # The tokens sessions_app.quotas reserved for it on its owner's `DailyUsage`
+    # of `reserved_day`, given back when it finishes (`finish`).
+    reserved_tokens = models.PositiveIntegerField(default=0)
+    reserved_day = models.DateField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     outcome = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -452,13 +456,19 @@ class ChatInput(OwnedModel):
         return f"/{self.command} {self.text}".strip()
 
     def finish(self, outcome: Outcome) -> None:
-        """Keep the outcome for whoever waits for it; forget the input otherwise."""
-        if self.awaited:
-            ChatInput.objects.filter(pk=self.pk).update(
-                status=ChatInput.Status.DONE, outcome=outcome.as_json()
-            )
-        else:
-            ChatInput.objects.filter(pk=self.pk).delete()
+        """Keep the outcome for whoever waits for it; forget the input otherwise.
+        Its token reservation is given back either way, once (a dead holder's
+        input is finished by the next holder, sessions_app.runner)."""
+        mine = ChatInput.objects.filter(pk=self.pk)
+        with transaction.atomic():
+            if self.reserved_day is not None and mine.filter(reserved_tokens__gt=0).update(
+                reserved_tokens=0
+            ):
+                DailyUsage.objects.release(self.owner_id, self.reserved_day, self.reserved_tokens)
+            if self.awaited:
+                mine.update(status=ChatInput.Status.DONE, outcome=outcome.as_json())
+            else:
+                mine.delete()
 
 
 @dataclass(frozen=True)
@@ -618,19 +628,36 @@ class GroupQuota(models.Model):
         return f"Quota of {self.group}"
 
 
+class DailyUsageQuerySet(OwnedQuerySet):
+    def release(self, owner_id: int, day: date, tokens: int) -> None:
+        """Give back `tokens` an input reserved on `day` (never below 0: an admin
+        may have deleted the row meanwhile)."""
+        self.filter(owner_id=owner_id, day=day).update(
+            reserved=Case(When(reserved__gt=tokens, then=F("reserved") - tokens), default=0)
+        )
+
+
+DailyUsageManager = models.Manager.from_queryset(DailyUsageQuerySet)
+
+
 class DailyUsage(OwnedModel):
     """What a user's inputs cost on one day (the site's time zone): messages and
-    model tokens, and the current minute's messages (window_start, window_messages),
-    all kept by sessions_app.quotas in single statements."""
+    model tokens, the tokens reserved by the inputs still running, and the
+    current minute's messages (window_start, window_messages), all kept by
+    sessions_app.quotas in single statements."""
 
     day = models.DateField()
     messages = models.PositiveIntegerField(default=0)
     tokens = models.PositiveBigIntegerField(default=0)
+    # Admitted inputs not yet finished hold a reservation each (sessions_app.quotas).
+    reserved = models.PositiveBigIntegerField(default=0)
     # The per-minute limit's window: it opens with the first message after the
     # last one closed, and counts the messages sent in it.
     window_start = models.DateTimeField(null=True, blank=True)
     window_messages = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects: ClassVar[DailyUsageManager] = DailyUsageManager()
 
     class Meta:
         ordering = ["-day", "owner_id"]

@@ -12,8 +12,19 @@ transaction that stores it (sessions_app.runner.enqueue), with one
 a limit is reached the statement changes nothing, the input is refused before
 it is stored, and two requests at once cannot both take the last place (the
 database serialises them on the row). Scheduled runs are counted but not held
-to the per-minute limit: nobody is typing them. `add_tokens` adds a turn's
-tokens once it ran; the next input is refused once the day's reach the limit.
+to the per-minute limit: nobody is typing them.
+
+A turn's tokens are known only once it ran, so under a daily token limit an
+input that will run the model is admitted only while the day's tokens plus
+those reserved by inputs still running are below the limit, and reserves
+`[quotas] reserve_per_turn` tokens itself in the same statement. `add_tokens`
+adds what the turn used; the reservation is given back when the input
+finishes (ChatInput.finish, whichever way it ended, a dead holder's input
+included). Inputs that start together therefore share the day's remainder
+instead of each seeing all of it: as long as no turn uses more than its
+reservation, the day ends below the limit plus the last admitted turn's
+tokens, however many arrive at once (docs/running.md#quotas). A reservation
+lives on its day's row, so one never outlasts the day.
 
 Days are the site's (settings.TIME_ZONE), as for the daily session reset.
 """
@@ -23,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -37,12 +48,26 @@ from sessions_app.models import ChatInput, DailyUsage, GroupQuota
 WINDOW = timedelta(minutes=1)
 MESSAGES_PER_MINUTE = "messages_per_minute"
 TOKENS_PER_DAY = "tokens_per_day"
+RESERVED_RETRY_SECONDS = 10  # a turn usually ends within this
 
 
 @dataclass(frozen=True)
 class Limits:
     messages_per_minute: int = 0  # 0: no limit
     tokens_per_day: int = 0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The tokens `admit` reserved for an input on its owner's day (none without
+    a daily token limit), kept on the input until it finishes."""
+
+    tokens: int = 0
+    day: date | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The ChatInput fields that keep it."""
+        return {"reserved_tokens": self.tokens, "reserved_day": self.day if self.tokens else None}
 
 
 class QuotaExceeded(Exception):
@@ -87,13 +112,42 @@ def counts(kind: str, text: str) -> bool:
     )
 
 
-def admit(owner: Owner, *, paced: bool = True, now: datetime | None = None) -> None:
+def admit_input(owner: Owner, kind: str, text: str, *, paced: bool = True) -> Reservation:
+    """`admit` a chat input of `kind` as what it costs: a message counted and
+    its turn's tokens reserved; an OpenAI-compatible client's tool results
+    (the turn that handed out the calls goes on) only the tokens; a command
+    without model work nothing."""
+    if counts(kind, text):
+        return admit(owner, paced=paced, model=True)
+    if kind == ChatInput.Kind.TOOL_RESULTS:
+        return admit(owner, paced=False, model=True, message=False)
+    return Reservation()
+
+
+def admit(
+    owner: Owner,
+    *,
+    paced: bool = True,
+    model: bool = False,
+    message: bool = True,
+    now: datetime | None = None,
+) -> Reservation:
     """Count one input of `owner`'s, or raise QuotaExceeded having counted
     nothing. `paced`: held to the per-minute limit (a person's input, not a
-    scheduled run's). Call it in the transaction that stores the input."""
+    scheduled run's). `model`: it will run the model, so under a daily token
+    limit it needs room beside the running inputs' reservations and reserves
+    its own (the returned Reservation, given back when it finishes). Without
+    `message`, only that: no message is counted. Call it in the transaction
+    that stores the input."""
     limits = limits_for(owner)
     now = now or timezone.now()
     day = timezone.localdate(now)
+    reserve = 0
+    if model and limits.tokens_per_day:
+        reserve = settings.NEOTASK["quotas"]["reserve_per_turn"]
+    if not message and not reserve:
+        return Reservation()  # nothing to count, and no limit to hold it to
+    paced = paced and message
     ops = connection.ops
     quote = ops.quote_name
     table = quote(DailyUsage._meta.db_table)
@@ -106,7 +160,7 @@ def admit(owner: Owner, *, paced: bool = True, now: datetime | None = None) -> N
     at = ops.adapt_datetimefield_value(now)
     # A window opens with the first message after the last one closed.
     closed = f"({start} IS NULL OR {start} <= %s)"
-    updates = [f"{quote('messages')} = {column('messages')} + 1"]
+    updates = [f"{quote('messages')} = {column('messages')} + {int(message)}"]
     params: list[Any] = []
     if paced:
         updates += [
@@ -114,23 +168,32 @@ def admit(owner: Owner, *, paced: bool = True, now: datetime | None = None) -> N
             f"{quote('window_messages')} = CASE WHEN {closed} THEN 1 ELSE {count} + 1 END",
         ]
         params += [edge, at, edge]
+    if reserve:
+        updates.append(f"{quote('reserved')} = {column('reserved')} + %s")
+        params.append(reserve)
     conditions = []
     if paced and limits.messages_per_minute:
         conditions.append(f"({closed} OR {count} < %s)")
         params += [edge, limits.messages_per_minute]
     if limits.tokens_per_day:
-        conditions.append(f"{column('tokens')} < %s")
+        # The model's turns need room beside what the running ones reserved;
+        # an MCP tool call (no model) only a day not yet used up.
+        used = f"{column('tokens')} + {column('reserved')}" if reserve else column("tokens")
+        conditions.append(f"{used} < %s")
         params.append(limits.tokens_per_day)
     sql = (
         f"INSERT INTO {table} ({quote('owner_id')}, {quote('day')}, {quote('messages')}, "
-        f"{quote('tokens')}, {quote('window_start')}, {quote('window_messages')}, "
-        f"{quote('created_at')}) VALUES (%s, %s, 1, 0, %s, %s, %s) "
+        f"{quote('tokens')}, {quote('reserved')}, {quote('window_start')}, "
+        f"{quote('window_messages')}, {quote('created_at')}) "
+        f"VALUES (%s, %s, %s, 0, %s, %s, %s, %s) "
         f"ON CONFLICT ({quote('owner_id')}, {quote('day')}) DO UPDATE SET {', '.join(updates)}"
         + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
     )
     values: list[Any] = [
         owner.pk,
         ops.adapt_datefield_value(day),
+        int(message),
+        reserve,
         at if paced else None,
         int(paced),
         at,
@@ -140,6 +203,7 @@ def admit(owner: Owner, *, paced: bool = True, now: datetime | None = None) -> N
         admitted = cursor.rowcount == 1
     if not admitted:
         raise refusal(DailyUsage.objects.get(owner=owner, day=day), limits, now)
+    return Reservation(reserve, day)
 
 
 def refusal(usage: DailyUsage, limits: Limits, now: datetime) -> QuotaExceeded:
@@ -152,6 +216,13 @@ def refusal(usage: DailyUsage, limits: Limits, now: datetime) -> QuotaExceeded:
             TOKENS_PER_DAY,
             wait,
         )
+    if limits.tokens_per_day and usage.tokens + usage.reserved >= limits.tokens_per_day:
+        return QuotaExceeded(
+            f"Your turns running now have reserved the rest of today's "
+            f"{limits.tokens_per_day:,} tokens; try again when they have finished.",
+            TOKENS_PER_DAY,
+            RESERVED_RETRY_SECONDS,
+        )
     assert usage.window_start is not None  # a full window has started
     wait = max(1, math.ceil((usage.window_start + WINDOW - now).total_seconds()))
     return QuotaExceeded(
@@ -163,7 +234,8 @@ def refusal(usage: DailyUsage, limits: Limits, now: datetime) -> QuotaExceeded:
 
 def add_tokens(owner_id: int, tokens: int, now: datetime | None = None) -> None:
     """Add a turn's tokens to its owner's day, in one statement (another
-    process may be adding to the same day)."""
+    process may be adding to the same day); its reservation is given back
+    when its input finishes (ChatInput.finish)."""
     if tokens <= 0:
         return
     now = now or timezone.now()
@@ -172,8 +244,8 @@ def add_tokens(owner_id: int, tokens: int, now: datetime | None = None) -> None:
     table = quote(DailyUsage._meta.db_table)
     sql = (
         f"INSERT INTO {table} ({quote('owner_id')}, {quote('day')}, {quote('messages')}, "
-        f"{quote('tokens')}, {quote('window_messages')}, {quote('created_at')}) "
-        f"VALUES (%s, %s, 0, %s, 0, %s) "
+        f"{quote('tokens')}, {quote('reserved')}, {quote('window_messages')}, "
+        f"{quote('created_at')}) VALUES (%s, %s, 0, %s, 0, 0, %s) "
         f"ON CONFLICT ({quote('owner_id')}, {quote('day')}) "
         f"DO UPDATE SET {quote('tokens')} = {table}.{quote('tokens')} + %s"
     )

@@ -8,8 +8,9 @@ run in order, one at a time, by whichever process holds the chat's claim
 (`ChatClaim`: a conditional UPDATE with a random token and a lease the holder
 renews). What an input does to the chat is decided in sessions_app.turns; here
 it is only leased, run and broadcast. An input is counted against its owner's
-quota (sessions_app.quotas) in the transaction that stores it: a refused one is
-never stored, and its sender is told (quotas.QuotaExceeded).
+quota (sessions_app.quotas), and reserves its tokens, in the transaction that
+stores it: a refused one is never stored, and its sender is told
+(quotas.QuotaExceeded); the reservation is given back when it finishes.
 
 A process that cannot take the claim leaves its input queued, says so to the
 chat's tabs, and waits (`wait_for`): the holder runs the input next, or, if the
@@ -127,8 +128,9 @@ def enqueue(
     answering in, costs no more. The holder that took it, with the first input
     of the queue started. Raises quotas.QuotaExceeded, having stored nothing."""
     with transaction.atomic():  # a refused input is not stored; a failed store not counted
-        if quotas.counts(fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")):
-            quotas.admit(owner, paced=paced)
+        kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
+        reservation = quotas.admit_input(owner, kind, text, paced=paced)
+        fields = {**fields, **reservation.fields()}
         item = ChatInput.objects.create(owner=owner, key=key, **fields)
     claim = ChatClaim.objects.take(owner.pk, key)
     if claim is None:

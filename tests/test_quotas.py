@@ -284,10 +284,19 @@ def test_it_names_a_bad_quota_setting(tmp_path, text, environ, message):
 def test_it_reads_quotas_from_the_file_and_lets_the_environment_win(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text("[quotas]\nmessages_per_minute = 10\ntokens_per_day = 100000\n")
-    assert load_config(path, {})["quotas"] == {"messages_per_minute": 10, "tokens_per_day": 100000}
-    environ = {"NEOTASK_QUOTAS_TOKENS_PER_DAY": "5000"}
+    assert load_config(path, {})["quotas"] == {
+        "messages_per_minute": 10,
+        "tokens_per_day": 100000,
+        "reserve_per_turn": 4000,
+    }
+    environ = {"NEOTASK_QUOTAS_TOKENS_PER_DAY": "5000", "NEOTASK_QUOTAS_RESERVE_PER_TURN": "800"}
     assert load_config(path, environ)["quotas"]["tokens_per_day"] == 5000
-    assert load_config(None, {})["quotas"] == {"messages_per_minute": 0, "tokens_per_day": 0}
+    assert load_config(path, environ)["quotas"]["reserve_per_turn"] == 800
+    assert load_config(None, {})["quotas"] == {
+        "messages_per_minute": 0,
+        "tokens_per_day": 0,
+        "reserve_per_turn": 4000,
+    }
 
 
 # The admin -------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 //   POST_LOGOUT_REDIRECT_URI=... node tests/oidc/provider.js
 //
 // Prints "oidc-provider ready at <issuer>" once it listens.
+import { createHmac } from 'node:crypto';
 import Provider from 'oidc-provider';
 
 const required = (name) => {
@@ -37,6 +38,18 @@ const ACCOUNTS = {
   nameless: {
     email: 'nameless@example.org', email_verified: true, groups: ['neotask-users'],
   },
+  // Other subjects calling themselves alice: the same name, and a fullwidth lookalike.
+  'alice-impostor': {
+    preferred_username: 'alice', email: 'impostor@example.org', email_verified: true,
+    groups: ['neotask-users'],
+  },
+  'alice-fullwidth': {
+    preferred_username: '\uff41\uff4c\uff49\uff43\uff45', groups: ['neotask-users'],
+  },
+  // Their ID tokens leave the token endpoint re-signed as a forger would: unsigned
+  // ("alg": "none"), or with the client secret as an HMAC key (HS256).
+  unsigned: { preferred_username: 'unsigned', groups: ['neotask-users'] },
+  hmac: { preferred_username: 'hmac', groups: ['neotask-users'] },
 };
 
 const configuration = {
@@ -77,6 +90,26 @@ const configuration = {
 };
 
 const provider = new Provider(issuer, configuration);
+
+const base64url = (value) => Buffer.from(value).toString('base64url');
+const FORGED = {
+  unsigned: (header, payload) => `${base64url(JSON.stringify({ alg: 'none' }))}.${payload}.`,
+  hmac: (header, payload) => {
+    const signed = `${base64url(JSON.stringify({ ...header, alg: 'HS256' }))}.${payload}`;
+    const signature = createHmac('sha256', required('CLIENT_SECRET')).update(signed).digest();
+    return `${signed}.${base64url(signature)}`;
+  },
+};
+provider.use(async (ctx, next) => {
+  await next();
+  const token = ctx.path === '/token' && ctx.body?.id_token;
+  if (!token) return;
+  const [header, payload] = token.split('.');
+  const { sub } = JSON.parse(Buffer.from(payload, 'base64url'));
+  if (FORGED[sub]) {
+    ctx.body.id_token = FORGED[sub](JSON.parse(Buffer.from(header, 'base64url')), payload);
+  }
+});
 provider.listen(port, '127.0.0.1', () => {
   console.log(`oidc-provider ready at ${issuer}`);
 });

@@ -110,17 +110,23 @@ def attempt(client: Client, username: str, password: str) -> str:
 
 def test_it_throttles_guessing_one_accounts_password(alice):
     guesser = Client(REMOTE_ADDR="198.51.100.7")
-    for _ in range(throttle.PER_USERNAME):
+    for _ in range(throttle.PER_ACCOUNT_AND_ADDRESS):
         assert "enter a correct username and password" in attempt(guesser, "alice", "guess")
-    # Now even the right password is refused, from anywhere, and says why.
+    # Now even the right password is refused from that address, and says why.
+    assert "Too many failed logins" in attempt(guesser, "alice", "alice-password")
+    assert "_auth_user_id" not in guesser.session
+    # The admin's login is guarded by the same counts.
+    admin_login = guesser.post("/admin/login/", {"username": "alice", "password": "alice-password"})
+    assert "_auth_user_id" not in guesser.session and admin_login.status_code == 200
+    # Spread over addresses, the account's own limit refuses it from anywhere
+    # (tests/security/test_login_lockout.py: one address cannot lock it for others).
+    for number in range(throttle.PER_ACCOUNT // throttle.PER_ACCOUNT_AND_ADDRESS - 1):
+        spread = Client(REMOTE_ADDR=f"203.0.113.{number}")
+        for _ in range(throttle.PER_ACCOUNT_AND_ADDRESS):
+            attempt(spread, "alice", "guess")
     elsewhere = Client(REMOTE_ADDR="198.51.100.8")
     assert "Too many failed logins" in attempt(elsewhere, "alice", "alice-password")
     assert "_auth_user_id" not in elsewhere.session
-    # The admin's login is guarded by the same counts.
-    admin_login = elsewhere.post(
-        "/admin/login/", {"username": "alice", "password": "alice-password"}
-    )
-    assert "_auth_user_id" not in elsewhere.session and admin_login.status_code == 200
 
 
 def test_it_throttles_one_address_trying_many_accounts(bob):

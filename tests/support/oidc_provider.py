@@ -1,18 +1,24 @@
 """A real OpenID Connect provider for the single sign-on tests: panva's
 oidc-provider (tests/oidc/provider.js, installed by `make oidc-provider`), run by
 Node.js on a free port. Its accounts: alice (groups neotask-users and
-neotask-terminal), bob (neotask-users), mallory (contractors only) and nameless
-(no preferred_username)."""
+neotask-terminal), bob (neotask-users), mallory (contractors only), nameless
+(no preferred_username), alice-impostor and alice-fullwidth (other subjects
+named alice, the second in fullwidth letters), and unsigned and hmac (whose ID
+tokens come unsigned, or signed with the client secret). `sign_in` goes through
+the provider's login form as a browser does."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
+import requests
 
 from tests.support.processes import ROOT, free_port, stop_process
 
@@ -53,6 +59,29 @@ class OIDCProvider:
             **overrides,
         }
         return {f"NEOTASK_OIDC_{key.upper()}": value for key, value in variables.items()}
+
+    def sign_in(self, client: Any, login: str) -> Any:
+        """A whole sign-in of the provider's account `login`, as a browser goes
+        through it: Neotask's start page (with the Django test `client`), the
+        provider's login form, and the callback back at Neotask, whose response
+        this is."""
+        browser = requests.Session()
+        location = client.get("/accounts/oidc/start/")["Location"]
+        response = browser.get(location, allow_redirects=False, timeout=10)
+        while response.is_redirect:
+            location = urljoin(location, response.headers["Location"])
+            response = browser.get(location, allow_redirects=False, timeout=10)
+        form = re.search(r'<form[^>]*action="([^"]+)"', response.text)
+        assert form is not None, response.text[:500]
+        location = urljoin(location, form.group(1))
+        fields = {"prompt": "login", "login": login, "password": "any"}
+        response = browser.post(location, data=fields, allow_redirects=False, timeout=10)
+        while response.is_redirect:
+            location = urljoin(location, response.headers["Location"])
+            if location.startswith(self.app_url):  # back at Neotask, with the code
+                return client.get(location.removeprefix(self.app_url))
+            response = browser.get(location, allow_redirects=False, timeout=10)
+        raise AssertionError(f"the provider did not send the browser back: {response.text[:500]}")
 
     def start(self, seconds: float = 30) -> None:
         env = {

@@ -26,7 +26,7 @@ from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from monitoring.models import Counter
-from neotask_site.models import Change
+from neotask_site.models import Change, SignOnLink
 from scheduler.models import ScheduledTask
 from sessions_app.models import (
     Agent,
@@ -71,6 +71,7 @@ OWNED_MODELS = [
     ForgottenEvent,
     Change,
     DailyUsage,
+    SignOnLink,
 ]
 
 
@@ -140,6 +141,10 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         # One row a day: a second make_rows for the same owner shares it.
         DailyUsage: DailyUsage.objects.get_or_create(owner=owner, day=timezone.localdate())[0],
+        # One a provider: a second make_rows for the same owner shares it.
+        SignOnLink: SignOnLink.objects.get_or_create(
+            owner=owner, issuer="https://sso.example.org", defaults={"subject": owner.username}
+        )[0],
     }
 
 

@@ -28,7 +28,7 @@ from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
-from neotask_site.models import Change
+from neotask_site.models import Change, SignOnLink
 from neotask_site.sealing import seal
 from scheduler.models import ScheduledTask
 from sessions_app import chat
@@ -247,6 +247,9 @@ def build_alice(alice: User) -> World:
             ),
             DailyUsage: DailyUsage.objects.create(
                 owner=alice, day=timezone.localdate(), messages=3, tokens=123_457
+            ),
+            SignOnLink: SignOnLink.objects.create(
+                owner=alice, issuer="https://sso.example.org", subject=secret("subject")
             ),
         },
     )
