@@ -5,23 +5,19 @@ old in-process conversion shows (+609 MB and +191 MB) without taking the machine
 
 from __future__ import annotations
 
-import http.client
 import io
-import re
-import threading
 import zipfile
-from http.cookies import SimpleCookie
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
 from memory import documents
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from tests.support.documents import nothing_written, paragraph_bomb_docx, per_page_streams_pdf
 from tests.support.processes import app_env, free_port, logged_in_chat, manage, start_daphne
+from tests.support.uploads import Browser, HealthPoller, reset_peak, status_bytes
 
 MB = 1024 * 1024
 # What an upload of these bombs (at most 0.6 MB) may add to the web process's peak
@@ -29,19 +25,6 @@ MB = 1024 * 1024
 GROWTH_BOUND = 32 * MB
 PDF_PAGES = 8  # of 70 MB each once unpacked: 560 MB for a 550 KB file
 DOCX_PARAGRAPHS = 2_000_000  # 12 MB of XML, 50 KB zipped; the issue's had 9 million
-
-
-def status_kb(pid: int | str, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    raise LookupError(field)
-
-
-def reset_peak(pid: int | str) -> int:
-    """Start the process's peak RSS (VmHWM) afresh; its RSS now."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return status_kb(pid, "VmRSS")
 
 
 @pytest.fixture
@@ -67,7 +50,7 @@ def upload_peak_growth(client, name: str, data: bytes) -> tuple[str, int]:
     upload(client, "warm-up.pdf", b"not a PDF")  # the view's first-time costs
     before = reset_peak("self")
     page = upload(client, name, data).content.decode()
-    return page, status_kb("self", "VmHWM") - before
+    return page, status_bytes("self", "VmHWM") - before
 
 
 def test_a_pdf_of_per_page_streams_is_refused_without_growing_the_web_process(
@@ -129,67 +112,6 @@ def test_an_html_page_of_too_many_elements_is_refused(alice, workspace):
 # Through daphne: /healthz answers while the bombs are converted --------------------
 
 
-class HealthPoller(threading.Thread):
-    """Asks /healthz over and over until stopped: the answers and the failures."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.port = port
-        self.answers = 0
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-            try:
-                connection.request("GET", "/healthz")
-                connection.getresponse().read()  # 200, or 503: no job cluster here
-                self.answers += 1
-            except OSError as exc:
-                self.failures.append(repr(exc))
-            finally:
-                connection.close()
-            self.stop.wait(0.02)
-
-
-class Browser:
-    """One connection to daphne with the cookies it was given (the flash messages
-    travel in one), as a browser keeps them."""
-
-    def __init__(self, port: int, session: str) -> None:
-        self.port = port
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        self.cookies = SimpleCookie({"sessionid": session})
-
-    def request(self, method: str, path: str, body: bytes | None = None, **headers: str):
-        cookie = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
-        self.connection.request(method, path, body=body, headers={**headers, "Cookie": cookie})
-        response = self.connection.getresponse()
-        for header in response.headers.get_all("Set-Cookie") or []:
-            self.cookies.load(header)
-        return response, response.read().decode()
-
-    def post_document(self, name: str, data: bytes) -> str:
-        """The files page's form, posted: the refusal shown on the page it leads to."""
-        self.request("GET", "/memory/files/")
-        csrf = self.cookies["csrftoken"].value
-        document = SimpleUploadedFile(name, data)
-        fields = {"agent": "main", "csrfmiddlewaretoken": csrf, "document": document}
-        origin = f"http://127.0.0.1:{self.port}"
-        body = encode_multipart(BOUNDARY, fields)
-        answer, _ = self.request(
-            "POST",
-            "/memory/files/upload/",
-            body,
-            Origin=origin,
-            **{"Content-Type": MULTIPART_CONTENT},
-        )
-        assert answer.status == 302, answer.status
-        _, page = self.request("GET", answer.getheader("Location") or "/")
-        return " ".join(re.findall(r"Not added to memory: [^<]*", page))
-
-
 @pytest.mark.slow
 def test_the_server_answers_healthz_and_keeps_its_memory_during_the_bombs(tmp_path):
     env = app_env(tmp_path)
@@ -200,22 +122,19 @@ def test_the_server_answers_healthz_and_keeps_its_memory_during_the_bombs(tmp_pa
         server = start_daphne(env, port, log)
     try:
         browser = Browser(port, session)
-        browser.post_document("warm-up.pdf", b"not a PDF")  # first-time costs
+        browser.add_document("warm-up.pdf", b"not a PDF")  # first-time costs
         before = reset_peak(server.pid)
         refusals = []
         for name, bomb in [
             ("bomb.pdf", per_page_streams_pdf(PDF_PAGES)),
             ("bomb.docx", paragraph_bomb_docx(DOCX_PARAGRAPHS)),
         ]:
-            poller = HealthPoller(port)
-            poller.start()
-            try:
-                refusals.append(browser.post_document(name, bomb))
-            finally:
-                poller.stop.set()
-                poller.join()
-            assert poller.answers >= 1 and poller.failures == [], (name, poller.failures)
-        growth = status_kb(server.pid, "VmHWM") - before
+            with HealthPoller(port, interval=0.02) as health:
+                refusals.append(browser.add_document(name, bomb))
+            # No timing here (bench/document_bombs.py has it): each was answered.
+            assert health.latencies and health.failures == [], (name, health.failures)
+        growth = status_bytes(server.pid, "VmHWM") - before
+        browser.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
