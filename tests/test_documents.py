@@ -25,7 +25,7 @@ from neotask_site.history import Actor
 from neotask_site.models import Change
 from sessions_app.chat import start_chat
 from sessions_app.models import Agent
-from tests.support.documents import BUDGET_PDF, make_pdf
+from tests.support.documents import BUDGET_PDF, make_pdf, nothing_written
 from tests.support.scripted_llm import Reply
 from tests.support.websocket import ignore
 
@@ -69,16 +69,6 @@ def rewritten_zip(data: bytes, replace: dict[str, bytes]) -> bytes:
         for name, content in replace.items():
             target.writestr(name, content, compress_type=zipfile.ZIP_DEFLATED)
     return out.getvalue()
-
-
-def nothing_written(owner, workspace: Path) -> bool:
-    docs = workspace / "memory" / "docs"
-    return (
-        not (docs.exists() and any(docs.iterdir()))
-        and not MemoryFile.objects.filter(owner=owner).exists()
-        and not MemoryChunk.objects.filter(owner=owner).exists()
-        and not Change.objects.filter(owner=owner).exists()
-    )
 
 
 @pytest.fixture

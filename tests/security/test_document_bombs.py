@@ -1,0 +1,143 @@
+"""Issue 40, H1 and M1: a document that unpacks to gigabytes is converted in a child
+process under limits, refused with the reason, and costs the web process no more
+than the upload and the Markdown: the bombs are built here, small enough that the
+old in-process conversion shows (+609 MB and +191 MB) without taking the machine."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from memory import documents
+from memory.workspace import workspace_dir
+from neotask_site.history import Actor
+from tests.support.documents import nothing_written, paragraph_bomb_docx, per_page_streams_pdf
+from tests.support.processes import app_env, free_port, logged_in_chat, manage, start_daphne
+from tests.support.uploads import Browser, HealthPoller, reset_peak, status_bytes
+
+MB = 1024 * 1024
+# What an upload of these bombs (at most 0.6 MB) may add to the web process's peak
+# RSS: the upload and the answer, with room to spare. In process, they took +609 MB.
+GROWTH_BOUND = 32 * MB
+PDF_PAGES = 8  # of 70 MB each once unpacked: 560 MB for a 550 KB file
+DOCX_PARAGRAPHS = 2_000_000  # 12 MB of XML, 50 KB zipped; the issue's had 9 million
+
+
+@pytest.fixture
+def workspace(alice) -> Path:
+    return workspace_dir(alice.pk, "main", create=False)
+
+
+def upload(client, name: str, data: bytes):
+    return client.post(
+        "/memory/files/upload/",
+        {"agent": "main", "document": SimpleUploadedFile(name, data)},
+        follow=True,
+    )
+
+
+def add(owner, name: str, data: bytes) -> str:
+    return documents.add_document(owner, "main", name, data, Actor.user(owner))
+
+
+def upload_peak_growth(client, name: str, data: bytes) -> tuple[str, int]:
+    """The page after uploading the document, and how far the upload raised this
+    process's peak RSS above what it held before."""
+    upload(client, "warm-up.pdf", b"not a PDF")  # the view's first-time costs
+    before = reset_peak("self")
+    page = upload(client, name, data).content.decode()
+    return page, status_bytes("self", "VmHWM") - before
+
+
+def test_a_pdf_of_per_page_streams_is_refused_without_growing_the_web_process(
+    alice, alice_client, workspace
+):
+    page, growth = upload_peak_growth(alice_client, "bomb.pdf", per_page_streams_pdf(PDF_PAGES))
+
+    assert growth < GROWTH_BOUND, f"+{growth // MB} MB"
+    assert (
+        "Not added to memory: bomb.pdf is refused: its streams unpack to more than 100 MB "
+        "(a possible decompression bomb)." in page
+    )
+    assert nothing_written(alice, workspace)
+
+
+def test_a_docx_of_millions_of_empty_paragraphs_is_refused_without_growing_the_web_process(
+    alice, alice_client, workspace
+):
+    bomb = paragraph_bomb_docx(DOCX_PARAGRAPHS)
+    page, growth = upload_peak_growth(alice_client, "bomb.docx", bomb)
+
+    assert growth < GROWTH_BOUND, f"+{growth // MB} MB"
+    assert (
+        "Not added to memory: bomb.docx has more than 100,000 paragraphs: "
+        "split it and upload the parts." in page
+    )
+    assert nothing_written(alice, workspace)
+
+
+def test_a_docx_part_of_too_many_elements_is_refused(alice, workspace):
+    # Not the body: python-docx parses the styles too.
+    styles = (
+        b'<w:styles xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        + b'<w:style w:type="paragraph" w:styleId="s"/>' * 1_000_001
+        + b"</w:styles>"
+    )
+    bomb = rewritten_zip(paragraph_bomb_docx(0), {"word/styles.xml": styles})
+    with pytest.raises(documents.DocumentError, match="has more than 1,000,000 XML elements"):
+        add(alice, "styles.docx", bomb)
+    assert nothing_written(alice, workspace)
+
+
+def rewritten_zip(data: bytes, replace: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for item in source.infolist():
+            content = replace.get(item.filename, source.read(item.filename))
+            target.writestr(item.filename, content, compress_type=zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def test_an_html_page_of_too_many_elements_is_refused(alice, workspace):
+    page = b"<p>One line of text.</p>" + b"<b>" * 500_001
+    with pytest.raises(documents.DocumentError, match="has more than 500,000 HTML elements"):
+        add(alice, "page.html", page)
+    assert nothing_written(alice, workspace)
+
+
+# Through daphne: /healthz answers while the bombs are converted --------------------
+
+
+@pytest.mark.slow
+def test_the_server_answers_healthz_and_keeps_its_memory_during_the_bombs(tmp_path):
+    env = app_env(tmp_path)
+    manage(env, "migrate", "-v0")
+    session, _ = logged_in_chat(env, "alice")
+    port = free_port()
+    with (tmp_path / "daphne.log").open("w") as log:
+        server = start_daphne(env, port, log)
+    try:
+        browser = Browser(port, session)
+        browser.add_document("warm-up.pdf", b"not a PDF")  # first-time costs
+        before = reset_peak(server.pid)
+        refusals = []
+        for name, bomb in [
+            ("bomb.pdf", per_page_streams_pdf(PDF_PAGES)),
+            ("bomb.docx", paragraph_bomb_docx(DOCX_PARAGRAPHS)),
+        ]:
+            with HealthPoller(port, interval=0.02) as health:
+                refusals.append(browser.add_document(name, bomb))
+            # No timing here (bench/document_bombs.py has it): each was answered.
+            assert health.latencies and health.failures == [], (name, health.failures)
+        growth = status_bytes(server.pid, "VmHWM") - before
+        browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert growth < GROWTH_BOUND, f"+{growth // MB} MB"
+    assert "bomb.pdf is refused: its streams unpack to more than 100 MB" in refusals[0]
+    assert "bomb.docx has more than 100,000 paragraphs" in refusals[1]
