@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.text import get_valid_filename
 
 from importers import uploads
+from importers.archive.reading import manifest_digest
 from importers.models import ExportJob, ImportedArchive, ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
 from neotask_site.ownership import Owner
@@ -228,12 +229,24 @@ def expire_stale(owner: Owner) -> None:
     for job in stale_jobs(ImportJob, owner):
         if job.kind != ImportJob.Kind.NEOTASK:
             error = STOPPED
-        elif ImportedArchive.objects.filter(job=job).exists():
+        elif archive_stored(job, owner):
             error = STOPPED_STORED
         else:
             error = STOPPED_NOTHING
         if mark_stale(job, error.format(minutes=minutes)):
             uploads.remove(job.upload_dir)
+
+
+def archive_stored(job: ImportJob, owner: Owner) -> bool:
+    """Whether the archive a job was importing had its rows stored (by this job: on
+    or after its start); an upload that cannot be read was never imported either."""
+    digest = manifest_digest(upload_path(job))
+    return (
+        digest is not None
+        and ImportedArchive.objects.owned_by(owner)
+        .filter(digest=digest, imported_at__gte=job.started_at)
+        .exists()
+    )
 
 
 def finish(

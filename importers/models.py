@@ -123,10 +123,7 @@ class ImportedArchive(OwnedModel):
     adds no row. Written in the import's transaction: it exists once the rows do."""
 
     digest = models.CharField(max_length=64)
-    filename = models.CharField(max_length=255, blank=True)  # as uploaded, for messages
-    # The job that imported it (none from the command line): a dead job's message
-    # says from this whether its rows were stored.
-    job = models.ForeignKey(ImportJob, null=True, blank=True, on_delete=models.SET_NULL)
+    label = models.CharField(max_length=255, blank=True)  # the import, as its history names it
     exported_at = models.CharField(max_length=64, blank=True)  # as the manifest says it
     imported_at = models.DateTimeField(auto_now_add=True)
 
@@ -136,4 +133,4 @@ class ImportedArchive(OwnedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.filename or self.digest[:12]} (imported {self.imported_at:%Y-%m-%d})"
+        return f"{self.label or self.digest[:12]} (imported {self.imported_at:%Y-%m-%d})"

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,8 +22,9 @@ from agent.models import TerminalAllowedPrefix
 from importers.archive import layout
 from importers.archive.reading import Archive, member_count, refused
 from importers.importer import Importer
+from importers.models import ImportedArchive
 from importers.openclaw.memory_files import place_for
-from importers.report import ImportReport
+from importers.report import ImportRefused, ImportReport
 from importers.text import cut, storable
 from memory.files.history import record_file_change
 from memory.files.indexing import index_workspace
@@ -599,6 +600,25 @@ class ArchiveImport:
                 "terminal approvals page and switch on the ones you want."
             )
 
+    def remember_archive(self) -> None:
+        """First in the transaction: a second import of the same archive waits for
+        this one's commit on the unique (owner, digest), then fails."""
+        ImportedArchive.objects.create(
+            owner=self.owner,
+            digest=self.archive.digest,
+            label=self.label[:255],
+            exported_at=str(self.archive.manifest.get("exported_at", ""))[:64],
+        )
+
+    def skip_rows(self, before: ImportedArchive) -> None:
+        """An archive imported before: its rows are there already (its memory files
+        may not be, if that import stopped after its commit)."""
+        when = timezone.localtime(before.imported_at)
+        self.report.note(
+            f"This archive was already imported on {when:%Y-%m-%d %H:%M %Z}: its rows "
+            "were not added again; only its memory files that were missing were written."
+        )
+
     # After the commit
 
     def count_memory_files(self) -> None:
@@ -641,21 +661,46 @@ class ArchiveImport:
 def run(
     path: str | Path, owner: Owner, agent_name: str, report: ImportReport, progress: Progress
 ) -> None:
-    """The archive's own agents are used: `agent_name` is not (an archive holds several)."""
+    """The archive's own agents are used: `agent_name` is not (an archive holds several).
+    An archive whose rows were imported for `owner` before adds none (ImportedArchive);
+    its memory files not there yet are written."""
     check_agent_name(agent_name)
     with Archive(Path(path)) as archive:
         archive.check()
         label = f"Neotask export {Path(path).name}"  # an upload is stored under its job's id
         work = ArchiveImport(archive, owner, report, progress, label=label)
-        work.validate()
-        with transaction.atomic():
-            work.write()
-            if report.dry_run:
-                transaction.set_rollback(True)
+        before = imported_before(owner, archive.digest)
+        if before is None:
+            work.validate()
+            try:
+                with transaction.atomic():
+                    work.remember_archive()
+                    work.write()
+                    if report.dry_run:
+                        transaction.set_rollback(True)
+            except IntegrityError:  # the same archive, imported meanwhile by another job
+                before = imported_before(owner, archive.digest)
+                if before is None:
+                    raise
+        if before is not None and report.dry_run:
+            raise ImportRefused(already_imported(before))
+        if before is not None:
+            work.skip_rows(before)
         if report.dry_run:
             work.count_memory_files()
         else:
             work.write_memory_files()
+        if before is not None and not sum(report.imported.values()):
+            raise ImportRefused(already_imported(before))
+
+
+def imported_before(owner: Owner, digest: str) -> ImportedArchive | None:
+    return ImportedArchive.objects.owned_by(owner).filter(digest=digest).first()
+
+
+def already_imported(before: ImportedArchive) -> str:
+    when = timezone.localtime(before.imported_at)
+    return f"This archive was already imported on {when:%Y-%m-%d %H:%M %Z}: nothing added."
 
 
 def total(path: str | Path) -> int:

@@ -9,6 +9,7 @@ one production takes, never skipped for a caller's transaction."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from datetime import timedelta
@@ -22,10 +23,14 @@ from django.utils import timezone
 from importers import jobs as import_jobs
 from importers.archive import jobs as archive_jobs
 from importers.archive import layout, writing
+from importers.archive.importing import import_archive
 from importers.archive.jobs import run_export
-from importers.models import ExportJob
+from importers.archive.writing import export_user
+from importers.models import ExportJob, ImportJob
 from memory import recording
 from memory.models import Event, Fact
+from memory.workspace import workspace_dir
+from scheduler.models import ScheduledTask
 from sessions_app.models import Session
 from tests.support.archives import build_user_data, lines, members
 
@@ -129,7 +134,7 @@ def test_a_dead_export_is_found_by_its_heartbeat_in_minutes():
         owner=owner,
         status=ExportJob.Status.RUNNING,
         started_at=now - timedelta(minutes=20),
-        heartbeat_at=now - import_jobs.STALE_AFTER - timedelta(seconds=5),
+        heartbeat_at=now - timedelta(minutes=6),  # beats every 30 s; stale after 5 min
     )
     dead.folder.mkdir(parents=True)
     alive = ExportJob.objects.create(
@@ -146,3 +151,109 @@ def test_a_dead_export_is_found_by_its_heartbeat_in_minutes():
     assert dead.status == ExportJob.Status.FAILED and "no heartbeat" in dead.error
     assert not dead.folder.exists()
     assert alive.status == ExportJob.Status.RUNNING
+
+
+def exported(tmp_path: Path) -> Path:
+    """An archive of a user with one of everything (memory files included)."""
+    source = User.objects.create_user("frank")
+    build_user_data(source)
+    path = tmp_path / "frank.zip"
+    export_user(source, path)
+    return path
+
+
+def queued_import(owner: User, archive: Path, **fields: object) -> ImportJob:
+    job = ImportJob.objects.create(owner=owner, kind="neotask", filename=archive.name, **fields)
+    stored = import_jobs.upload_path(job)
+    stored.parent.mkdir(parents=True)
+    shutil.copy(archive, stored)
+    return job
+
+
+def owned_rows(owner: User) -> dict[str, int]:
+    return {
+        "events": Event.objects.filter(owner=owner).count(),
+        "sessions": Session.objects.filter(owner=owner).count(),
+        "facts": Fact.objects.filter(owner=owner).count(),
+        "tasks": ScheduledTask.objects.filter(owner=owner).count(),
+    }
+
+
+def test_an_archive_imported_twice_adds_nothing_the_second_time(tmp_path):
+    archive = exported(tmp_path)
+    owner = User.objects.create_user("gina")
+    first = queued_import(owner, archive)
+    import_jobs.run_import(str(first.pk))
+    first.refresh_from_db()
+    assert first.status == ImportJob.Status.DONE, first.error
+    after_first = owned_rows(owner)
+    assert after_first["events"] > 0 and after_first["tasks"] == 1
+
+    again = queued_import(owner, archive)
+    import_jobs.run_import(str(again.pk))
+
+    again.refresh_from_db()
+    assert owned_rows(owner) == after_first
+    assert again.status == ImportJob.Status.FAILED
+    assert again.error.startswith("This archive was already imported on ")
+    assert again.error.endswith(": nothing added.")
+    # Another user may import the same archive: it is theirs once.
+    other = User.objects.create_user("hugo")
+    theirs = queued_import(other, archive)
+    import_jobs.run_import(str(theirs.pk))
+    theirs.refresh_from_db()
+    assert theirs.status == ImportJob.Status.DONE and owned_rows(other) == after_first
+
+
+def dead_import(owner: User, archive: Path, started: timedelta) -> ImportJob:
+    now = timezone.now()
+    return queued_import(
+        owner,
+        archive,
+        status=ImportJob.Status.RUNNING,
+        started_at=now - started,
+        heartbeat_at=now - timedelta(minutes=6),  # beats every 30 s; stale after 5 min
+    )
+
+
+def test_a_dead_import_that_stored_nothing_says_so_and_a_second_import_adds_it(tmp_path):
+    archive = exported(tmp_path)
+    owner = User.objects.create_user("ines")
+    dead = dead_import(owner, archive, started=timedelta(minutes=10))
+
+    import_jobs.expire_stale(owner)
+
+    dead.refresh_from_db()
+    assert dead.status == ImportJob.Status.FAILED
+    assert "no heartbeat for 5 minutes" in dead.error
+    assert "nothing of it was added" in dead.error
+    assert not dead.upload_dir.exists()
+    again = queued_import(owner, archive)
+    import_jobs.run_import(str(again.pk))
+    again.refresh_from_db()
+    assert again.status == ImportJob.Status.DONE and owned_rows(owner)["events"] > 0
+
+
+def test_a_dead_import_past_its_commit_says_a_second_import_is_safe_and_it_is(tmp_path):
+    """The worker died after the rows' commit, before the memory files: the message
+    says so, and importing again adds no row but writes the missing files."""
+    archive = exported(tmp_path)
+    owner = User.objects.create_user("jon")
+    dead = dead_import(owner, archive, started=timedelta(minutes=10))
+    import_archive(archive, owner)  # what the dead job had done: rows and files
+    rows = owned_rows(owner)
+    memory = workspace_dir(owner.pk, "main") / "MEMORY.md"
+    memory.unlink()  # …all but its memory files, say
+
+    import_jobs.expire_stale(owner)
+
+    dead.refresh_from_db()
+    assert dead.status == ImportJob.Status.FAILED
+    assert "after the archive's rows were stored" in dead.error
+    assert "its rows are not added twice" in dead.error
+    again = queued_import(owner, archive)
+    import_jobs.run_import(str(again.pk))
+    again.refresh_from_db()
+    assert again.status == ImportJob.Status.DONE, again.error
+    assert owned_rows(owner) == rows and memory.is_file()
+    assert any("already imported" in note for note in again.report["notes"])
