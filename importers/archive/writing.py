@@ -194,13 +194,17 @@ def snapshot() -> Iterator[None]:
     else:
         # Django's transactions take SQLite's write lock at once (BEGIN IMMEDIATE, see
         # neotask_site/profiles.py), which would stop every chat for the export's length;
-        # a deferred one reads WAL's snapshot and lets them write.
+        # a deferred one reads WAL's snapshot and lets them write. A write in it would
+        # take the lock until the end (or fail, once another connection has written):
+        # query_only makes one fail at once, as READ ONLY does on PostgreSQL.
         with connection.cursor() as cursor:
             cursor.execute("BEGIN DEFERRED")
+            cursor.execute("PRAGMA query_only = ON")
         try:
             yield
         finally:
             with connection.cursor() as cursor:
+                cursor.execute("PRAGMA query_only = OFF")
                 cursor.execute("COMMIT")
 
 

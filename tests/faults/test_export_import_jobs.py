@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from importers import jobs as import_jobs
@@ -125,6 +125,18 @@ def test_an_export_beside_a_writer_succeeds_without_the_write_lock(monkeypatch):
     assert "written meanwhile" not in json.dumps(exported)
     assert manifest["counts"]["facts"] == facts_before
     assert Fact.objects.filter(owner=owner).count() == facts_before + 2
+
+
+def test_a_write_inside_the_export_snapshot_fails_at_once():
+    """Nothing may write on the snapshot's connection: it would take SQLite's write
+    lock until the export ends. It fails at once instead, and the connection goes on."""
+    owner = User.objects.create_user("fay")
+
+    with pytest.raises(DatabaseError), writing.snapshot():
+        Fact.objects.create(owner=owner, category="home", key="city", value="Lyon")
+
+    assert not Fact.objects.filter(owner=owner).exists()
+    Fact.objects.create(owner=owner, category="home", key="city", value="Lyon")
 
 
 def test_a_dead_export_is_found_by_its_heartbeat_in_minutes():
