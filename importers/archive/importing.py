@@ -565,7 +565,7 @@ class ArchiveImport:
         condensed marked consolidated: consolidation does not summarise them again,
         and deleting one deletes the summary (memory.forgetting), as for native ones."""
         links = []
-        released = timezone.now()
+        now = timezone.now()
         for summary, carried in self.condensing:
             sources = carried if carried is not None else self.sources_by_range(summary)
             new = [self.imported_events[old] for old in sources if old in self.imported_events]
@@ -578,7 +578,7 @@ class ArchiveImport:
                 # An older archive: what its summary condensed was consolidated.
                 Event.objects.filter(
                     pk__in=[event.pk for event in new], consolidated_at__isnull=True
-                ).update(consolidated_at=released)
+                ).update(consolidated_at=now)
         Event.condensed.through.objects.bulk_create(links, batch_size=BATCH)
 
     def sources_by_range(self, summary: Event) -> list[int]:
