@@ -135,6 +135,7 @@ class JobProgress:
                         written, beaten = done, now
                     except DatabaseError:  # SQLite's write lock held by the import: later
                         log.info("job %s: heartbeat not written", self.job.pk, exc_info=True)
+                        connection.close()  # a fresh one next time, if this one broke
                 if self.stopped.wait(PROGRESS_EVERY):
                     return
         finally:
