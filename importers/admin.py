@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from importers.models import ExportJob, ImportJob
+from importers.models import ExportJob, ImportedArchive, ImportJob
 from neotask_site.ownership import OwnedAdmin
 
 
@@ -18,6 +18,7 @@ class ImportJobAdmin(OwnedAdmin):
         "error",
         "created_at",
         "started_at",
+        "heartbeat_at",
         "finished_at",
     ]
 
@@ -40,8 +41,23 @@ class ExportJobAdmin(OwnedAdmin):
         "error",
         "created_at",
         "started_at",
+        "heartbeat_at",
         "finished_at",
     ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(ImportedArchive)
+class ImportedArchiveAdmin(OwnedAdmin):
+    """Archives imported per user: deleting one lets its user import it again (after
+    deleting what it added, say)."""
+
+    list_display = ["label", "imported_at", "exported_at", "owner"]
+    list_filter = ["owner"]
+    search_fields = ["label", "digest"]
+    readonly_fields = ["digest", "label", "exported_at", "imported_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -4,17 +4,22 @@ stored on the `ImportJob` row the page polls."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path, PurePath
+from typing import TypeVar
 
 from django.core.exceptions import SuspiciousFileOperation
+from django.db import DatabaseError, OperationalError, connection
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import get_valid_filename
 
 from importers import uploads
-from importers.models import ExportJob, ImportJob
+from importers.archive.reading import manifest_digest
+from importers.models import ExportJob, ImportedArchive, ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
@@ -24,6 +29,11 @@ log = logging.getLogger(__name__)
 # Longer than any upload takes to import; the cluster's default (300 s) is not.
 JOB_TIMEOUT = 4 * 60 * 60
 PROGRESS_EVERY = 1.0  # seconds between progress writes
+# A running job writes its heartbeat at least this often (seconds); one whose
+# heartbeat is older than STALE_AFTER has lost its worker (SQLite: or has held its
+# write lock that long, see docs/data.md).
+HEARTBEAT_EVERY = 30.0
+STALE_AFTER = timedelta(minutes=5)
 
 
 def upload_path(job: ImportJob) -> Path:
@@ -69,33 +79,82 @@ def start(
 
 
 class JobProgress:
-    """A job's progress callback (an import's or an export's): counts, and writes
-    to the job row at most once a second."""
+    """A job's progress callback (an import's or an export's) and its heartbeat. It
+    counts; a thread of its own writes the count and the time to the job row, on a
+    database connection of its own, at most once a second and at least every
+    HEARTBEAT_EVERY: outside the job's transactions (an export's read-only snapshot,
+    an import's write), so the page sees it move, the snapshot takes no write lock,
+    and a job whose heartbeat stops is found dead in minutes (expire_stale).
+
+    Used as a context manager around the work. A job run inside a caller's
+    transaction (a test's) writes inline instead: no other connection could see its
+    row, and on SQLite one would wait for that transaction's write lock."""
 
     def __init__(self, job: ImportJob | ExportJob) -> None:
         self.job = job
         self.done = 0
         self.written_at = 0.0
+        self.inline = False
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
 
     def __call__(self, count: int) -> None:
         self.done += count
         now = time.monotonic()
-        if now - self.written_at >= PROGRESS_EVERY:
+        if self.inline and now - self.written_at >= PROGRESS_EVERY:
             self.written_at = now
-            type(self.job).objects.filter(pk=self.job.pk).update(progress_done=self.done)
+            self.write(self.done)
+
+    def __enter__(self) -> JobProgress:
+        self.inline = connection.in_atomic_block
+        if not self.inline:
+            self.thread = threading.Thread(
+                target=self.beat, name=f"heartbeat {self.job.pk}", daemon=True
+            )
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def write(self, done: int) -> None:
+        type(self.job).objects.filter(pk=self.job.pk, status=self.job.Status.RUNNING).update(
+            progress_done=done, heartbeat_at=timezone.now()
+        )
+
+    def beat(self) -> None:
+        written, beaten = -1, 0.0
+        try:
+            while True:
+                done, now = self.done, time.monotonic()
+                if done != written or now - beaten >= HEARTBEAT_EVERY:
+                    try:
+                        self.write(done)
+                        written, beaten = done, now
+                    except DatabaseError:  # SQLite's write lock held by the import: later
+                        log.info("job %s: heartbeat not written", self.job.pk, exc_info=True)
+                        connection.close()  # a fresh one next time, if this one broke
+                if self.stopped.wait(PROGRESS_EVERY):
+                    return
+        finally:
+            connection.close()  # this thread's own
 
 
 def run_import(job_id: str) -> None:
     """The job: import the upload, store the report, remove the upload."""
+    now = timezone.now()
     started = ImportJob.objects.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
-        status=ImportJob.Status.RUNNING, started_at=timezone.now()
+        status=ImportJob.Status.RUNNING, started_at=now, heartbeat_at=now
     )
     if not started:
         return  # done, or another worker has it (the broker delivered it twice)
     job = ImportJob.objects.select_related("owner").get(pk=job_id)
     progress = JobProgress(job)
     try:
-        report = run(job, progress)
+        with progress:
+            report = run(job, progress)
     except ImportRefused as exc:
         finish(job, progress.done, error=str(exc))
     except ImportStopped as exc:  # failed, with the report of what it finished
@@ -123,22 +182,76 @@ def run(job: ImportJob, progress: Progress) -> ImportReport:
 
 
 STOPPED = (
-    "The import stopped without finishing (its worker was stopped, or it ran past "
-    "the job timeout). Sessions it finished are kept; import the file again to add "
+    "The import stopped without finishing: its worker was stopped (no heartbeat for "
+    "{minutes} minutes). Sessions it finished are kept; import the file again to add "
     "the rest: nothing is imported twice."
 )
+STOPPED_STORED = (
+    "The import stopped without finishing: its worker was stopped (no heartbeat for "
+    "{minutes} minutes) after the archive's rows were stored; memory files may be "
+    "missing. Import the file again: its rows are not added twice, and the memory "
+    "files it had not written yet are."
+)
+STOPPED_NOTHING = (
+    "The import stopped without finishing: its worker was stopped (no heartbeat for "
+    "{minutes} minutes) before the archive's rows were stored, so nothing of it was "
+    "added. Import the file again."
+)
+StaleJob = TypeVar("StaleJob", ImportJob, ExportJob)
+
+
+def stale_jobs(model: type[StaleJob], owner: Owner) -> list[StaleJob]:
+    """The owner's running jobs whose heartbeat stopped STALE_AFTER ago (or that never
+    beat since they started): their worker died, or was stopped."""
+    return list(model.objects.owned_by(owner).filter(stale_condition()))
+
+
+def stale_condition() -> Q:
+    cutoff = timezone.now() - STALE_AFTER
+    return Q(status="running") & (
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+
+
+def mark_stale(job: StaleJob, error: str) -> bool:
+    """Fail the job unless it beat meanwhile; whether it was failed."""
+    try:
+        return bool(
+            type(job)
+            .objects.filter(stale_condition(), pk=job.pk)
+            .update(status="failed", error=error, finished_at=timezone.now())
+        )
+    except OperationalError:  # SQLite's write lock held (by the import itself?): next look
+        log.info("job %s: not marked failed yet", job.pk, exc_info=True)
+        return False
 
 
 def expire_stale(owner: Owner) -> None:
-    """A job whose worker died stays "running" for ever; past the job timeout it
-    cannot still be running, so it failed."""
-    cutoff = timezone.now() - timedelta(seconds=JOB_TIMEOUT)
-    stale = ImportJob.objects.owned_by(owner).filter(
-        status=ImportJob.Status.RUNNING, started_at__lt=cutoff
+    """A job whose worker died stays "running" for ever; one whose heartbeat stopped
+    failed, and its message says what it left (an archive's rows are all stored or
+    none: ImportedArchive tells which)."""
+    minutes = int(STALE_AFTER.total_seconds() // 60)
+    for job in stale_jobs(ImportJob, owner):
+        if job.kind != ImportJob.Kind.NEOTASK:
+            error = STOPPED
+        elif archive_stored(job, owner):
+            error = STOPPED_STORED
+        else:
+            error = STOPPED_NOTHING
+        if mark_stale(job, error.format(minutes=minutes)):
+            uploads.remove(job.upload_dir)
+
+
+def archive_stored(job: ImportJob, owner: Owner) -> bool:
+    """Whether the archive a job was importing had its rows stored (by this job: on
+    or after its start); an upload that cannot be read was never imported either."""
+    digest = manifest_digest(upload_path(job))
+    return (
+        digest is not None
+        and ImportedArchive.objects.owned_by(owner)
+        .filter(digest=digest, imported_at__gte=job.started_at)
+        .exists()
     )
-    for job in stale:
-        uploads.remove(job.upload_dir)
-    stale.update(status=ImportJob.Status.FAILED, error=STOPPED, finished_at=timezone.now())
 
 
 def finish(

@@ -38,6 +38,8 @@ class ImportJob(OwnedModel):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Written by the running job (importers.jobs.JobProgress): stale, its worker died.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -83,6 +85,8 @@ class ExportJob(OwnedModel):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Written by the running job (importers.jobs.JobProgress): stale, its worker died.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -111,3 +115,22 @@ class ExportJob(OwnedModel):
         if not self.progress_total:
             return None
         return min(100, self.progress_done * 100 // self.progress_total)
+
+
+class ImportedArchive(OwnedModel):
+    """A Neotask export archive whose rows were imported for its owner, known by the
+    sha256 of its manifest (which holds every member's sha256): importing it again
+    adds no row. Written in the import's transaction: it exists once the rows do."""
+
+    digest = models.CharField(max_length=64)
+    label = models.CharField(max_length=255, blank=True)  # the import, as its history names it
+    exported_at = models.CharField(max_length=64, blank=True)  # as the manifest says it
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "digest"], name="imported_archive_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label or self.digest[:12]} (imported {self.imported_at:%Y-%m-%d})"

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,14 +22,15 @@ from agent.models import TerminalAllowedPrefix
 from importers.archive import layout
 from importers.archive.reading import Archive, member_count, refused
 from importers.importer import Importer
+from importers.models import ImportedArchive
 from importers.openclaw.memory_files import place_for
-from importers.report import ImportReport
+from importers.report import ImportRefused, ImportReport
 from importers.text import cut, storable
 from memory.files.history import record_file_change
 from memory.files.indexing import index_workspace
 from memory.files.paths import memory_path, skip_reason_for, write_memory_file
 from memory.files.workspace_fs import MemoryPathError
-from memory.models import Event, EventType, Fact, Macro
+from memory.models import Event, EventType, Fact, Macro, default_importance
 from memory.recording import draft, record_many
 from memory.workspace import check_agent_name, is_agent_name, workspace_dir
 from neotask_site.history import Actor
@@ -42,6 +43,9 @@ from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 
 BATCH = 500  # events per insert
+MAX_CONDENSED = 100_000  # sources of one summary
+# A summary's or compaction's data naming events and sessions by their archive ids.
+EVENT_ID_KEYS = ("first_event_id", "last_event_id")
 PROMOTED = ("tool_calls", "tool_call_id", "is_error", "usage")  # transcripts' own fields
 
 
@@ -85,6 +89,20 @@ def count(record: dict[str, Any], name: str) -> int:
     value = number(record, name, 0)
     if not isinstance(value, int):
         raise BadRecord(f"{name!r} must be a whole number")
+    return value
+
+
+def event_ids(record: dict[str, Any], name: str) -> list[int] | None:
+    """A list of archive event ids (a summary's sources); None when absent."""
+    value = record.get(name)
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_CONDENSED
+        or not all(isinstance(item, int) and not isinstance(item, bool) for item in value)
+    ):
+        raise BadRecord(f"{name!r} must be a list of at most {MAX_CONDENSED} event ids")
     return value
 
 
@@ -177,6 +195,8 @@ def event_fields(record: dict[str, Any]) -> dict[str, Any]:
         "created_at": moment(record, "timestamp", required=True),
         "importance": number(record, "importance", 0.0, 1.0),
         "tool_name": optional_text(record, "tool_name", 128),
+        "consolidated_at": moment(record, "consolidated_at"),
+        "condensed": event_ids(record, "condensed"),
     }
 
 
@@ -286,6 +306,11 @@ class ArchiveImport:
     agents: dict[str, Agent] = field(default_factory=dict)
     task_ids: dict[str, str] = field(default_factory=dict)  # archive's id → new id
     imported_events: dict[int, Event] = field(default_factory=dict)  # archive id → event
+    sessions: dict[str, Session] = field(default_factory=dict)  # archive id → session
+    # Summaries and compactions, with their sources' archive ids (None: not carried,
+    # an archive written before they were), linked once every session is written.
+    condensing: list[tuple[Event, list[int] | None]] = field(default_factory=list)
+    raised: int = 0  # events whose importance the archive set above their type's
     label: str = "Neotask export"  # the import, as the history and provenance name it
 
     @property
@@ -498,10 +523,13 @@ class ArchiveImport:
                 links.append((session, head.continues_from))
             batch: list[Event] = []
             for fields in events:
-                old_id = fields.pop("old_id")
+                old_id, condensed = fields.pop("old_id"), fields.pop("condensed")
+                fields["importance"] = self.capped(fields["event_type"], fields["importance"])
                 event = draft(self.owner, str(session.pk), agent=agent.name, **fields)
                 if old_id is not None:
-                    self.imported_events[old_id] = event  # for facts from it (provenance)
+                    self.imported_events[old_id] = event  # for facts and summaries from it
+                if event.event_type in (EventType.SUMMARY, EventType.COMPACTION):
+                    self.condensing.append((event, condensed))
                 batch.append(event)
                 if len(batch) >= BATCH:
                     self.write_events(batch)
@@ -514,6 +542,88 @@ class ArchiveImport:
         for session, previous in links:
             if previous in new_ids:
                 Session.objects.filter(pk=session.pk).update(continues_from=new_ids[previous])
+        self.sessions = new_ids
+        self.link_summaries()
+        if self.raised:
+            self.report.note(
+                f"{self.raised} event(s) came pinned or above their kind's importance: "
+                "imported at the usual importance (pin again the ones you want)."
+            )
+
+    def capped(self, event_type: str, importance: float) -> float:
+        """An event's importance, at most its type's default: what recall puts before
+        the agent (a pinned event, always) is a person's choice here, never a file's."""
+        usual = default_importance(event_type)
+        if importance > usual:
+            self.raised += 1
+            return usual
+        return importance
+
+    def link_summaries(self) -> None:
+        """Each imported summary (and compaction) linked to the imported events it
+        condensed, its data's ids made this instance's, and the events a summary
+        condensed marked consolidated: consolidation does not summarise them again,
+        and deleting one deletes the summary (memory.forgetting), as for native ones."""
+        links = []
+        now = timezone.now()
+        for summary, carried in self.condensing:
+            sources = carried if carried is not None else self.sources_by_range(summary)
+            new = [self.imported_events[old] for old in sources if old in self.imported_events]
+            links += [
+                Event.condensed.through(from_event_id=summary.pk, to_event_id=event.pk)
+                for event in new
+            ]
+            Event.objects.filter(pk=summary.pk).update(data=self.remapped(summary.data))
+            if carried is None and summary.event_type == EventType.SUMMARY:
+                # An older archive: what its summary condensed was consolidated.
+                Event.objects.filter(
+                    pk__in=[event.pk for event in new], consolidated_at__isnull=True
+                ).update(consolidated_at=now)
+        Event.condensed.through.objects.bulk_create(links, batch_size=BATCH)
+
+    def sources_by_range(self, summary: Event) -> list[int]:
+        """A summary of an archive that carries no sources: its session's turns between
+        its first and last event (consolidation's own range, memory.forgetting)."""
+        data = summary.data if isinstance(summary.data, dict) else {}
+        first, last = data.get("first_event_id"), data.get("last_event_id")
+        if summary.event_type != EventType.SUMMARY:
+            return []
+        if not isinstance(first, int) or not isinstance(last, int):
+            return []
+        return [
+            old
+            for old, event in self.imported_events.items()
+            if first <= old <= last
+            and event.session_id == summary.session_id
+            and event.event_type in EventType.TURNS
+        ]
+
+    def remapped(self, data: Any) -> Any:
+        """A summary's data with the archive's event and session ids made the imported
+        ones' (or left out when they are not in the archive): never another row's id."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in EVENT_ID_KEYS:
+            if key in data:
+                event = self.imported_events.get(data[key]) if isinstance(data[key], int) else None
+                if event is None:
+                    del data[key]
+                else:
+                    data[key] = event.pk
+        if isinstance(data.get("carried_over"), list):
+            data["carried_over"] = [
+                self.imported_events[old].pk
+                for old in data["carried_over"]
+                if isinstance(old, int) and old in self.imported_events
+            ]
+        if "continues_from" in data:
+            session = self.sessions.get(str(data["continues_from"]))
+            if session is None:
+                del data["continues_from"]
+            else:
+                data["continues_from"] = str(session.pk)
+        return data
 
     def write_events(self, batch: list[Event]) -> None:
         record_many(batch)
@@ -599,6 +709,25 @@ class ArchiveImport:
                 "terminal approvals page and switch on the ones you want."
             )
 
+    def remember_archive(self) -> None:
+        """First in the transaction: a second import of the same archive waits for
+        this one's commit on the unique (owner, digest), then fails."""
+        ImportedArchive.objects.create(
+            owner=self.owner,
+            digest=self.archive.digest,
+            label=self.label[:255],
+            exported_at=str(self.archive.manifest.get("exported_at", ""))[:64],
+        )
+
+    def skip_rows(self, before: ImportedArchive) -> None:
+        """An archive imported before: its rows are there already (its memory files
+        may not be, if that import stopped after its commit)."""
+        when = timezone.localtime(before.imported_at)
+        self.report.note(
+            f"This archive was already imported on {when:%Y-%m-%d %H:%M %Z}: its rows "
+            "were not added again; only its memory files that were missing were written."
+        )
+
     # After the commit
 
     def count_memory_files(self) -> None:
@@ -641,21 +770,46 @@ class ArchiveImport:
 def run(
     path: str | Path, owner: Owner, agent_name: str, report: ImportReport, progress: Progress
 ) -> None:
-    """The archive's own agents are used: `agent_name` is not (an archive holds several)."""
+    """The archive's own agents are used: `agent_name` is not (an archive holds several).
+    An archive whose rows were imported for `owner` before adds none (ImportedArchive);
+    its memory files not there yet are written."""
     check_agent_name(agent_name)
     with Archive(Path(path)) as archive:
         archive.check()
         label = f"Neotask export {Path(path).name}"  # an upload is stored under its job's id
         work = ArchiveImport(archive, owner, report, progress, label=label)
-        work.validate()
-        with transaction.atomic():
-            work.write()
-            if report.dry_run:
-                transaction.set_rollback(True)
+        before = imported_before(owner, archive.digest)
+        if before is None:
+            work.validate()
+            try:
+                with transaction.atomic():
+                    work.remember_archive()
+                    work.write()
+                    if report.dry_run:
+                        transaction.set_rollback(True)
+            except IntegrityError:  # the same archive, imported meanwhile by another job
+                before = imported_before(owner, archive.digest)
+                if before is None:
+                    raise
+        if before is not None and report.dry_run:
+            raise ImportRefused(already_imported(before))
+        if before is not None:
+            work.skip_rows(before)
         if report.dry_run:
             work.count_memory_files()
         else:
             work.write_memory_files()
+        if before is not None and not sum(report.imported.values()):
+            raise ImportRefused(already_imported(before))
+
+
+def imported_before(owner: Owner, digest: str) -> ImportedArchive | None:
+    return ImportedArchive.objects.owned_by(owner).filter(digest=digest).first()
+
+
+def already_imported(before: ImportedArchive) -> str:
+    when = timezone.localtime(before.imported_at)
+    return f"This archive was already imported on {when:%Y-%m-%d %H:%M %Z}: nothing added."
 
 
 def total(path: str | Path) -> int:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-from datetime import timedelta
 
 from django.utils import timezone
 
 from importers.archive.writing import export_user, total_steps
-from importers.jobs import JOB_TIMEOUT, JobProgress
+from importers.jobs import JOB_TIMEOUT, STALE_AFTER, JobProgress, mark_stale, stale_jobs
 from importers.models import ExportJob
 from neotask_site.ownership import Owner
 
@@ -18,8 +17,8 @@ log = logging.getLogger(__name__)
 
 KEEP_EXPORTS = 3  # finished exports kept per user: a newer one replaces the oldest
 STOPPED = (
-    "The export stopped without finishing (its worker was stopped, or it ran past the "
-    "job timeout). Start another one."
+    "The export stopped without finishing: its worker was stopped (no heartbeat for "
+    "{minutes} minutes). Start another one."
 )
 
 
@@ -44,8 +43,9 @@ def start(owner: Owner) -> ExportJob:
 
 def run_export(job_id: str) -> None:
     """The job: write the archive under the job's folder, then mark it ready."""
+    now = timezone.now()
     started = ExportJob.objects.filter(pk=job_id, status=ExportJob.Status.QUEUED).update(
-        status=ExportJob.Status.RUNNING, started_at=timezone.now()
+        status=ExportJob.Status.RUNNING, started_at=now, heartbeat_at=now
     )
     if not started:
         return  # done, or another worker has it (the broker delivered it twice)
@@ -55,7 +55,8 @@ def run_export(job_id: str) -> None:
     name = archive_name(job)
     try:
         job.folder.mkdir(parents=True, exist_ok=True)
-        counts = export_user(job.owner, job.folder / name, progress)
+        with progress:  # written beside the snapshot, never in it
+            counts = export_user(job.owner, job.folder / name, progress)
     except Exception as exc:
         log.exception("export %s failed", job.pk)
         shutil.rmtree(job.folder, ignore_errors=True)
@@ -92,11 +93,8 @@ def fail(job: ExportJob, error: str) -> None:
 
 
 def expire_stale(owner: Owner) -> None:
-    """A job whose worker died stays "running" for ever; past the job timeout it failed."""
-    cutoff = timezone.now() - timedelta(seconds=JOB_TIMEOUT)
-    stale = ExportJob.objects.owned_by(owner).filter(
-        status=ExportJob.Status.RUNNING, started_at__lt=cutoff
-    )
-    for job in stale:
-        shutil.rmtree(job.folder, ignore_errors=True)
-    stale.update(status=ExportJob.Status.FAILED, error=STOPPED, finished_at=timezone.now())
+    """A job whose worker died stays "running" for ever; one whose heartbeat stopped failed."""
+    minutes = int(STALE_AFTER.total_seconds() // 60)
+    for job in stale_jobs(ExportJob, owner):
+        if mark_stale(job, STOPPED.format(minutes=minutes)):
+            shutil.rmtree(job.folder, ignore_errors=True)

@@ -52,6 +52,9 @@ class Archive:
                 "The file is not a Neotask export: not a zip archive, or a truncated one."
             ) from None
         self.manifest: dict[str, Any] = {}
+        # The sha256 of manifest.json: it lists every member's sha256, so it names
+        # the archive's content (ImportedArchive).
+        self.digest = ""
 
     def __enter__(self) -> Archive:
         return self
@@ -102,6 +105,7 @@ class Archive:
 
     def read_manifest(self) -> None:
         raw = self.read(layout.MANIFEST, layout.MAX_MANIFEST_BYTES)
+        self.digest = hashlib.sha256(raw).hexdigest()
         try:
             manifest = json.loads(raw)
         except (ValueError, RecursionError):
@@ -195,6 +199,16 @@ def member_count(path: Path) -> int:
             return len(archive.members)
     except ImportRefused:
         return 0
+
+
+def manifest_digest(path: Path) -> str | None:
+    """The archive's digest (Archive.digest); None if it has no manifest to read."""
+    try:
+        with Archive(path) as archive:
+            archive.read_manifest()
+            return archive.digest
+    except ImportRefused:
+        return None
 
 
 def check_upload(file: IO[bytes], size: int) -> None:

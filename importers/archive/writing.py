@@ -22,15 +22,16 @@ from importers.archive import layout
 from memory.files.discovery import scan_workspace
 from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
-from memory.models import Fact, Macro
+from memory.models import Event, EventType, Fact, Macro
 from memory.workspace import workspace_dir
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress, no_progress
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
-from sessions_app.transcripts import event_batches, event_line
+from sessions_app.transcripts import event_batches, event_record
 
 CHUNK = 1024 * 1024
+SUMMARIES = (EventType.SUMMARY, EventType.COMPACTION)  # events that condense others
 
 
 def stamp(value: Any) -> str | None:
@@ -111,6 +112,32 @@ def rule_record(rule: TerminalAllowedPrefix) -> dict[str, Any]:
     return {"prefix": rule.prefix, "active": rule.active, "created_at": stamp(rule.created_at)}
 
 
+def event_line(event: Event, condensed: dict[int, list[int]]) -> str:
+    """A transcript line (sessions_app.transcripts) and what only an archive carries:
+    when consolidation took the event in, and a summary's sources, so that an import
+    neither consolidates that history again nor keeps a summary of a deleted turn."""
+    record = event_record(event)
+    if event.consolidated_at is not None:
+        record["consolidated_at"] = stamp(event.consolidated_at)
+    if event.pk in condensed:
+        record["condensed"] = condensed[event.pk]
+    return json_line(record)
+
+
+def condensed_ids(batch: list[Event]) -> dict[int, list[int]]:
+    """Summary id → the ids of the events it condensed (Event.condensed), for the
+    summaries and compactions of `batch`."""
+    summaries = [event.pk for event in batch if event.event_type in SUMMARIES]
+    links: dict[int, list[int]] = {}
+    if summaries:
+        through = Event.condensed.through.objects.filter(from_event_id__in=summaries)
+        for summary, source in through.order_by("to_event_id").values_list(
+            "from_event_id", "to_event_id"
+        ):
+            links.setdefault(summary, []).append(source)
+    return links
+
+
 def json_line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False) + "\n"
 
@@ -167,13 +194,17 @@ def snapshot() -> Iterator[None]:
     else:
         # Django's transactions take SQLite's write lock at once (BEGIN IMMEDIATE, see
         # neotask_site/profiles.py), which would stop every chat for the export's length;
-        # a deferred one reads WAL's snapshot and lets them write.
+        # a deferred one reads WAL's snapshot and lets them write. A write in it would
+        # take the lock until the end (or fail, once another connection has written):
+        # query_only makes one fail at once, as READ ONLY does on PostgreSQL.
         with connection.cursor() as cursor:
             cursor.execute("BEGIN DEFERRED")
+            cursor.execute("PRAGMA query_only = ON")
         try:
             yield
         finally:
             with connection.cursor() as cursor:
+                cursor.execute("PRAGMA query_only = OFF")
                 cursor.execute("COMMIT")
 
 
@@ -195,7 +226,8 @@ def write_members(owner: Owner, staging: Staging) -> None:
         ) as out:
             out.write(json_line(session_record(session)))
             for batch in event_batches(session):
-                out.write("".join(event_line(event) for event in batch))
+                condensed = condensed_ids(batch)
+                out.write("".join(event_line(event, condensed) for event in batch))
                 staging.counts["events"] += len(batch)
         staging.counts["sessions"] += 1
         staging.progress(1)

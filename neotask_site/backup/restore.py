@@ -1,6 +1,6 @@
-"""Restoring a backup: every member checked before anything is written, then the
-database loaded (whole or not at all), then the workspaces and the secret key moved
-into place, then the rows counted against the manifest."""
+"""Restoring a backup: every member checked before anything is written, the archived
+database's rows counted against the manifest, then the database loaded (whole or not
+at all) and counted again, then the workspaces and the secret key moved into place."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from neotask_site.backup.archive import (
     workspaces_root,
 )
 from neotask_site.backup.manifest import SECRET_KEY_NAME, WORKSPACES_PREFIX
-from neotask_site.backup.snapshot import check_target, restore_database
+from neotask_site.backup.snapshot import archived_counts, check_target, restore_database
 from neotask_site.progress import Progress, no_progress
 
 
@@ -48,10 +48,12 @@ def restore_backup(archive: Path, force: bool, progress: Progress = no_progress)
     staging = Path(tempfile.mkdtemp(dir=data_dir, prefix=".restore-"))
     try:
         files = extract_archive(archive, manifest, staging, progress)
-        tables = restore_database(
-            member_path(staging, database["member"]), database["vendor"], force
-        )
-        check_counts(database["tables"], tables)
+        snapshot = member_path(staging, database["member"])
+        # Every count checked before the target is touched, and again once loaded.
+        archived = archived_counts(snapshot, database["vendor"])
+        check_counts(database["tables"], archived, "The archived database (nothing restored)")
+        tables = restore_database(snapshot, database["vendor"], force)
+        check_counts(database["tables"], tables, "The restored database")
         if workspaces.exists():  # only with --force, checked above
             os.rename(workspaces, staging / "replaced-workspaces")
         restored_workspaces = member_path(staging, WORKSPACES_PREFIX)
@@ -65,11 +67,11 @@ def restore_backup(archive: Path, force: bool, progress: Progress = no_progress)
     return Restored(manifest, tables, files, secret_key)
 
 
-def check_counts(expected: dict[str, int], restored: dict[str, int]) -> None:
+def check_counts(expected: dict[str, int], found: dict[str, int], what: str) -> None:
     wrong = [
-        f"{table}: {restored.get(table, 'no table')} rows, the backup had {count}"
+        f"{table}: {found.get(table, 'no table')} rows, the manifest says {count}"
         for table, count in expected.items()
-        if restored.get(table) != count
+        if found.get(table) != count
     ]
     if wrong:
-        raise BackupError(f"The restored database differs from the backup: {'; '.join(wrong)}.")
+        raise BackupError(f"{what} differs from the backup's manifest: {'; '.join(wrong)}.")

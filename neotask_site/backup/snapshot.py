@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -212,6 +213,69 @@ def postgres_tables() -> list[str]:
             "stop Neotask first."
         )
     return tables
+
+
+def archived_counts(snapshot: Path, vendor: str) -> dict[str, int]:
+    """Rows per table in the archived database, read without writing anything: what
+    a restore checks against the manifest before it touches the target."""
+    if vendor == "sqlite":
+        try:
+            with closing(sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)) as source:
+                return table_counts(source.cursor(), "sqlite")
+        except sqlite3.DatabaseError as exc:
+            raise BackupError(f"The archived database is damaged ({exc}).") from None
+    return dump_counts(snapshot)
+
+
+COPY = re.compile(r"^COPY (\S+) (?:\(.*\) )?FROM stdin;$")
+PARTITION_OF = re.compile(r"^CREATE TABLE (\S+) PARTITION OF (\S+)")
+ATTACH = re.compile(r"^ALTER TABLE ONLY (\S+) ATTACH PARTITION (\S+) ")
+
+
+def dump_counts(snapshot: Path) -> dict[str, int]:
+    """Rows per table of a pg_dump archive: its COPY blocks, as pg_restore prints the
+    script (no connection). A partitioned table counts its partitions' rows, as
+    count(*) does (table_counts)."""
+    process = subprocess.Popen(
+        [pg_program("pg_restore"), "--file=-", str(snapshot)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    counts: dict[str, int] = {}
+    parents: dict[str, str] = {}
+    copying: str | None = None
+    for raw in process.stdout:
+        if copying is not None:
+            if raw == b"\\.\n":
+                copying = None
+            else:
+                counts[copying] += 1
+            continue
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        if match := COPY.match(line):
+            copying = table_name(match[1])
+            counts.setdefault(copying, 0)
+        elif match := PARTITION_OF.match(line):
+            parents[table_name(match[1])] = table_name(match[2])
+        elif match := ATTACH.match(line):
+            parents[table_name(match[2])] = table_name(match[1])
+    _, errors = process.communicate()
+    if process.returncode:
+        detail = errors.decode("utf-8", "replace").strip().splitlines() or ["no detail"]
+        raise BackupError(f"pg_restore could not read the archived database: {detail[0]}")
+    for child, rows in list(counts.items()):
+        parent = parents.get(child)
+        while parent is not None:
+            counts[parent] = counts.get(parent, 0) + rows
+            parent = parents.get(parent)
+    return counts
+
+
+def table_name(qualified: str) -> str:
+    """A dump's `public."table"` as table_counts names it."""
+    name = qualified.replace('"', "")
+    return name.removeprefix("public.")
 
 
 def restore_database(snapshot: Path, vendor: str, force: bool) -> dict[str, int]:

@@ -22,7 +22,7 @@ from agent.models import (
     ModelProvider,
     TerminalAllowedPrefix,
 )
-from importers.models import ExportJob, ImportJob
+from importers.models import ExportJob, ImportedArchive, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from monitoring.models import Counter
@@ -66,6 +66,7 @@ OWNED_MODELS = [
     ApiToken,
     ImportJob,
     ExportJob,
+    ImportedArchive,
     ChatInput,
     ChatClaim,
     ForgottenEvent,
@@ -116,7 +117,10 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ApprovalRequest: ApprovalRequest.objects.create(
             owner=owner, session_id=str(session.pk), command=f"rm {tag}", prefix="rm"
         ),
-        ApiToken: ApiToken.issue(owner, f"Script {tag}")[0],
+        # Not ApiToken.issue, which records its creation: one Change row per owner here.
+        ApiToken: ApiToken.objects.create(
+            owner=owner, name=f"Script {tag}", prefix=f"{tag}{owner.pk}", secret_hash=f"{tag}"
+        ),
         McpServer: mcp_server,
         McpAllowedCall: McpAllowedCall.objects.create(
             owner=owner,
@@ -127,6 +131,9 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         ImportJob: ImportJob.objects.create(owner=owner, kind="aidaemon", filename=f"db{tag}"),
         ExportJob: ExportJob.objects.create(owner=owner, filename=f"export{tag}.zip"),
+        ImportedArchive: ImportedArchive.objects.create(
+            owner=owner, digest=f"{tag:0>64}"[-64:], label=f"Neotask export {tag}.zip"
+        ),
         ChatInput: ChatInput.objects.create(owner=owner, key=session.key, text=f"queued {tag}"),
         ChatClaim: ChatClaim.objects.create(owner=owner, key=session.key),
         ForgottenEvent: ForgottenEvent.objects.create(owner=owner, event_id=0),

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer, TerminalAllowedPrefix
 from importers.archive.writing import export_user
-from importers.models import ExportJob, ImportJob
+from importers.models import ExportJob, ImportedArchive, ImportJob
 from memory import recording, tasks
 from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
@@ -231,6 +231,9 @@ def build_alice(alice: User) -> World:
             ApiToken: token,
             ImportJob: import_job,
             ExportJob: export_job,
+            ImportedArchive: ImportedArchive.objects.create(
+                owner=alice, digest="a" * 64, label=f"Neotask export {secret('archive')}.zip"
+            ),
             # Answered, its outcome not yet read by the API call that waits for it.
             ChatInput: ChatInput.objects.create(
                 owner=alice,
