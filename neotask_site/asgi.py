@@ -12,12 +12,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from neotask_site.routing import websocket_urlpatterns  # noqa: E402
+from neotask_site.unavailable import ClosedWhenDown  # noqa: E402
 from neotask_site.websocket_origin import SameOriginValidator  # noqa: E402
 from sessions_app import mcp_server  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": mcp_server.wrap(django_asgi_app),
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": ClosedWhenDown(
+            SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

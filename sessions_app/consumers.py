@@ -8,6 +8,7 @@ same stream, whichever process runs the turn.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import reprlib
@@ -34,6 +35,7 @@ LAYER_DOWN = 4503
 class ChatConsumer(AsyncWebsocketConsumer):
     group = ""
     user_id = 0  # of a socket that joined its chat
+    resuming: asyncio.Task | None = None  # runner.resume, while the socket is open
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # Without its channel layer (Redis down) a socket can neither join its chat
@@ -64,10 +66,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         # Deactivating the account closes this socket (sessions_app.deactivation).
         await self.channel_layer.group_add(deactivation.user_group(self.user_id), self.channel_name)
-        # Inputs left queued by a process that went away run now.
-        runner.background(runner.resume(self.owner, self.key))
+        # Inputs left queued or running by a process that went away run, or end, now.
+        self.resuming = asyncio.ensure_future(runner.resume(self.owner, self.key))
 
     async def disconnect(self, code: int) -> None:
+        if self.resuming is not None:
+            self.resuming.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.channel_layer.group_discard(
