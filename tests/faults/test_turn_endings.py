@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -237,12 +238,16 @@ def healthz(port: int) -> tuple[int, dict[str, str]]:
 
 
 def test_healthz_says_the_database_is_down_when_it_cannot_write(on_a_small_disk: FullDisk) -> None:
+    """While another process keeps the database open (as the job cluster does), a
+    new connection opens and reads on a full disk: only a write shows the fault."""
     app = on_a_small_disk
-    fill(app.disk)
-    # Its write probe is kept a few seconds (monitoring.health.WRITE_CACHE_SECONDS).
-    deadline = time.monotonic() + 4 * health.WRITE_CACHE_SECONDS
-    while (answer := healthz(app.port))[1]["db"] == "ok" and time.monotonic() < deadline:
-        time.sleep(0.5)
+    with contextlib.closing(sqlite3.connect(app.disk / "neotask.sqlite3")) as cluster:
+        cluster.execute("SELECT count(*) FROM auth_user").fetchone()
+        fill(app.disk)
+        # Its write probe is kept a few seconds (monitoring.health.WRITE_CACHE_SECONDS).
+        deadline = time.monotonic() + 4 * health.WRITE_CACHE_SECONDS
+        while (answer := healthz(app.port))[1]["db"] == "ok" and time.monotonic() < deadline:
+            time.sleep(0.5)
     assert answer[0] == 503 and answer[1]["db"] == "down", answer
 
 
