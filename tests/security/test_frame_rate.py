@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 async def outputs_until_closed(socket: WebsocketCommunicator) -> tuple[list[dict], dict]:
     """The frames the server sent, and its close message."""
-    frames = []
+    frames: list[dict] = []
     while True:
         output = await socket.receive_output(timeout=10)
         if output["type"] == "websocket.close":
