@@ -94,12 +94,20 @@ class Done(Frame):
     usage: dict[str, int]
     status: str  # completed | error | stopped | max_iterations
     meter: dict[str, Any] | None = None
+    input_id: int | None = None  # the input it ends (set by the runner)
 
 
 @dataclass(frozen=True)
 class Error(Frame):
     type: ClassVar[str] = "error"
     message: str
+    input_id: int | None = None  # the input whose run it belongs to; None: a reply to the sender
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": self.type, "message": self.message}
+        if self.input_id is not None:
+            data["input_id"] = self.input_id
+        return data
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ FIRST_TOKEN_BUCKET = "first_token_seconds_bucket"
 FIRST_TOKEN_SUM = "first_token_seconds_sum"
 SANDBOX_RUNS = "sandbox_runs"
 JOB_FAILURES = "job_failures"
+HEALTH_WRITES = "health_write_checks"  # /healthz's write probes (monitoring.health)
 
 # Seconds from an input's start to its first streamed token: a model answering
 # at once takes well under a second; 100 chats on two cores took 4-5 s (p50).
@@ -29,9 +30,17 @@ Amounts = Mapping[tuple[str, str], float]
 
 
 def add(amounts: Amounts) -> None:
-    """Add to counter series (name, label), creating them at first use. One
-    statement, so processes adding at once neither lose nor double a count; a
-    failure is logged, never raised: counting must not break what it counts."""
+    """Add to counter series (name, label), creating them at first use (`upsert`);
+    a failure is logged, never raised: counting must not break what it counts."""
+    try:
+        upsert(amounts)
+    except DatabaseError as exc:
+        log.warning("metrics: could not add to %s (%s)", ", ".join(k[0] for k in amounts), exc)
+
+
+def upsert(amounts: Amounts) -> None:
+    """Add to counter series in one statement, so processes adding at once neither
+    lose nor double a count. Raises DatabaseError."""
     keys = sorted(amounts)  # one lock order for every process (PostgreSQL)
     quote = connection.ops.quote_name
     table = quote(Counter._meta.db_table)
@@ -43,11 +52,8 @@ def add(amounts: Amounts) -> None:
         f"DO UPDATE SET {value} = {table}.{value} + excluded.{value}"
     )
     params = [part for key in keys for part in (*key, amounts[key])]
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, params)
-    except DatabaseError as exc:
-        log.warning("metrics: could not add to %s (%s)", ", ".join(k[0] for k in keys), exc)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def count_turn(status: str, first_token_seconds: float | None) -> None:

@@ -4,26 +4,36 @@ Anyone may ask (a load balancer has no login), so the answer holds check names
 and "ok" / "down" only; why a part is down goes to the log, once when it goes
 down (probes come every few seconds from every load balancer). Every check is
 cheap: a `SELECT 1`, a Redis PING, reading the job clusters' status, and a
-model probe kept for a few seconds.
+model probe and a database write kept for a few seconds.
+
+A database that answers but cannot write (a full disk, a read-only replica) is
+down: every chat turn would fail. A write rolled back proves nothing (on SQLite
+nothing reaches the disk), so the probe commits one, a counter of the probes
+themselves; and on SQLite, whose WAL may still take a few commits on a full disk,
+the free space of the database's disk is read too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import redis
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django_q.brokers import Broker, get_broker
 from django_q.conf import Conf
 from django_q.status import Stat
 
 from agent import providers
 from agent.llm import Endpoint
+from monitoring import counters
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +46,12 @@ REDIS_SECONDS = 1.0
 MODEL_PROBE_SECONDS = 2.0
 MODEL_CACHE_SECONDS = 10.0
 ALIVE = (Conf.IDLE, Conf.WORKING)
+# The write probe: at most one per process this often, waiting this long for a lock
+# (another writer holding it means that writes work), and the least free space a
+# SQLite database's disk must have (a page and its WAL frame are 4 KiB each).
+WRITE_CACHE_SECONDS = 5.0
+WRITE_LOCK_MS = 500
+MIN_FREE_BYTES = 1 << 20
 
 # A check's state, and why (for the log).
 Result = tuple[str, str]
@@ -68,7 +84,61 @@ def database() -> Result:
             cursor.fetchone()
     except DatabaseError as exc:
         return DOWN, f"the database did not answer ({exc})"
+    return writable()
+
+
+# The last write probe: (when, result).
+_last_write: tuple[float, Result] | None = None
+
+
+def writable() -> Result:
+    """The database takes a write (cached WRITE_CACHE_SECONDS)."""
+    global _last_write
+    now = time.monotonic()
+    if _last_write is not None and now - _last_write[0] < WRITE_CACHE_SECONDS:
+        return _last_write[1]
+    result = write_probe()
+    _last_write = (now, result)
+    return result
+
+
+def write_probe() -> Result:
+    if connection.vendor == "sqlite":
+        folder = Path(connection.settings_dict["NAME"]).parent
+        free = shutil.disk_usage(folder).free
+        if free < MIN_FREE_BYTES:
+            return DOWN, f"the database's disk ({folder}) has {free:,} bytes free"
+    try:
+        with short_lock_wait(), transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = {WRITE_LOCK_MS}")
+            counters.upsert({(counters.HEALTH_WRITES, ""): 1})
+    except OperationalError as exc:
+        if "lock" in str(exc).lower():  # another writer has it: writes work
+            return OK, ""
+        return DOWN, f"the database cannot write ({exc})"
+    except DatabaseError as exc:
+        return DOWN, f"the database cannot write ({exc})"
     return OK, ""
+
+
+@contextlib.contextmanager
+def short_lock_wait() -> Iterator[None]:
+    """On SQLite, whose busy timeout is long (writers queue on it), a short one
+    while the probe waits for the write lock."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        (saved,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA busy_timeout = {WRITE_LOCK_MS}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(saved)}")
 
 
 def channel_layer(url: str) -> Result:

@@ -4,6 +4,9 @@ from django.urls import include, path
 from monitoring import views as monitoring
 from neotask_site import oidc, views
 
+# 503 for a database that is down, JSON under the APIs (neotask_site.unavailable).
+handler500 = "neotask_site.unavailable.server_error"
+
 admin.site.site_header = "Neotask administration"
 admin.site.site_title = "Neotask admin"
 admin.site.index_title = "Memory, sessions and tasks"

@@ -8,6 +8,7 @@ the browser session (CSRF as usual), owner-scoped lookups, and JSON errors.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from memory.forgetting import Forgotten, NothingToForget
 from memory.models import Event, Fact
 from memory.provenance import provenance_of
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
+from neotask_site import unavailable
 from neotask_site.forms import HistoryFilterForm
 from neotask_site.history import Actor
 from neotask_site.models import Change
@@ -38,6 +40,8 @@ from sessions_app import chat, forgetting, quotas, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.forms import ChatTitleForm
 from sessions_app.models import Agent, Api, ApiToken, Session
+
+log = logging.getLogger(__name__)
 
 SESSIONS_PER_PAGE = 50
 EVENTS_PER_PAGE = 100
@@ -129,6 +133,12 @@ def api_errors() -> Iterator[Failure]:
         failed.response = ApiError(404, "Not found.").response()
     except ApiError as exc:
         failed.response = exc.response()
+    except unavailable.DOWN:  # down, or cannot write (a full disk): try again later
+        log.warning("API request answered 503: the database failed", exc_info=True)
+        failed.response = ApiError(503, unavailable.UNAVAILABLE, unavailable.RETRY_AFTER).response()
+    except Exception:  # a program reads JSON, never Django's error page
+        log.exception("API request failed")
+        failed.response = ApiError(500, unavailable.FAILED).response()
 
 
 def csrf_refused(request: HttpRequest) -> bool:

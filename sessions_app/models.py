@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
-from django.db import models, transaction
+from django.db import DatabaseError, models, transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django.utils import timezone
 
@@ -356,8 +356,10 @@ class ApiToken(Recorded, OwnedModel):
     def touch(self) -> None:
         now = timezone.now()
         if self.last_used_at is None or now - self.last_used_at >= TOKEN_TOUCH_INTERVAL:
-            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
-            self.last_used_at = now
+            # A hint: a database that cannot write (a full disk) still lets the token read.
+            with contextlib.suppress(DatabaseError), transaction.atomic():
+                ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
+                self.last_used_at = now
 
     def revoke(self, actor: Actor | None = None) -> None:
         """By `actor` (its owner, unless said)."""
@@ -383,6 +385,10 @@ class ApiToken(Recorded, OwnedModel):
 class ChatInputQuerySet(OwnedQuerySet):
     def queued(self, owner_id: int, key: str) -> ChatInputQuerySet:
         return self.filter(owner_id=owner_id, key=key, status=ChatInput.Status.QUEUED)
+
+    def unfinished(self, owner_id: int, key: str) -> ChatInputQuerySet:
+        """The chat's inputs waiting or running (one of them perhaps a dead holder's)."""
+        return self.filter(owner_id=owner_id, key=key).exclude(status=ChatInput.Status.DONE)
 
     def next_for(self, owner_id: int, key: str) -> ChatInput | None:
         """The chat's oldest queued input, marked running; only the holder of the
@@ -576,10 +582,13 @@ class ChatClaim(OwnedModel):
     def hand_on(self) -> ChatInput | None:
         """After an input ran: the next one, started, keeping the claim; None once
         the claim is let go with nothing waiting."""
-        while (item := ChatInput.objects.next_for(self.owner_id, self.key)) is None:
-            if self.release(unless_queued=True):
+        # Let go first: mostly nothing waits, and that is one statement, not two.
+        while not self.release(unless_queued=True):
+            if (item := ChatInput.objects.next_for(self.owner_id, self.key)) is not None:
+                return item
+            if not self.mine().exists():  # another process took it (this one stalled)
                 return None
-        return item
+        return None
 
     def bury(self) -> list[ChatInput]:
         """End what the dead holder left (`abandoned`): its streamed text stored as
@@ -593,18 +602,23 @@ class ChatClaim(OwnedModel):
                 owner_id=self.owner_id, key=self.key, status=ChatInput.Status.RUNNING
             )
         )
-        if abandoned.session_id:
+        # It died before its first renewal said where it writes: the chat's session.
+        active = Session.objects.filter(
+            owner_id=self.owner_id, key=self.key, status=Session.Status.ACTIVE
+        )
+        session_id = abandoned.session_id or str(active.values_list("pk", flat=True).first() or "")
+        if session_id:
             if abandoned.partial:
                 recording.record(
                     self.owner,
-                    abandoned.session_id,
+                    session_id,
                     EventType.ASSISTANT_RESPONSE,
                     {"content": abandoned.partial, "interrupted": True, "reason": "server_stopped"},
                 )
             if running:
                 recording.record(
                     self.owner,
-                    abandoned.session_id,
+                    session_id,
                     EventType.ERROR,
                     {"content": LOST, "kind": "server_stopped"},
                 )

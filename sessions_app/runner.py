@@ -27,6 +27,8 @@ into an `Outcome`, which the API and the scheduler wait for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -65,8 +67,11 @@ log = logging.getLogger(__name__)
 turn_log = logging.getLogger("neotask.turns")  # one line a turn, in JSON logs
 
 WATCH_SECONDS = 5.0  # a waiter looks again this often, signalled or not
-RENEW_SECONDS = 5.0  # the holder renews its lease (and saves the streamed text) this often
+# The holder renews its lease, saving the text streamed so far, this often, and at
+# an input's first streamed text: a crash then loses at most this much of an answer.
+RENEW_SECONDS = 5.0
 FAILED = "The server failed while answering; it was logged."
+UNSAVED = "The answer could not be saved: the database failed (it was logged)."
 NOTHING_RUNNING = "Nothing is running."
 DELETED = "The chat was deleted."
 ANSWERS = (EventType.ASSISTANT_RESPONSE,)  # a stored answer: the streamed text is kept
@@ -237,9 +242,21 @@ async def wait_for(
 
 
 async def resume(owner: Owner, key: str) -> None:
-    """Run what waits in the chat, if nobody is running it (a page opened)."""
-    if await database_sync_to_async(ChatInput.objects.queued(owner.pk, key).exists)():
-        await take_over(owner, key)
+    """A page opened the chat: run what waits in it if nobody runs it, and end what
+    a dead holder left running as soon as its lease runs out (meanwhile this
+    watches, as a waiter does, until the socket closes and cancels it). Its tabs
+    then learn how that input ended."""
+    unfinished = database_sync_to_async(ChatInput.objects.unfinished(owner.pk, key).exists)
+    take = database_sync_to_async(ChatClaim.objects.take)
+    if not await unfinished():
+        return
+    async with Signals(owner.pk, key) as signals:
+        while (claim := await take(owner.pk, key)) is None:
+            await signals.next(WATCH_SECONDS)
+            if not await unfinished():  # its holder, alive, ended it
+                return
+    # In the background: the socket that opened may close (and cancel the watch).
+    background(Holder(owner, key, claim).run_queue())
 
 
 async def take_over(owner: Owner, key: str) -> bool:
@@ -269,6 +286,8 @@ class Holder:
         self.current: asyncio.Task | None = None
         self.started = 0.0  # when the running input started (time.monotonic)
         self.first_token: float | None = None  # seconds to its first streamed token
+        self.input_id: int | None = None  # the running input's
+        self.save_now = asyncio.Event()  # renew the lease at once (the first streamed text)
 
     async def run_queue(self) -> None:
         """Run the chat's inputs, one at a time, until none waits; then let go."""
@@ -290,19 +309,38 @@ class Holder:
                     self.current = asyncio.create_task(self.run(item))
                     outcome, done = await self.current
                     self.current = None
+                    done = dataclasses.replace(done, input_id=item.pk)
                     outcome.take(done)
                     # Finished and, if nothing waits, let go before `done` goes out: a
                     # client that sends its next message on `done` then finds the chat
-                    # free, and a /stop after `done` finds nothing running.
-                    item = await db(self.end)(item, outcome)
-                    await broadcast(self.owner.pk, self.key, done)
-                    await signal(self.owner.pk, self.key, INPUT)
+                    # free, and a /stop after `done` finds nothing running. `done` goes
+                    # out whatever the database says.
+                    ran = item
+                    try:
+                        item = await db(self.end)(ran, outcome)
+                    except DatabaseError:
+                        await self.unsaved(ran, outcome)
+                        item = None  # nothing more runs here
+                    finally:
+                        await broadcast(self.owner.pk, self.key, done)
+                        await signal(self.owner.pk, self.key, INPUT)
             finally:
                 renewing.cancel()
                 listening.cancel()
                 if item is not None:  # left early (a failure): nothing more runs here
                     await db(self.claim.release)()
                     await signal(self.owner.pk, self.key, INPUT)
+
+    async def unsaved(self, item: ChatInput, outcome: Outcome) -> None:
+        """The input ran but could not be marked finished (a full disk, a lost
+        database): its tabs are told, and the claim is kept, not let go, so that
+        its lease runs out and whoever takes it next ends the input as a dead
+        holder's (`bury`), with the answer streamed so far, if that can be saved."""
+        log.exception("chat input %s ran, but could not be marked finished", item.pk)
+        if outcome.error != UNSAVED:  # the turn itself could not store its answer: said
+            await broadcast(self.owner.pk, self.key, Error(UNSAVED, item.pk))
+        with contextlib.suppress(DatabaseError):
+            await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
 
     def end(self, item: ChatInput, outcome: Outcome) -> ChatInput | None:
         item.finish(outcome)
@@ -320,7 +358,7 @@ class Holder:
         async def emit(frame: Frame) -> None:
             await self.emit(outcome, frame)
 
-        self.started, self.first_token = time.monotonic(), None
+        self.started, self.first_token, self.input_id = time.monotonic(), None, item.pk
         await emit(Started(item.pk))
         try:
             opened = await database_sync_to_async(turns.open_input)(self.owner, self.key, item)
@@ -333,6 +371,10 @@ class Holder:
             await emit(Error(str(exc)))
         except asyncio.CancelledError:  # /stop outside the agent's turn (which handles its own)
             return outcome, Done(Usage().as_dict(), "stopped")
+        except DatabaseError:  # a full disk, a lost database: what was streamed is not kept
+            log.exception("chat input %s failed: the database did", item.pk)
+            outcome.error = UNSAVED
+            await emit(Error(UNSAVED))
         except Exception:
             log.exception("chat input %s failed", item.pk)
             outcome.error = FAILED
@@ -340,11 +382,14 @@ class Holder:
         return outcome, Done(Usage().as_dict(), "error")
 
     async def emit(self, outcome: Outcome, frame: Frame) -> None:
+        if isinstance(frame, Error) and frame.input_id is None:
+            frame = dataclasses.replace(frame, input_id=self.input_id)
         outcome.take(frame)
         if isinstance(frame, Delta):
             self.partial += frame.text
             if self.first_token is None:
                 self.first_token = time.monotonic() - self.started
+                self.save_now.set()  # kept from the first text on, not from the first renewal
         elif isinstance(frame, EventFrame) and frame.event["event_type"] in ANSWERS:
             self.partial = ""
         elif isinstance(frame, SessionChanged):
@@ -353,7 +398,9 @@ class Holder:
 
     async def renew(self) -> None:
         while True:
-            await asyncio.sleep(RENEW_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.save_now.wait(), RENEW_SECONDS)
+            self.save_now.clear()
             try:
                 held = await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
             except DatabaseError as exc:  # restarting: the lease has 20 s, try again in 5
@@ -385,6 +432,7 @@ class Holder:
         running = await database_sync_to_async(self.claim.bury)()
         for item in running:
             outcome = Outcome(session_id=abandoned.session_id, status="error", error=LOST)
-            await broadcast(self.owner.pk, self.key, Error(LOST))
-            await broadcast(self.owner.pk, self.key, Done(Usage().as_dict(), "error"))
             await database_sync_to_async(item.finish)(outcome)
+            await broadcast(self.owner.pk, self.key, Error(LOST, item.pk))
+            done = Done(Usage().as_dict(), "error", input_id=item.pk)
+            await broadcast(self.owner.pk, self.key, done)

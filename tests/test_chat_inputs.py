@@ -59,12 +59,15 @@ def crashed_holder(owner: User, session: Session, partial: str) -> None:
 
 async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(owner, session, llm):
     await sync_to_async(crashed_holder)(owner, session, "The first half of")
+    dead = await ChatInput.objects.aget()
     llm.script(Reply(text="Back again."))
     ws = await connect(owner, session.key)
-    await send(ws, type="message", text="hello?")
+    # Opening the chat is enough: nobody has to send the next message first.
     buried = await until(ws, timeout=20)
     assert [f["type"] for f in buried] == ["error", "done"]
     assert "stopped while answering" in buried[0]["message"] and buried[1]["status"] == "error"
+    assert buried[0]["input_id"] == buried[1]["input_id"] == dead.pk
+    await send(ws, type="message", text="hello?")
     answered = await until(ws, timeout=20)
     assert answered[-1]["status"] == "completed"
     assert await sync_to_async(turns)(session) == [

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def fresh_probe(monkeypatch):
     monkeypatch.setattr(health, "_last_probe", None)
+    monkeypatch.setattr(health, "_last_write", None)
     monkeypatch.setattr(health, "_last_states", {})
 
 

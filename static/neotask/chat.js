@@ -187,6 +187,8 @@
       case "done":
         dropStreaming();
         setBusy(false);
+        // Ended without a start of its own (a dead process's input, ended by another).
+        if (frame.input_id) document.getElementById(`queued-${frame.input_id}`)?.remove();
         renderMeter(frame.meter);
         document.body.dispatchEvent(new Event("neotask:sessions"));
         returnFocus();

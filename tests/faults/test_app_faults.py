@@ -266,7 +266,7 @@ async def test_it_ends_the_turn_when_the_database_fails_mid_answer(llm, monkeypa
     frames = await turn("First question")
     # Not a hang: the page learns that the turn is over and may send again.
     assert [f["message"] for f in frames if f["type"] == "error"] == [
-        "The server failed while answering; it was logged."
+        "The answer could not be saved: the database failed (it was logged)."
     ]
     assert frames[-1]["status"] == "error"
 

@@ -7,7 +7,7 @@ from django.core.management import call_command
 
 from memory.workspace import workspace_dir
 from sessions_app.chat import start_chat
-from sessions_app.models import ApiToken, Session
+from sessions_app.models import ApiToken, ChatInput, Session
 from tests.support import records
 from tests.support.records import login_session
 
@@ -91,3 +91,9 @@ def user_token(username: str) -> str:
     """A new API token of the user `username`, who is made if new."""
     user, _ = get_user_model().objects.get_or_create(username=username)
     return ApiToken.issue(user, "openai client")[1]
+
+
+def unfinished_inputs(username: str) -> int:
+    """How many of the user's chat inputs wait or run."""
+    user = get_user_model().objects.get(username=username)
+    return ChatInput.objects.filter(owner=user).exclude(status=ChatInput.Status.DONE).count()

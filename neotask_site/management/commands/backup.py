@@ -3,10 +3,13 @@ installation in one .tar, taken while Neotask runs (docs/data.md, "Backups")."""
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 
 from neotask_site.backup import BackupError
@@ -41,6 +44,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except OSError as exc:  # a full disk, a folder it may not write in
             raise CommandError(f"The backup could not be written: {exc}") from None
+        except (sqlite3.Error, DatabaseError) as exc:  # the snapshot: mostly a full disk
+            failed = f"the database snapshot failed ({exc}){room(output)}"
+            raise CommandError(f"The backup could not be written: {failed}") from None
         tables = manifest["database"]["tables"]
         files = sum(name.startswith("workspaces/") for name in manifest["members"])
         vendor = manifest["database"]["vendor"]
@@ -51,3 +57,13 @@ class Command(BaseCommand):
         )
         for skipped in manifest["skipped"]:
             self.stdout.write(f"  skipped workspaces/{skipped['path']}: {skipped['why']}")
+
+
+def room(output: Path) -> str:
+    """What the snapshot's disk (beside `output`) says, if it is full."""
+    folder = output.absolute().parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return "."
+    return f"; no space is left on the disk of {folder}." if free < (1 << 20) else "."
