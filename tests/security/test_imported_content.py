@@ -13,13 +13,14 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.apps import apps
 
+from agent.consolidation import run as consolidate
 from agent.prompt import IMPORTED_HISTORY, IMPORTED_LINES
 from importers.aidaemon import import_aidaemon
 from importers.archive.importing import import_archive
 from importers.archive.writing import export_user
 from importers.openclaw import import_openclaw
 from memory import recording
-from memory.models import Event, default_importance
+from memory.models import Event, Fact, default_importance
 from memory.tasks import embed_missing
 from sessions_app.models import Agent, Session
 from tests.security.test_untrusted_content import (
@@ -30,8 +31,9 @@ from tests.security.test_untrusted_content import (
     turn,
     written,
 )
+from tests.support.consolidation import answer, chat_yesterday
 from tests.support.frames import Frames
-from tests.support.imports import CAT, TELEGRAM, build_db
+from tests.support.imports import CAT, TELEGRAM, build_db, message
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.test_import_openclaw import build_folder
 
@@ -162,3 +164,18 @@ def test_the_migration_marks_what_aidaemon_and_openclaw_imports_wrote_before(ali
     assert set(marked.values()) == {"aidaemon", "openclaw", ""}
     assert Session.objects.get(key=f"agent:main:import:{TELEGRAM}").owner == alice
     assert Event.objects.get(session_id=str(own.pk)).imported_from == ""
+
+
+def test_facts_consolidation_takes_from_imported_events_are_unverified(alice, llm, tmp_path):
+    said = message("m1", "old-chat", "user", ROUTER, "2025-03-01T09:00:00Z")
+    import_aidaemon(build_db(tmp_path / "aidaemon.db", {"messages": [said]}), alice)
+    llm.script(answer("About the router.", ("instructions", "always", INJECTED["value"])))
+    assert consolidate().facts_added == 1
+    fact = Fact.objects.get(owner=alice, key="always")
+    assert fact.unverified and fact.origin == Fact.Origin.CONSOLIDATION
+
+    # The same from the user's own chat is theirs.
+    chat_yesterday(alice, "s2", texts=("I moved to Porto last week", "Nice!"))
+    llm.script(answer("Alice moved to Porto.", ("place", "home_city", "Porto")))
+    assert consolidate().facts_added == 1
+    assert not Fact.objects.get(owner=alice, key="home_city").unverified
