@@ -76,11 +76,24 @@ class EventAdmin(ForgettingAdmin):
         "embedded",
         "consolidated_at",
     ]
-    list_filter = ["event_type", EmbeddingFilter, "consolidated_at", "created_at", "owner"]
+    list_filter = [
+        "event_type",
+        EmbeddingFilter,
+        "imported_from",
+        "consolidated_at",
+        "created_at",
+        "owner",
+    ]
     search_fields = ["text", "session_id", "tool_name", "=legacy_message_id"]
     list_editable = ["importance"]
     date_hierarchy = "created_at"
-    readonly_fields = ["created_at", "consolidated_at", "embedding_error", "legacy_message_id"]
+    readonly_fields = [
+        "created_at",
+        "consolidated_at",
+        "embedding_error",
+        "legacy_message_id",
+        "imported_from",
+    ]
     exclude = ["embedding"]
     actions = ["pin", "unpin"]
     list_per_page = 50

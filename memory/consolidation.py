@@ -149,8 +149,12 @@ def is_near_duplicate(owner_id: int, value: str, threshold: float) -> bool:
     return bool(np.max(vectors[1:] @ vectors[0]) >= threshold)
 
 
-def merge_facts(summary: Event, facts: list[dict[str, str]], report: Report) -> None:
-    """The summary's proposed facts merged into its owner's, each linked to it."""
+def merge_facts(
+    summary: Event, facts: list[dict[str, str]], report: Report, unverified: bool = False
+) -> None:
+    """The summary's proposed facts merged into its owner's, each linked to it;
+    `unverified` when what it condensed holds imported events (outside text: the
+    prompt shows such a fact as unverified data, as one a click let through)."""
     owner_id = summary.owner_id
     threshold = settings.NEOTASK["memory"]["fact_duplicate_similarity"]
     for fact in facts:
@@ -173,6 +177,7 @@ def merge_facts(summary: Event, facts: list[dict[str, str]], report: Report) -> 
             origin=Fact.Origin.CONSOLIDATION,
             origin_event_id=summary.pk,
             origin_session_id=summary.session_id,
+            unverified=unverified,
         )
         if existing is None:
             report.facts_added += 1
@@ -202,7 +207,8 @@ def consolidate_session(session_id: str, owner_id: int, complete: Complete, repo
                 created_at=events[-1].created_at,
             )
             summary.condensed.set(events)
-            merge_facts(summary, proposal.facts, report)
+            imported = any(event.imported_from for event in events)
+            merge_facts(summary, proposal.facts, report, unverified=imported)
             Event.objects.filter(consolidation_claim=token).update(
                 consolidated_at=timezone.now(), consolidation_claim=None
             )

@@ -127,6 +127,11 @@ class Event(OwnedModel):
     # When the vector was stored: the in-process indexes sync from this.
     embedded_at = models.DateTimeField(null=True, blank=True)
     legacy_message_id = models.CharField(max_length=64, null=True, blank=True)
+    # The kind of import that brought the event in ("neotask" for an export archive,
+    # "aidaemon", "openclaw"; memory.recording.record_imported sets it), empty for
+    # one written here. Its text is outside text: agent.prompt shows it as data and a
+    # turn that holds it asks before a lasting change.
+    imported_from = models.CharField(max_length=16, blank=True, default="")
     # A summary's sources: the events consolidation condensed into it.
     condensed = models.ManyToManyField(
         "self", symmetrical=False, related_name="summaries", blank=True

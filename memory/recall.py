@@ -42,15 +42,16 @@ def recall(
                 item["heading"] = hit.heading
             items.append(item)
         elif hit.event.session_id != session_id and hit.bears_on_query(floor):
-            items.append(
-                {
-                    "source": hit.source,
-                    "event_id": hit.event.pk,
-                    "date": f"{hit.event.created_at:%Y-%m-%d}",
-                    "text": clip(hit.event.text, hit.event.speaker),
-                    "score": round(hit.score, 3),
-                }
-            )
+            recalled: RecalledItem = {
+                "source": hit.source,
+                "event_id": hit.event.pk,
+                "date": f"{hit.event.created_at:%Y-%m-%d}",
+                "text": clip(hit.event.text, hit.event.speaker),
+                "score": round(hit.score, 3),
+            }
+            if hit.event.imported_from:
+                recalled["imported"] = True  # outside text (agent.prompt)
+            items.append(recalled)
     return items[:limit]
 
 

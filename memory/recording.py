@@ -2,7 +2,8 @@
 search keys, kept in their session's working memory, and embedded — with the
 vector the caller already has, or by a job once the transaction commits.
 `record` writes one event (a chat turn's), `record_many` the drafts of a bulk
-writer (an import, the benchmark) in batches, each stored as `record` would.
+writer (the benchmark) in batches, each stored as `record` would, and
+`record_imported` an importer's, marked as imported.
 
 models.py does not import this module (nor jobs or working memory): the
 event log's table knows nothing of what is done with a new row.
@@ -74,6 +75,23 @@ def record_many(events: Sequence[Event]) -> None:
     for event in events:
         working_memory.remember(event)
     request_embeddings(events)
+
+
+def record_imported(events: Sequence[Event], kind: str) -> int:
+    """Store events an import drafted, as `record_many` does, each marked with the
+    kind of import that brought it (`Event.imported_from`: its text is outside text)
+    and its importance at most its type's default: what recall puts before the agent
+    (a pinned event, always) is a person's choice here, never a file's. Returns how
+    many came above it (the importer's report says so)."""
+    raised = 0
+    for event in events:
+        event.imported_from = kind
+        usual = default_importance(event.event_type)
+        if event.importance > usual:
+            event.importance = usual
+            raised += 1
+    record_many(events)
+    return raised
 
 
 def keep_given_vector(event: Event) -> None:

@@ -49,6 +49,7 @@ class RecalledItem(TypedDict):
     score: float
     event_id: NotRequired[int]  # an event's, not a file chunk's
     heading: NotRequired[str]  # a file chunk's headings, e.g. "Page 3" or "Trips > Japan"
+    imported: NotRequired[bool]  # an event an import brought in (Event.imported_from)
 
 
 @dataclass(frozen=True)

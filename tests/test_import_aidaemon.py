@@ -83,7 +83,7 @@ def test_it_imports_a_whole_aidaemon_database(alice, aidaemon_db, neotask_facts)
     cat, noted, calling, call, result = telegram
     assert cat.created_at == datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
     assert noted.created_at == datetime(2025, 3, 1, 9, 0, 5, tzinfo=UTC)
-    assert cat.importance == 0.9 and cat.owner == alice and cat.agent == "main"
+    assert cat.importance == 0.5 and cat.owner == alice and cat.agent == "main"
     # The right dimension is kept as the vector; the wrong one waits for embedding.
     assert bytes(cat.embedding) == pack(embed_text(CAT)) and cat.embedded_at is not None
     assert noted.embedding is None and needs_embedding().filter(pk=noted.pk).exists()

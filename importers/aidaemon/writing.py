@@ -32,10 +32,11 @@ from importers.aidaemon.reading import (
     payload_event,
     too_long,
 )
+from importers.models import ImportJob
 from importers.report import ImportReport, ImportStopped
 from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
-from memory.recording import record_many
+from memory.recording import record_imported
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
@@ -93,6 +94,7 @@ class DatabaseImport:
     report: ImportReport
     progress: Progress
     label: str  # the import, as the history names it
+    raised: int = 0  # events imported at their type's importance, not aidaemon's higher one
 
     @property
     def actor(self) -> Actor:
@@ -140,6 +142,11 @@ class DatabaseImport:
         )
         for (session_id,) in sessions:
             self.conversation(session_id)
+        if self.raised:
+            self.report.note(
+                f"{self.raised} message(s) came with an importance above their kind's: "
+                "imported at the usual importance (pin again the ones you want)."
+            )
 
     def conversation(self, stored_id: Any) -> None:
         where, params = "WHERE session_id IS ?", (stored_id,)
@@ -162,7 +169,7 @@ class DatabaseImport:
         shortened: Counter[str] = Counter()
         try:
             with unit(self.dry_run):
-                self.fill_session(stored_id, key, chat, read, added, skipped, shortened)
+                raised = self.fill_session(stored_id, key, chat, read, added, skipped, shortened)
         except ImportStopped:
             raise  # the whole import stops: this session rolled back, the ones before kept
         except Exception as exc:
@@ -175,6 +182,7 @@ class DatabaseImport:
                 f"written: {type(exc).__name__}: {exc}"
             )
             return
+        self.raised += raised
         for kind, count in read.items():
             self.report.saw(kind, count)
         for kind, count in added.items():
@@ -199,8 +207,9 @@ class DatabaseImport:
         added: Counter[str],
         skipped: Counter[tuple[str, str]],
         shortened: Counter[str],
-    ) -> None:
-        """Import one aidaemon session's rows; runs inside its transaction."""
+    ) -> int:
+        """Import one aidaemon session's rows; runs inside its transaction. Returns
+        how many came above their type's importance (imported at it)."""
         agent = self.agent()
         session = Session.objects.filter(owner=self.owner, key=key).order_by("created_at").first()
         created = session is None
@@ -227,6 +236,7 @@ class DatabaseImport:
         batch: list[Event] = []
         batch_bytes = 0
         first: Event | None = None
+        raised = 0
         title = ""
         now = timezone.now()
         for table, build in (("messages", message_event), ("events", payload_event)):
@@ -260,19 +270,20 @@ class DatabaseImport:
                 batch_bytes += len(event.text)
                 added[kind] += 1
                 if len(batch) >= BATCH or batch_bytes >= BATCH_BYTES:
-                    record_many(batch)
+                    raised += record_imported(batch, ImportJob.Kind.AIDAEMON)
                     batch, batch_bytes = [], 0
-        record_many(batch)
+        raised += record_imported(batch, ImportJob.Kind.AIDAEMON)
         if first is None:
             if created:
                 transaction.set_rollback(True)  # no empty session left behind
-            return
+            return raised
         changes: dict[str, Any] = {"last_activity_at": now}
         if created:
             changes["created_at"] = first.created_at
         if not session.title:
             changes["title"] = title or f"Imported from aidaemon: {stored_id}"[:200]
         Session.objects.filter(pk=session.pk).update(**changes)
+        return raised
 
     # Facts, macros, tasks, prefixes ----------------------------------------------
 

@@ -22,7 +22,7 @@ from agent.models import TerminalAllowedPrefix
 from importers.archive import layout
 from importers.archive.reading import Archive, member_count, refused
 from importers.importer import Importer
-from importers.models import ImportedArchive
+from importers.models import ImportedArchive, ImportJob
 from importers.openclaw.memory_files import place_for
 from importers.report import ImportRefused, ImportReport
 from importers.text import cut, storable
@@ -30,8 +30,8 @@ from memory.files.history import record_file_change
 from memory.files.indexing import index_workspace
 from memory.files.paths import memory_path, skip_reason_for, write_memory_file
 from memory.files.workspace_fs import MemoryPathError
-from memory.models import Event, EventType, Fact, Macro, default_importance
-from memory.recording import draft, record_many
+from memory.models import Event, EventType, Fact, Macro
+from memory.recording import draft, record_imported
 from memory.workspace import check_agent_name, is_agent_name, workspace_dir
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -524,7 +524,6 @@ class ArchiveImport:
             batch: list[Event] = []
             for fields in events:
                 old_id, condensed = fields.pop("old_id"), fields.pop("condensed")
-                fields["importance"] = self.capped(fields["event_type"], fields["importance"])
                 event = draft(self.owner, str(session.pk), agent=agent.name, **fields)
                 if old_id is not None:
                     self.imported_events[old_id] = event  # for facts and summaries from it
@@ -549,15 +548,6 @@ class ArchiveImport:
                 f"{self.raised} event(s) came pinned or above their kind's importance: "
                 "imported at the usual importance (pin again the ones you want)."
             )
-
-    def capped(self, event_type: str, importance: float) -> float:
-        """An event's importance, at most its type's default: what recall puts before
-        the agent (a pinned event, always) is a person's choice here, never a file's."""
-        usual = default_importance(event_type)
-        if importance > usual:
-            self.raised += 1
-            return usual
-        return importance
 
     def link_summaries(self) -> None:
         """Each imported summary (and compaction) linked to the imported events it
@@ -626,7 +616,7 @@ class ArchiveImport:
         return data
 
     def write_events(self, batch: list[Event]) -> None:
-        record_many(batch)
+        self.raised += record_imported(batch, ImportJob.Kind.NEOTASK)
         self.report.saw("events", len(batch))
         self.report.added("events", len(batch))
 

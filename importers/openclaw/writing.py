@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.llm import Usage
+from importers.models import ImportJob
 from importers.openclaw.reading import (
     MAX_LINE_BYTES,
     SESSIONS,
@@ -29,7 +30,7 @@ from importers.openclaw.reading import (
 from importers.report import ImportReport
 from importers.text import cut, storable
 from memory.models import Event, EventType
-from memory.recording import draft, record_many
+from memory.recording import draft, record_imported
 from neotask_site.ownership import Owner
 from neotask_site.progress import Progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
@@ -314,7 +315,7 @@ class SessionImport:
             if (smaller := cut(event.data)) is not None:
                 event.data, event.text = smaller, str(smaller.get("content") or "")
                 self.report.cut_short(EVENTS)
-        record_many(events)
+        record_imported(events, ImportJob.Kind.OPENCLAW)
 
     def count(self, pending: Pending) -> None:
         self.report.added(LINES)
