@@ -15,6 +15,8 @@ Content-Length before any of it is read):
 The credentials are only looked for, not checked: that needs the database, which
 Twisted's reactor thread must not wait for; Django checks them as before. A
 forged cookie gets the larger bound, never more.
+
+Twisted does not parse a POSTed form either: Django does, in its thread.
 """
 
 from __future__ import annotations
@@ -69,11 +71,19 @@ def refuse(request: Any) -> None:
 
 
 class BoundedBodyRequest(WebRequest):
-    """daphne's request, counting its body's bytes as they come."""
+    """daphne's request, counting its body's bytes as they come; a form's body is
+    left to Django."""
 
     neotask_bound = 0
     neotask_received = 0
     neotask_refused = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Twisted's Request would parse a POSTed form into `args`, which daphne never
+        # reads: a multipart body read into memory whole and parsed by the email
+        # package in the reactor thread (a 13 MB upload: +155 MB and /healthz stalled
+        # ~1 s, py-spy in docs/memory.md). Django parses it, streaming, in its thread.
+        super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
 
     def gotLength(self, length: int | None) -> None:
         self.neotask_bound = body_bound(self)
