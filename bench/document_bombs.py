@@ -13,21 +13,33 @@ Two parts, each printed as a table (`--json`: one JSON document):
   message shown. The documents: the test's PDF bomb (8 pages of 70 MB each once
   unpacked, 0.5 MB) and the issue's (200 pages, 13 MB), its DOCX of 9 million
   empty paragraphs (115 KB), and 13 MB of random bytes named .pdf, refused before
-  any conversion: what receiving an upload of that size costs by itself.
+  any conversion: what receiving an upload of that size costs by itself; then the
+  same at the 20 MB cap (a 300-page bomb, 19.5 MB, and 19.9 MB of random bytes),
+  and 50 MB of random bytes (refused after Django has it: past the documents' cap,
+  within the bound of a signed-in request's body, an import's).
 - `ordinary`: a 500-page PDF of text, a DOCX of 6,000 paragraphs and 0.7 MB of
   HTML converted through `memory.documents.convert` (in the child) and by the
   same code in this process: the child's cost.
 
-    .venv/bin/python bench/document_bombs.py [--parts bombs ordinary] [--json]
+With `--py-spy DIR`, py-spy records daphne during each upload (`--idle --threads`,
+200 Hz, folded stacks in DIR/<document>.txt) and each row also says how many of
+its event loop's samples were busy and in which functions most.
+
+    .venv/bin/python bench/document_bombs.py [--parts bombs ordinary] [--json] [--py-spy DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import functools
 import io
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +86,9 @@ def bomb_documents() -> list[tuple[str, bytes]]:
         ("bomb-200-pages.pdf", per_page_streams_pdf(200)),
         ("bomb-9000000-paragraphs.docx", paragraph_bomb_docx(9_000_000)),
         ("random-13-mb.pdf", os.urandom(13 * MB)),
+        ("bomb-300-pages.pdf", per_page_streams_pdf(300)),
+        ("random-20-mb.pdf", os.urandom(20 * MB - 100_000)),
+        ("random-50-mb.pdf", os.urandom(50 * MB)),  # past the cap, within an import's
     ]
 
 
@@ -133,7 +148,49 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def bombs() -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def recorded(pid: int, profile: Path | None):
+    """py-spy recording `pid` meanwhile into `profile`, when there is one."""
+    if profile is None:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    command = [str(spy), "record", "--idle", "--threads", "-r", "200", "-f", "raw"]
+    recorder = subprocess.Popen(
+        [*command, "-o", str(profile), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1)  # attached
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)  # it writes the file and exits
+        recorder.wait(timeout=30)
+
+
+STANDARD_LIBRARY = ("<", "asyncio/", "concurrent/", "email/", "selectors.py", "tempfile.py")
+STANDARD_LIBRARY += ("threading.py", "queue.py", "subprocess.py", "contextlib.py")
+
+
+def loop_costs(profile: Path) -> dict[str, Any]:
+    """Of daphne's main thread (Twisted's reactor, the asyncio event loop): its samples
+    not waiting in select, and the functions most of them were in (the innermost
+    one not of the standard library: the email package's parser is counted as the
+    Twisted function that called it)."""
+    busy: collections.Counter[str] = collections.Counter()
+    for line in profile.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if "MainThread" not in frames[0] or frames[-1].startswith("EpollSelector.select"):
+            continue
+        ours = [f for f in frames[1:] if not f.split(" (")[-1].startswith(STANDARD_LIBRARY)]
+        busy[ours[-1].split(" (")[0] if ours else frames[-1].split(" (")[0]] += int(count)
+    top = ", ".join(f"{name} {count}" for name, count in busy.most_common(4))
+    return {"loop_busy_samples": sum(busy.values()), "loop_top": top}
+
+
+def bombs(profiles: Path | None = None) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="neotask-bombs-") as data_dir:
         env = app_env(data_dir)
@@ -149,22 +206,24 @@ def bombs() -> list[dict[str, Any]]:
                 time.sleep(3)
             rows.append(idle_row(before, server.pid, health))
             for name, data in bomb_documents():
-                before = reset_peak(server.pid)
-                with HealthPoller(port) as health:
-                    started = time.perf_counter()
-                    shown = browser.add_document(name, data)
-                    seconds = time.perf_counter() - started
+                profile = profiles / f"{name}.txt" if profiles else None
+                with recorded(server.pid, profile):
+                    before = reset_peak(server.pid)
+                    with HealthPoller(port) as health:
+                        started = time.perf_counter()
+                        shown = browser.add_document(name, data)
+                        seconds = time.perf_counter() - started
+                    growth = status_bytes(server.pid, "VmHWM") - before
                 rows.append(
                     {
                         "document": name,
                         "upload_mb": round(len(data) / MB, 2),
                         "answer_s": round(seconds, 2),
                         "daphne_rss_mb": round(before / MB),
-                        "daphne_peak_growth_mb": round(
-                            (status_bytes(server.pid, "VmHWM") - before) / MB, 1
-                        ),
+                        "daphne_peak_growth_mb": round(growth / MB, 1),
                         **percentiles(health.latencies),
                         "healthz_failed": len(health.failures),
+                        **(loop_costs(profile) if profile else {}),
                         "shown": shown.removeprefix("Not added to memory: "),
                     }
                 )
@@ -188,12 +247,13 @@ def idle_row(before: int, pid: int, health: HealthPoller) -> dict[str, Any]:
 
 
 def print_table(title: str, rows: list[dict[str, Any]]) -> None:
-    columns = [key for key in rows[0] if key != "shown"]
+    columns = [key for key in rows[-1] if key not in ("shown", "loop_top")]
     print(f"\n{title}\n" + " | ".join(columns))
     for row in rows:
-        print(" | ".join(str(row[key]) for key in columns))
-        if "shown" in row:
-            print(f"    {row['shown']}")
+        print(" | ".join(str(row.get(key, "")) for key in columns))
+        for extra in ("loop_top", "shown"):
+            if extra in row:
+                print(f"    {row[extra]}")
 
 
 PARTS = {"bombs": bombs, "ordinary": ordinary}
@@ -203,8 +263,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR", help="profile each upload")
     options = parser.parse_args()
-    results = {part: PARTS[part]() for part in options.parts}
+    if options.py_spy:
+        options.py_spy.mkdir(parents=True, exist_ok=True)
+    parts = {**PARTS, "bombs": functools.partial(bombs, options.py_spy)}
+    results = {part: parts[part]() for part in options.parts}
     if options.json:
         print(json.dumps(results, indent=2))
         return

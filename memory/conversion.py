@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -508,9 +509,12 @@ def main() -> None:
 # The parent ---------------------------------------------------------------------
 
 conversions = threading.BoundedSemaphore(MAX_CONVERSIONS)
+# An upload: its bytes, or the file it was received into, read from its start.
+Upload = bytes | IO[bytes]
+COPY_CHUNK = 1024 * 1024
 
 
-def convert_in_child(name: str, kind: str, data: bytes, limits: Limits) -> Converted:
+def convert_in_child(name: str, kind: str, data: Upload, limits: Limits) -> Converted:
     """`convert`, in a child process under `limits`; DocumentError when it refuses
     the document or is stopped."""
     if not conversions.acquire(timeout=limits.wall_seconds):
@@ -525,7 +529,10 @@ def convert_in_child(name: str, kind: str, data: bytes, limits: Limits) -> Conve
             tempfile.TemporaryFile() as stderr,
         ):
             stdin.write(json.dumps({"name": name, "kind": kind}).encode() + b"\n")
-            stdin.write(data)
+            if isinstance(data, bytes):
+                stdin.write(data)
+            else:  # copied file to file: the web process never holds the upload
+                shutil.copyfileobj(data, stdin, COPY_CHUNK)
             stdin.seek(0)
             ended = run_child(limits, stdin, stdout, stderr)
             return answer_of(name, limits, ended, stdout, stderr)

@@ -17,6 +17,7 @@ DOCX's or HTML's own headings cite their section.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 
@@ -25,6 +26,7 @@ from memory.conversion import (
     Converted,
     DocumentError,
     Limits,
+    Upload,
     check_text_size,
     convert_in_child,
 )
@@ -138,11 +140,21 @@ def limits() -> Limits:
     )
 
 
-def convert(name: str, data: bytes) -> Converted:
-    """The Markdown of an uploaded file, or DocumentError."""
+def upload_size(data: Upload) -> int:
+    if isinstance(data, bytes):
+        return len(data)
+    size = data.seek(0, os.SEEK_END)
+    data.seek(0)
+    return size
+
+
+def convert(name: str, data: Upload) -> Converted:
+    """The Markdown of an uploaded file (its bytes, or the file it was received
+    into), or DocumentError."""
     _, extension = split_name(name)
-    check_upload_size(name, len(data))
-    if not data:
+    size = upload_size(data)
+    check_upload_size(name, size)
+    if not size:
         raise DocumentError(f"{name} is empty.")
     return convert_in_child(name, KINDS[extension], data, limits())
 
@@ -158,7 +170,7 @@ def front_line(name: str, converted: Converted) -> str:
     )
 
 
-def add_document(owner: Owner, agent: str, name: str, data: bytes, actor: Actor) -> str:
+def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor) -> str:
     """Convert an uploaded file and store it as a new memory file of `agent`, recorded
     in the owner's history and indexed; returns its path. DocumentError (or the
     workspace's MemoryPathError: full, a link in the way) leaves nothing written."""

@@ -140,14 +140,15 @@ def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
     if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
         back = files_url(agent)
     upload = request.FILES.get("document")
-    if upload is None:
+    if upload is None or upload.file is None:
         messages.error(request, "Choose a file to add to memory.")
         return redirect(back)
     try:
         # Before reading it: a huge upload is refused without holding it in memory.
         documents.check_upload_size(upload.name or "", upload.size or 0)
+        # The file Django received it into, copied to the converter's: never read whole here.
         shown = documents.add_document(
-            request.user, agent, upload.name or "", upload.read(), Actor.user(request.user)
+            request.user, agent, upload.name or "", upload.file, Actor.user(request.user)
         )
     except (documents.DocumentError, paths.MemoryPathError) as exc:
         messages.error(request, f"Not added to memory: {exc}")

@@ -12,7 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from monitoring.logs import redact_daphne_access_log  # noqa: E402
-from neotask_site.request_bodies import bound_daphne_bodies  # noqa: E402
+from neotask_site.request_bodies import body_in_slices, bound_daphne_bodies  # noqa: E402
 from neotask_site.routing import websocket_urlpatterns  # noqa: E402
 from neotask_site.unavailable import ClosedWhenDown  # noqa: E402
 from neotask_site.websocket_origin import SameOriginValidator  # noqa: E402
@@ -23,7 +23,7 @@ redact_daphne_access_log()  # no token, code or key in its lines
 
 application = ProtocolTypeRouter(
     {
-        "http": mcp_server.wrap(django_asgi_app),
+        "http": body_in_slices(mcp_server.wrap(django_asgi_app)),
         "websocket": ClosedWhenDown(
             SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),

@@ -15,10 +15,15 @@ Content-Length before any of it is read):
 The credentials are only looked for, not checked: that needs the database, which
 Twisted's reactor thread must not wait for; Django checks them as before. A
 forged cookie gets the larger bound, never more.
+
+And a large body costs the event loop no long turn: Twisted does not parse a
+form (Django does, in its thread), and Django reads a body in slices.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daphne.http_protocol import WebRequest
@@ -69,11 +74,19 @@ def refuse(request: Any) -> None:
 
 
 class BoundedBodyRequest(WebRequest):
-    """daphne's request, counting its body's bytes as they come."""
+    """daphne's request, counting its body's bytes as they come; a form's body is
+    left to Django."""
 
     neotask_bound = 0
     neotask_received = 0
     neotask_refused = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Twisted's Request would parse a POSTed form into `args`, which daphne never
+        # reads: a multipart body read into memory whole and parsed by the email
+        # package in the reactor thread (a 13 MB upload: +155 MB and /healthz stalled
+        # ~1 s, py-spy in docs/memory.md). Django parses it, streaming, in its thread.
+        super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
 
     def gotLength(self, length: int | None) -> None:
         self.neotask_bound = body_bound(self)
@@ -101,3 +114,33 @@ def bound_daphne_bodies() -> None:
     from daphne import http_protocol
 
     http_protocol.WebRequest = BoundedBodyRequest
+
+
+# daphne queues a body's messages (8 KB each) all at once, once it has the whole
+# body; Django's read_body takes them one by one into its spooled file, and an
+# asyncio.Queue with items never suspends: a 20 MB body was one turn of 2,560
+# messages (40 to 60 ms, the body copied to disk) while /healthz waited.
+MESSAGES_PER_TURN = 16
+
+Application = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def body_in_slices(application: Application) -> Application:
+    """`application`, given the event loop back every MESSAGES_PER_TURN messages
+    of a request's body."""
+
+    async def sliced(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await application(scope, receive, send)
+        messages = 0
+
+        async def receive_in_slices() -> Any:
+            nonlocal messages
+            messages += 1
+            if messages % MESSAGES_PER_TURN == 0:
+                await asyncio.sleep(0)  # the loop's turn
+            return await receive()
+
+        return await application(scope, receive_in_slices, send)
+
+    return sliced

@@ -366,6 +366,21 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
     assert MemoryFile.objects.get(owner=alice).agent == "research"
 
 
+@pytest.mark.parametrize("in_memory_up_to", [2_621_440, 10])  # Django's default; on disk
+def test_it_converts_an_upload_from_the_file_it_was_received_into(
+    alice, alice_client, workspace, settings, in_memory_up_to
+):
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = in_memory_up_to
+    for name, data in [("Q3.pdf", BUDGET_PDF), ("empty.md", b"")]:
+        alice_client.post("/memory/files/upload/", {"agent": "main", "document": named(data, name)})
+    page = alice_client.get("/memory/files/").content.decode()
+
+    assert "Added Q3.pdf to memory as memory/docs/Q3.md" in page
+    assert "Not added to memory: empty.md is empty." in page
+    text = (workspace / "memory/docs/Q3.md").read_text()
+    assert "The marketing budget for 2027 is 48,000 euros." in text
+
+
 def test_it_refuses_a_too_large_upload_before_reading_it(alice, alice_client, monkeypatch):
     monkeypatch.setattr(documents, "MAX_UPLOAD_BYTES", 10)
     response = alice_client.post(

@@ -5,18 +5,29 @@ old in-process conversion shows (+609 MB and +191 MB) without taking the machine
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.handlers.asgi import ASGIHandler
 
 from memory import documents
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
+from neotask_site.request_bodies import MESSAGES_PER_TURN, body_in_slices
 from tests.support.documents import nothing_written, paragraph_bomb_docx, per_page_streams_pdf
-from tests.support.processes import app_env, free_port, logged_in_chat, manage, start_daphne
+from tests.support.processes import (
+    app_env,
+    free_port,
+    logged_in_chat,
+    manage,
+    start_daphne,
+    stop_process,
+)
 from tests.support.uploads import Browser, HealthPoller, reset_peak, status_bytes
 
 MB = 1024 * 1024
@@ -141,3 +152,86 @@ def test_the_server_answers_healthz_and_keeps_its_memory_during_the_bombs(tmp_pa
     assert growth < GROWTH_BOUND, f"+{growth // MB} MB"
     assert "bomb.pdf is refused: its streams unpack to more than 100 MB" in refusals[0]
     assert "bomb.docx has more than 100,000 paragraphs" in refusals[1]
+
+
+def test_a_large_body_is_read_in_turns_of_the_event_loop():
+    """daphne queues a body's messages all at once; Django's own read_body takes
+    them from the queue without once giving the event loop a turn, so everything
+    else the server does waits for the whole body to be copied, unless the
+    application is given them in slices. Counted in the turns another task gets
+    meanwhile, not in time."""
+    body_messages = 4 * MB // 8192  # daphne's chunk: a 4 MB body, spooled to disk
+
+    async def turns_while_reading(sliced: bool) -> tuple[int, int]:
+        queue: asyncio.Queue = asyncio.Queue()
+        for n in range(body_messages):
+            more = n < body_messages - 1
+            queue.put_nowait({"type": "http.request", "body": b"x" * 8192, "more_body": more})
+        turns, read = 0, 0
+
+        async def other_task() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        async def django_reads_the_body(scope, receive, send) -> None:
+            nonlocal read
+            with await ASGIHandler().read_body(receive) as body:
+                read = len(body.read())
+
+        application = body_in_slices(django_reads_the_body) if sliced else django_reads_the_body
+        ticking = asyncio.ensure_future(other_task())
+        await asyncio.sleep(0)
+        started = turns
+        await application({"type": "http"}, queue.get, None)
+        ticking.cancel()
+        return turns - started, read
+
+    plain_turns, plain_read = asyncio.run(turns_while_reading(sliced=False))
+    sliced_turns, sliced_read = asyncio.run(turns_while_reading(sliced=True))
+
+    assert plain_read == sliced_read == 4 * MB
+    assert plain_turns <= 1
+    assert sliced_turns >= body_messages // MESSAGES_PER_TURN
+
+
+# What receiving an upload of 20 MB costs daphne (its PDF bomb: 300 pages of 70 MB
+# each once unpacked): the body once, as it passes from daphne to Django, and the
+# view's work, nothing more. On main Twisted also parsed every POSTed form in the
+# reactor thread, with the email package: +155 MB and /healthz stalled ~1 s for
+# any 13 MB upload, a document in it or not.
+LARGE_UPLOAD_GROWTH_BOUND = 32 * MB
+LARGE_PDF_PAGES = 300  # 19.6 MB, under the 20 MB cap
+
+
+@pytest.mark.slow
+def test_a_20_mb_upload_costs_the_server_about_its_size(tmp_path):
+    env = app_env(tmp_path)
+    manage(env, "migrate", "-v0")
+    session, _ = logged_in_chat(env, "alice")
+    port = free_port()
+    with (tmp_path / "daphne.log").open("w") as log:
+        server = start_daphne(env, port, log)
+    try:
+        browser = Browser(port, session)
+        browser.add_document("warm-up.pdf", b"not a PDF")  # first-time costs
+        shown, growth = {}, {}
+        for name, data in [
+            ("random.pdf", os.urandom(documents.MAX_UPLOAD_BYTES - 100_000)),  # refused unread
+            ("bomb.pdf", per_page_streams_pdf(LARGE_PDF_PAGES)),  # received and converted
+        ]:
+            assert 19 * MB < len(data) <= documents.MAX_UPLOAD_BYTES
+            before = reset_peak(server.pid)
+            with HealthPoller(port, interval=0.02) as health:
+                shown[name] = browser.add_document(name, data)
+            growth[name] = status_bytes(server.pid, "VmHWM") - before
+            assert health.latencies and health.failures == [], (name, health.failures)
+        browser.close()
+    finally:
+        stop_process(server)
+    assert all(grew < LARGE_UPLOAD_GROWTH_BOUND for grew in growth.values()), {
+        name: f"+{grew // MB} MB" for name, grew in growth.items()
+    }
+    assert "random.pdf is not a PDF: it holds binary data." in shown["random.pdf"]
+    assert "bomb.pdf is refused: its streams unpack to more than 100 MB" in shown["bomb.pdf"]
