@@ -467,6 +467,9 @@ def confine(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Below the server's priority: on two cores a conversion must not take the
+    # core the event loop needs to answer (/healthz, other users' chats).
+    os.nice(10)
     # Its answer goes to a file: the Markdown and a line of header, no more.
     answer = limits.text_bytes + MAX_HEADER_BYTES
     resource.setrlimit(resource.RLIMIT_FSIZE, (answer, answer))
