@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
-from importers.models import ImportJob
+from importers.models import ImportedArchive, ImportJob
 from importers.report import ImportReport
 from memory import recording
 from memory.files.indexing import index_workspace
@@ -170,7 +170,9 @@ def remove_made_since(since: str, file: str) -> None:
     for model in reversed(OWNED_MODELS):
         if model in (Agent, ChatClaim, Change):  # the history is never deleted
             continue
-        made_at = "forgotten_at" if model is ForgottenEvent else "created_at"
+        made_at = {ForgottenEvent: "forgotten_at", ImportedArchive: "imported_at"}.get(
+            model, "created_at"
+        )
         model._default_manager.filter(Q(**{f"{made_at}__gte": since})).delete()
     (workspace_dir(user.pk, "main") / file).unlink(missing_ok=True)
     index_workspace(user, "main")
