@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +170,8 @@ def recorded(pid: int, profile: Path | None):
         recorder.wait(timeout=30)
 
 
-STANDARD_LIBRARY = ("<", "asyncio/", "concurrent/", "email/", "selectors.py", "tempfile.py")
-STANDARD_LIBRARY += ("threading.py", "queue.py", "subprocess.py", "contextlib.py")
+STANDARD_LIBRARY: tuple[str, ...] = ("<", "asyncio/", "concurrent/", "email/", "selectors.py")
+STANDARD_LIBRARY += ("tempfile.py", "threading.py", "queue.py", "subprocess.py", "contextlib.py")
 
 
 def loop_costs(profile: Path) -> dict[str, Any]:
@@ -256,7 +257,7 @@ def print_table(title: str, rows: list[dict[str, Any]]) -> None:
                 print(f"    {row[extra]}")
 
 
-PARTS = {"bombs": bombs, "ordinary": ordinary}
+PARTS: dict[str, Callable[[], list[dict[str, Any]]]] = {"bombs": bombs, "ordinary": ordinary}
 
 
 def main() -> None:
@@ -267,7 +268,10 @@ def main() -> None:
     options = parser.parse_args()
     if options.py_spy:
         options.py_spy.mkdir(parents=True, exist_ok=True)
-    parts = {**PARTS, "bombs": functools.partial(bombs, options.py_spy)}
+    parts: dict[str, Callable[[], list[dict[str, Any]]]] = {
+        **PARTS,
+        "bombs": functools.partial(bombs, options.py_spy),
+    }
     results = {part: parts[part]() for part in options.parts}
     if options.json:
         print(json.dumps(results, indent=2))
