@@ -24,8 +24,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # own, whose queries are not counted), 3 of them the turn's metrics in one upsert
 # (monitoring.counters: BEGIN, INSERT … ON CONFLICT, COMMIT), 5 the quota
 # (sessions_app.quotas: BEGIN, the user's group quotas, the counting upsert and
-# COMMIT around the stored input; the turn's tokens added in one upsert) and 1
-# the owner's MCP servers (agent.mcp_tools.tools_for).
+# COMMIT around the stored input; the turn's tokens added in one upsert), 1
+# the owner's MCP servers (agent.mcp_tools.tools_for) and 1 the answer's first
+# words kept in the claim, so a crash loses none (sessions_app.runner).
 # On PostgreSQL 2 more: each vector search's bounded count that picks an exact
 # scan for an owner of few rows (memory.pgvector.PgIndex.exact).
 MAX_QUERIES = {0: 43, 1: 51, 2: 68}

@@ -5,6 +5,7 @@ session, the terminal permission; and the jobs those writes queued."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -119,7 +120,7 @@ def make_rows(owner: Any, tag: str = "") -> dict[type[models.Model], models.Mode
         ),
         # Not ApiToken.issue, which records its creation: one Change row per owner here.
         ApiToken: ApiToken.objects.create(
-            owner=owner, name=f"Script {tag}", prefix=f"{tag}{owner.pk}", secret_hash=f"{tag}"
+            owner=owner, name=f"Script {tag}", prefix=secrets.token_hex(6), secret_hash=tag
         ),
         McpServer: mcp_server,
         McpAllowedCall: McpAllowedCall.objects.create(
