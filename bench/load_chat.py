@@ -63,7 +63,11 @@ TEAM_DEFAULTS = {
 
 
 class TimeUp(Exception):
-    pass
+    """Raised by SIGALRM wherever the run is; `happened` stays set because asyncio's
+    socket transports catch it when it lands in their read callback (a "fatal read
+    error" that the chats then count as a disconnect)."""
+
+    happened = False
 
 
 def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
@@ -136,6 +140,7 @@ def main() -> int:
             os.environ.pop(name, None)
 
     def time_up(signum: int, frame: Any) -> None:
+        TimeUp.happened = True
         raise TimeUp
 
     def terminated(signum: int, frame: Any) -> None:
@@ -192,6 +197,8 @@ def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
         processes: list[subprocess.Popen] = []
         try:
             code, row = run(options, Path(data_dir), processes)
+            if TimeUp.happened:  # caught on its way, by a socket's transport
+                raise TimeUp
         except TimeUp:
             print(f"load_chat: not done within --timeout {options.timeout:g} s", file=sys.stderr)
             code = 3
