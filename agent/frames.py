@@ -1,4 +1,4 @@
-"""The frames a chat sends to its clients (DESIGN.md §6), defined once.
+"""The frames a chat sends to its clients (docs/api.md, "The websocket protocol"), defined once.
 
 A turn emits these objects; the websocket sends `as_json()` of each, and the
 API and the scheduler fold them into an `Outcome` (sessions_app.inputs) —

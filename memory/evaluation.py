@@ -1,6 +1,6 @@
 """Retrieval quality: recall@k of each search branch on a conversation dataset.
 
-The dataset (DESIGN.md §6) holds conversations between two named people and
+The dataset (docs/memory.md) holds conversations between two named people and
 questions with the ids of the turns that answer them. Each conversation is
 written through the real write path (events, then embeddings) into a
 throw-away user, each question is asked of every branch of the memory

@@ -1,4 +1,4 @@
-"""The chat websocket, `/ws/chat/<session_key>/` (protocol: DESIGN.md §6).
+"""The chat websocket, `/ws/chat/<session_key>/` (protocol: docs/api.md, "The websocket protocol").
 
 Thin: it checks frames and ownership and hands every input to
 sessions_app.runner, which runs it wherever the chat's claim is held. The

@@ -1,5 +1,6 @@
-"""Fuzzing the chat websocket (DESIGN.md §6): whatever a client sends, a bad frame
-gets one error frame, the connection stays open and usable, and nothing is stored.
+"""Fuzzing the chat websocket (docs/api.md, "The websocket protocol"): whatever a
+client sends, a bad frame gets one error frame, the connection stays open and
+usable, and nothing is stored.
 
 Runs against the real consumer and channel layer (in memory, or Redis on the team
 profile); tests/test_chat_consumer.py holds the hand-picked cases."""
