@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,6 @@ from tests.support.processes import (
     chat_socket,
     free_port,
     logged_in_chat,
-    postgres_bin_dir,
     run_program,
     spawn_daphne,
     stop_process,
@@ -33,24 +29,6 @@ from tests.support.processes import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip("the PostgreSQL server programs (initdb, pg_ctl) are not installed")
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("initdb refuses root, and there is no postgres user to run it as")
-    server = PrivatePostgres(bin_dir)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 def get(port: int, path: str, **headers: str) -> tuple[int, str, str]:

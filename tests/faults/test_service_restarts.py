@@ -10,8 +10,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
-import pwd
 import re
 import shutil
 import subprocess
@@ -34,7 +32,6 @@ from tests.support.processes import (
     free_port,
     logged_in_chat,
     message_frame,
-    postgres_bin_dir,
     run_program,
     say,
     spawn_daphne,
@@ -45,24 +42,6 @@ from tests.support.processes import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip("the PostgreSQL server programs (initdb, pg_ctl) are not installed")
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("initdb refuses root, and there is no postgres user to run it as")
-    server = PrivatePostgres(bin_dir)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
