@@ -1,13 +1,23 @@
 """Counters every process adds to: rows of `monitoring.Counter` (see
-monitoring.metrics for why they are not kept in process memory)."""
+monitoring.metrics for why the totals are not kept in process memory).
+
+What a process counts waits a moment in it (`PendingCounts`) and goes to the
+database as one upsert per `window`: a turn costs no statement of its own, and
+a scrape is at most `window` behind another process's counts (the process
+scraped sends its own first)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
+from collections import defaultdict
 from collections.abc import Mapping
+from multiprocessing.util import Finalize
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django_q.utils import get_func_repr
 
 from monitoring.models import Counter
@@ -30,12 +40,81 @@ Amounts = Mapping[tuple[str, str], float]
 
 
 def add(amounts: Amounts) -> None:
-    """Add to counter series (name, label), creating them at first use (`upsert`);
-    a failure is logged, never raised: counting must not break what it counts."""
+    """Add to counter series (name, label), creating them at first use: sent
+    with the others of the moment (`PendingCounts`); a failure is logged, never
+    raised: counting must not break what it counts."""
+    COUNTS.add(amounts)
+
+
+def flush() -> None:
+    """Send what this process has counted and not sent yet (a scrape does first)."""
+    COUNTS.flush()
+
+
+class PendingCounts:
+    """The amounts this process counted and has not sent yet, summed per series,
+    sent as one upsert `window` seconds after the first of them, by a thread of
+    its own. A process that exits sends what it holds (a forked job-cluster
+    worker too: multiprocessing's finalizers run where atexit's do not); one
+    that dies loses at most a window's counts. One the database refused is
+    kept for the next round."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.start_over()
+        # A forked process (the job cluster's workers) starts with no sender
+        # thread and nothing of its parent's to send; a lock held at the fork
+        # would stay held.
+        os.register_at_fork(after_in_child=self.start_over)
+
+    def start_over(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.wake = threading.Event()
+        self.sender: threading.Thread | None = None
+
+    def add(self, amounts: Amounts) -> None:
+        if self.window <= 0:
+            send(amounts)
+            return
+        with self.lock:
+            for key, amount in amounts.items():
+                self.pending[key] += amount
+            if self.sender is None:
+                self.sender = threading.Thread(target=self.run, name="counters", daemon=True)
+                self.sender.start()
+                Finalize(self, self.flush, exitpriority=0)
+        self.wake.set()
+
+    def run(self) -> None:
+        while True:
+            self.wake.wait()
+            time.sleep(self.window)
+            self.wake.clear()  # before the take: an add after it wakes the next round
+            if not self.flush():
+                self.wake.set()  # the database refused: try again in a window
+            close_old_connections()
+
+    def flush(self) -> bool:
+        """Send what waits; False if the database refused it (it is kept)."""
+        with self.lock:
+            amounts, self.pending = self.pending, defaultdict(float)
+        if not amounts or send(amounts):
+            return True
+        with self.lock:
+            for key, amount in amounts.items():
+                self.pending[key] += amount
+        return False
+
+
+def send(amounts: Amounts) -> bool:
+    """`upsert`, a failure logged; whether it was stored."""
     try:
         upsert(amounts)
     except DatabaseError as exc:
         log.warning("metrics: could not add to %s (%s)", ", ".join(k[0] for k in amounts), exc)
+        return False
+    return True
 
 
 def upsert(amounts: Amounts) -> None:
@@ -54,6 +133,9 @@ def upsert(amounts: Amounts) -> None:
     params = [part for key in keys for part in (*key, amounts[key])]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+COUNTS = PendingCounts(window=2.0)
 
 
 def count_turn(status: str, first_token_seconds: float | None) -> None:

@@ -4,9 +4,9 @@ Several daphne workers and job clusters, on one machine or several, each do a
 share of the work, and Prometheus scrapes one of them at a time. So nothing is
 counted in process memory (prometheus_client's own counters, or
 django-prometheus's, would each hold one process's share, and its multiprocess
-mode one machine's): counters are rows of `monitoring.Counter`, added to with
-one upsert statement per event, and gauges are read from the database when
-scraped. Any process answers for the whole site.
+mode one machine's): counters are rows of `monitoring.Counter`, added to by
+each process with one upsert every few seconds (monitoring.counters), and gauges
+are read from the database when scraped. Any process answers for the whole site.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from monitoring.counters import (
     JOB_FAILURES,
     SANDBOX_RUNS,
     TURNS,
+    flush,
 )
 from monitoring.models import Counter
 from sessions_app.models import ChatInput
@@ -43,6 +44,7 @@ class NeotaskCollector(Collector):
     """Every metric read from the database at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
+        flush()  # this process's counts of the last moment, not sent yet
         series: dict[str, dict[str, float]] = defaultdict(dict)
         for name, label, value in Counter.objects.values_list("name", "label", "value"):
             series[name][label] = value

@@ -12,6 +12,7 @@ from memory import tasks
 from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
+from monitoring import counters
 from sessions_app import chat
 from sessions_app.models import Session
 from tests.support.records import FRIDAY
@@ -45,9 +46,10 @@ def own_process_state(settings, tmp_path_factory, monkeypatch):
     """User ids repeat between tests (rolled back), so each test gets its own data dir
     (workspaces, uploads), cache and empty in-process indexes and working memory: a
     file or cached row of one test never reaches the next. Embedding requests
-    go out at once (each in its test's transaction), not gathered for a moment
-    by a thread of their own."""
+    and counts go out at once (each in its test's transaction), not gathered for
+    a moment by a thread of their own."""
     monkeypatch.setattr(tasks.EMBEDDING_REQUESTS, "window", 0)
+    monkeypatch.setattr(counters.COUNTS, "window", 0)
     settings.DATA_DIR = tmp_path_factory.mktemp("data")  # apart from the test's tmp_path
     # A cache of its own (login throttle counts): a key prefix, not a flush,
     # since on the team profile the Redis is shared.

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.tools import ToolContext, ToolError, get_tool
 from memory import recording
 from monitoring import counters, health
+from monitoring.models import Counter
 from sessions_app import runner
 from sessions_app.models import ChatInput
+from tests.programs import counting
+from tests.support.processes import app_env, run_program
 from tests.support.scripted_llm import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -137,3 +141,63 @@ def test_it_loses_no_count_when_many_threads_add_at_once(token):
     assert after[("neotask_first_token_seconds_bucket", (("le", "0.5"),))] == 160
     assert after[("neotask_first_token_seconds_bucket", (("le", "0.25"),))] == 0
     assert after[("neotask_first_token_seconds_sum", ())] == pytest.approx(48.0)
+
+
+def test_it_sends_the_counts_of_a_moment_together_and_a_scrape_sees_its_own(token, monkeypatch):
+    sent: list[dict] = []
+    upsert = counters.upsert
+
+    def counted_upsert(amounts) -> None:
+        sent.append(dict(amounts))
+        upsert(amounts)
+
+    monkeypatch.setattr(counters, "upsert", counted_upsert)
+    monkeypatch.setattr(counters, "COUNTS", counters.PendingCounts(window=600))
+    for _ in range(3):
+        counters.count_turn("completed", 0.3)
+    counters.count_sandbox_run("exited")
+    assert not sent  # held in this process
+    after = samples()  # the scrape sends them first
+    assert len(sent) == 1
+    assert after[("neotask_turns_total", (("status", "completed"),))] == 3
+    assert after[("neotask_first_token_seconds_sum", ())] == pytest.approx(0.9)
+    assert after[("neotask_sandbox_runs_total", (("outcome", "exited"),))] == 1
+
+
+def test_its_thread_sends_them_within_the_window(token, monkeypatch):
+    monkeypatch.setattr(counters, "COUNTS", counters.PendingCounts(window=0.1))
+    counters.count_turn("stopped", None)
+    deadline = time.monotonic() + 10
+    while not Counter.objects.filter(name=counters.TURNS, label="stopped").exists():
+        assert time.monotonic() < deadline, "the counts were not sent"
+        time.sleep(0.02)
+    assert Counter.objects.get(name=counters.TURNS, label="stopped").value == 1
+
+
+def test_it_keeps_the_counts_the_database_refused_for_the_next_round(token, monkeypatch):
+    pending = counters.PendingCounts(window=600)
+    monkeypatch.setattr(counters, "COUNTS", pending)
+    counters.count_turn("error", None)
+
+    def refuse(amounts) -> None:
+        raise DatabaseError("disk full")
+
+    with monkeypatch.context() as down:
+        down.setattr(counters, "upsert", refuse)
+        assert not pending.flush()
+    counters.count_turn("error", None)
+    assert pending.flush()
+    assert Counter.objects.get(name=counters.TURNS, label="error").value == 2
+
+
+@pytest.mark.slow
+def test_a_process_and_its_forked_worker_send_their_counts_when_they_exit(tmp_path):
+    env = app_env(tmp_path)
+    run_program(env, counting.count_and_exit)
+    assert run_program(env, counting.counted) == {
+        "turns{completed}": 1,
+        "first_token_seconds_bucket{0.5}": 1,
+        **{f"first_token_seconds_bucket{{{label}}}": 1 for label in counters.BUCKET_LABELS[2:]},
+        "first_token_seconds_sum{}": 0.3,
+        "sandbox_runs{exited}": 1,
+    }
