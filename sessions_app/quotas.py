@@ -3,7 +3,9 @@
 
 A user's limits are the `[quotas]` defaults of config.toml, unless one of their
 groups has a `GroupQuota`: then the most generous of those groups' limits apply
-(0 is no limit, the most generous of all). Superusers have none.
+(0 is no limit, the most generous of all). Superusers have none. A change of a
+group's quota or of a user's groups applies at once in the process that made
+it and within 5 s in the others (`GROUP_LIMITS`).
 
 Only inputs that make the model work count (a message, a retry, /new with a
 message); commands answered at once do not. `admit` counts one in the
@@ -43,6 +45,7 @@ from django.utils import timezone
 
 from agent.frames import Refused
 from neotask_site.ownership import Owner
+from neotask_site.process_cache import ProcessCache
 from sessions_app.models import ChatInput, DailyUsage, GroupQuota
 
 WINDOW = timedelta(minutes=1)
@@ -87,17 +90,24 @@ class QuotaExceeded(Exception):
 def limits_for(owner: Owner) -> Limits:
     if owner.is_superuser:
         return Limits()
-    groups = list(
-        GroupQuota.objects.filter(group__user=owner).values_list(
-            MESSAGES_PER_MINUTE, TOKENS_PER_DAY
-        )
-    )
+    groups = GROUP_LIMITS.get(owner.pk, lambda: group_limits(owner))
     if not groups:
         defaults = settings.NEOTASK["quotas"]
         return Limits(defaults[MESSAGES_PER_MINUTE], defaults[TOKENS_PER_DAY])
     return Limits(
         most_generous(limit for limit, _ in groups), most_generous(limit for _, limit in groups)
     )
+
+
+def group_limits(owner: Owner) -> list[tuple[int, int]]:
+    """The limits of the owner's groups that have a quota."""
+    quotas = GroupQuota.objects.filter(group__user=owner)
+    return list(quotas.values_list(MESSAGES_PER_MINUTE, TOKENS_PER_DAY))
+
+
+# Read on every input, changed in the admin: each process keeps a user's groups'
+# limits for a few seconds (sessions_app.signals clears them on a change here).
+GROUP_LIMITS: ProcessCache[list[tuple[int, int]]] = ProcessCache(seconds=5)
 
 
 def most_generous(limits: Iterable[int]) -> int:

@@ -4,15 +4,16 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db.models import QuerySet
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from agent.models import ApprovalRequest
 from memory.forgetting import forget_sessions
 from neotask_site.history import Actor
-from sessions_app import deactivation
-from sessions_app.models import Session
+from sessions_app import deactivation, quotas
+from sessions_app.models import GroupQuota, Session
 
 
 @receiver(post_delete, sender=Session)
@@ -35,4 +36,14 @@ post_save.connect(
     deactivation.close_sockets_when_deactivated,
     sender=settings.AUTH_USER_MODEL,
     dispatch_uid="close-deactivated-sockets",
+)
+
+# Whose limits a group's quota sets, and what they are: kept a moment per process.
+for signal in (post_save, post_delete):
+    signal.connect(quotas.GROUP_LIMITS.clear, sender=GroupQuota, dispatch_uid="quota-limits")
+    signal.connect(quotas.GROUP_LIMITS.clear, sender=Group, dispatch_uid="quota-groups")
+m2m_changed.connect(
+    quotas.GROUP_LIMITS.clear,
+    sender=get_user_model().groups.through,
+    dispatch_uid="quota-members",
 )

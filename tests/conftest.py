@@ -13,6 +13,7 @@ from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
 from monitoring import counters
+from neotask_site import process_cache
 from sessions_app import chat
 from sessions_app.models import Session
 from tests.support.records import FRIDAY
@@ -36,6 +37,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
 
 
 def forget_process_state() -> None:
+    process_cache.clear_all()
     forget_chunk_indexes()
     forget_indexes()
     working_memory.clear()

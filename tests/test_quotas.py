@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -163,6 +164,36 @@ def test_it_gives_the_most_generous_of_the_users_groups(alice, bob, configure):
     assert quotas.limits_for(alice) == Limits(messages_per_minute=5, tokens_per_day=0)
     assert quotas.limits_for(bob) == Limits(messages_per_minute=4, tokens_per_day=50)
     assert admitted(alice, 7) == 5
+
+
+def test_a_change_of_limits_or_groups_applies_to_the_next_input(alice, configure):
+    configure("quotas", messages_per_minute=1)
+    assert admitted(alice, 2) == 1  # the limits are kept in this process from here
+    heavy = Group.objects.create(name="heavy")
+    heavy.user_set.add(alice)  # a group without a quota: still the defaults
+    assert admitted(alice, 1) == 0
+    quota = GroupQuota.objects.create(group=heavy, messages_per_minute=3)
+    assert admitted(alice, 3) == 2
+    quota.messages_per_minute = 4
+    quota.save()
+    assert admitted(alice, 2) == 1
+    alice.groups.remove(heavy)
+    assert quotas.limits_for(alice) == Limits(messages_per_minute=1)
+    alice.groups.add(heavy)
+    heavy.delete()  # its quota with it
+    assert quotas.limits_for(alice) == Limits(messages_per_minute=1)
+
+
+def test_another_process_sees_a_change_of_limits_within_seconds(alice, monkeypatch):
+    monkeypatch.setattr(quotas.GROUP_LIMITS, "seconds", 0.2)
+    quota = GroupQuota.objects.create(group=Group.objects.create(name="g"), tokens_per_day=9)
+    alice.groups.add(quota.group)
+    assert quotas.limits_for(alice).tokens_per_day == 9
+    # Another process's change: no signal here.
+    GroupQuota.objects.filter(pk=quota.pk).update(tokens_per_day=7)
+    assert quotas.limits_for(alice).tokens_per_day == 9  # kept a moment
+    time.sleep(0.25)
+    assert quotas.limits_for(alice).tokens_per_day == 7
 
 
 def test_it_holds_users_without_a_group_quota_to_the_defaults(alice, configure):
