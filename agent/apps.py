@@ -2,7 +2,7 @@ import logging
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_delete, post_migrate, post_save
 
 log = logging.getLogger(__name__)
 
@@ -12,9 +12,15 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from agent import consolidation
+        from agent import consolidation, mcp_tools
+        from agent.models import McpServer
 
         post_migrate.connect(consolidation.install_schedule, sender=self)
+        # The tools offered from MCP servers hang on the servers and on their owners
+        # (a superuser's, active, may offer one to everyone and reach private hosts).
+        for signal in (post_save, post_delete):
+            for sender in (McpServer, settings.AUTH_USER_MODEL):
+                signal.connect(mcp_tools.OFFERED.clear, sender=sender, dispatch_uid="mcp-offered")
         terminal = settings.NEOTASK["terminal"]
         if terminal["enabled"] and terminal["sandbox"] == "none":
             log.warning(

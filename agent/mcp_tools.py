@@ -35,6 +35,7 @@ from agent.tools.registry import Tool, ToolContext, ToolError, call_text
 from agent.transport import asyncio_transport
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
+from neotask_site.process_cache import ProcessCache
 from neotask_site.sealing import SealError, hint, seal, unseal
 
 CALL_SECONDS = 30.0
@@ -278,8 +279,18 @@ def server_of_call(owner: Owner, call: str) -> McpServer | None:
     return None
 
 
+# Read for every turn, changed on the MCP page or in the admin: each process keeps
+# a user's offered tools for a few seconds (agent.signals clears them on a change
+# here). A server switched off in another process is offered at most 5 s longer.
+OFFERED: ProcessCache[list[Tool]] = ProcessCache(seconds=5)
+
+
 def tools_for(owner: Owner) -> list[Tool]:
     """The tools of the servers offered to the owner, as last listed (no network here)."""
+    return OFFERED.get(owner.pk, lambda: list_tools_for(owner))
+
+
+def list_tools_for(owner: Owner) -> list[Tool]:
     tools: list[Tool] = []
     for server in servers_for(owner):
         remote = remote_of(server)

@@ -5,6 +5,7 @@ in a real turn, each call approved, denied or failing as the chat shows it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,36 @@ def test_a_superuser_offers_a_server_to_everyone_under_their_own_token(owner, al
     owner.save()
     assert mcp_tools.servers_for(alice) == [] and mcp_tools.servers_for(owner) == [shared]
     assert "Offered to everyone" not in text(client_for(alice).get("/settings/mcp/"))
+
+
+def test_the_tools_offered_follow_a_change_here_at_once_and_elsewhere_within_seconds(
+    owner, alice, weather, monkeypatch
+):
+    url, _ = weather
+    shared = add(owner, url)
+    shared.for_everyone = True
+    shared.save()
+    assert [tool.name for tool in mcp_tools.tools_for(alice)][:1] == [FORECAST]
+    owner.is_active = False  # kept a moment per process; this change clears it
+    owner.save()
+    assert mcp_tools.tools_for(alice) == []
+    owner.is_active = True
+    owner.save()
+    own = add(alice, url, name="mine")
+    assert {tool.name.split("__")[0] for tool in mcp_tools.tools_for(alice)} == {
+        "mcp_weather",
+        "mcp_mine",
+    }
+    own.delete()
+    assert {tool.name.split("__")[0] for tool in mcp_tools.tools_for(alice)} == {"mcp_weather"}
+    # Switched off by another process: no signal here, seen once the copy expires.
+    monkeypatch.setattr(mcp_tools.OFFERED, "seconds", 0.2)
+    mcp_tools.OFFERED.clear()
+    assert mcp_tools.tools_for(alice)
+    McpServer.objects.filter(pk=shared.pk).update(enabled=False)
+    assert mcp_tools.tools_for(alice)
+    time.sleep(0.25)
+    assert mcp_tools.tools_for(alice) == []
 
 
 def test_only_a_superusers_server_is_offered_to_everyone_in_the_admin(owner, alice, weather):
