@@ -280,9 +280,10 @@ def server_of_call(owner: Owner, call: str) -> McpServer | None:
 
 
 # Read for every turn, changed on the MCP page or in the admin: each process keeps
-# a user's offered tools for a few seconds (agent.signals clears them on a change
-# here). A server switched off in another process is offered at most 5 s longer.
-OFFERED: ProcessCache[list[Tool]] = ProcessCache(seconds=5)
+# a user's offered tools for 30 s (agent.apps connects the signals that clear them
+# on a change here). A server switched off in another process is offered (each
+# call still approved) at most 30 s longer.
+OFFERED: ProcessCache[list[Tool]] = ProcessCache(seconds=30)
 
 
 def tools_for(owner: Owner) -> list[Tool]:

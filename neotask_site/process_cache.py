@@ -1,11 +1,12 @@
 """What every turn reads and hardly ever changes (a user's quota limits, the MCP
-servers offered to them), kept in each process for a few seconds.
+servers offered to them), kept in each process for half a minute.
 
 A change is seen at once by the process that made it (a signal receiver calls
 `clear`) and by every other web worker and job cluster within `seconds`, when
 their copy expires: these rows are settings a person changes in a page or the
-admin, for which a few seconds is soon enough, and none of them is what makes
-a guarantee exact (the quota's counting stays in the database's statement).
+admin, for which that is soon enough, and none of them is what makes a
+guarantee exact (the quota's counting stays in the database's statement). Long
+enough that a person chatting at their pace mostly finds their copy.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A user's limits are the `[quotas]` defaults of config.toml, unless one of their
 groups has a `GroupQuota`: then the most generous of those groups' limits apply
 (0 is no limit, the most generous of all). Superusers have none. A change of a
 group's quota or of a user's groups applies at once in the process that made
-it and within 5 s in the others (`GROUP_LIMITS`).
+it and within 30 s in the others (`GROUP_LIMITS`).
 
 Only inputs that make the model work count (a message, a retry, /new with a
 message); commands answered at once do not. `admit` counts one in the
@@ -106,8 +106,8 @@ def group_limits(owner: Owner) -> list[tuple[int, int]]:
 
 
 # Read on every input, changed in the admin: each process keeps a user's groups'
-# limits for a few seconds (sessions_app.signals clears them on a change here).
-GROUP_LIMITS: ProcessCache[list[tuple[int, int]]] = ProcessCache(seconds=5)
+# limits for 30 s (sessions_app.signals clears them on a change here).
+GROUP_LIMITS: ProcessCache[list[tuple[int, int]]] = ProcessCache(seconds=30)
 
 
 def most_generous(limits: Iterable[int]) -> int:
