@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
-from django.db import DatabaseError, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django.utils import timezone
 
@@ -390,14 +390,28 @@ class ChatInputQuerySet(OwnedQuerySet):
         """The chat's inputs waiting or running (one of them perhaps a dead holder's)."""
         return self.filter(owner_id=owner_id, key=key).exclude(status=ChatInput.Status.DONE)
 
-    def next_for(self, owner_id: int, key: str) -> ChatInput | None:
-        """The chat's oldest queued input, marked running; only the holder of the
-        chat's claim calls this, so no other process starts it too."""
-        item = self.queued(owner_id, key).order_by("id").first()
-        if item is not None:
-            ChatInput.objects.filter(pk=item.pk).update(status=ChatInput.Status.RUNNING)
-            item.status = ChatInput.Status.RUNNING
-        return item
+    def next_for(
+        self, owner_id: int, key: str, stored: ChatInput | None = None
+    ) -> ChatInput | None:
+        """The chat's oldest queued input, marked running in one statement; only the
+        holder of the chat's claim calls this, so no other process starts it too.
+        `stored`, an input in hand, is not read again if it is that one."""
+        oldest, params = (
+            self.queued(owner_id, key).order_by("id").values("id")[:1].query.sql_with_params()
+        )
+        table = connection.ops.quote_name(ChatInput._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET status = %s WHERE id = ({oldest}) RETURNING id",
+                [ChatInput.Status.RUNNING, *params],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        if stored is None or stored.pk != row[0]:
+            return self.get(pk=row[0])
+        stored.status = ChatInput.Status.RUNNING
+        return stored
 
 
 ChatInputManager = models.Manager.from_queryset(ChatInputQuerySet)
@@ -461,10 +475,11 @@ class ChatInput(OwnedModel):
             return "Tool results"
         return f"/{self.command} {self.text}".strip()
 
-    def finish(self, outcome: Outcome) -> None:
-        """Keep the outcome for whoever waits for it; forget the input otherwise.
-        Its token reservation is given back either way, once (a dead holder's
-        input is finished by the next holder, sessions_app.runner)."""
+    def finish(self, outcome: Outcome, *, keep: bool | None = None) -> None:
+        """Keep the outcome for whoever waits for it (`keep`, unless said: if it
+        is `awaited`); forget the input otherwise. Its token reservation is given
+        back either way, once (a dead holder's input is finished by the next
+        holder, sessions_app.runner)."""
         mine = ChatInput.objects.filter(pk=self.pk)
         # With nothing reserved (no daily token limit) it is one statement: no
         # transaction to pay for on every turn.
@@ -472,10 +487,10 @@ class ChatInput(OwnedModel):
         with transaction.atomic() if day is not None else contextlib.nullcontext():
             if day is not None and mine.filter(reserved_tokens__gt=0).update(reserved_tokens=0):
                 DailyUsage.objects.release(self.owner_id, day, self.reserved_tokens)
-            if self.awaited:
+            if self.awaited if keep is None else keep:
                 mine.update(status=ChatInput.Status.DONE, outcome=outcome.as_json())
-            else:
-                mine.delete()
+            else:  # an instance's delete is one statement, a queryset's a transaction too
+                ChatInput(pk=self.pk).delete()
 
 
 @dataclass(frozen=True)

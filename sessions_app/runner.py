@@ -78,6 +78,10 @@ ANSWERS = (EventType.ASSISTANT_RESPONSE,)  # a stored answer: the streamed text 
 
 # Runs started in the background, kept from the garbage collector until they end.
 BACKGROUND: set[asyncio.Task] = set()
+# The inputs a caller in this process waits for (`queue` with `wait`), by id: one
+# that runs here has its outcome handed over in this, not stored in its row
+# for the caller to read back.
+WAITED_HERE: dict[int, Outcome | None] = {}
 
 
 async def submit(
@@ -142,7 +146,7 @@ def enqueue(
         return item, None
     if claim.abandoned is not None:  # what a dead holder left is buried first
         return item, Holder(owner, key, claim)
-    return item, Holder(owner, key, claim, ChatInput.objects.next_for(owner.pk, key))
+    return item, Holder(owner, key, claim, ChatInput.objects.next_for(owner.pk, key, item))
 
 
 async def queue(
@@ -163,11 +167,15 @@ async def queue(
     if not wait:
         background(start(owner, key, item, holder))
         return None
-    if holder is not None:
-        await holder.run_queue()
-    else:
-        await announce(owner, key, item)
-    return await wait_for(owner, key, item.pk, outcome=True)
+    WAITED_HERE[item.pk] = None
+    try:
+        if holder is not None:
+            await holder.run_queue()
+        else:
+            await announce(owner, key, item)
+        return await wait_for(owner, key, item.pk, outcome=True)
+    finally:
+        del WAITED_HERE[item.pk]
 
 
 async def start(owner: Owner, key: str, item: ChatInput, holder: Holder | None) -> None:
@@ -230,6 +238,9 @@ async def wait_for(
     async with Signals(owner.pk, key) as signals:
         while True:
             item = await read()
+            # Run here: handed over before its row went (so looked for after the read).
+            if outcome and (here := WAITED_HERE.get(input_id)) is not None:
+                return here
             if item is None:  # ended, and not kept (or the chat was deleted meanwhile)
                 return Outcome(session_id="", status="error", error=DELETED) if outcome else None
             if item.status == ChatInput.Status.DONE:
@@ -343,7 +354,10 @@ class Holder:
             await database_sync_to_async(self.claim.renew)(self.session_id, self.partial)
 
     def end(self, item: ChatInput, outcome: Outcome) -> ChatInput | None:
-        item.finish(outcome)
+        waited_here = item.pk in WAITED_HERE
+        if waited_here:  # handed to its caller, not kept for it to read back
+            WAITED_HERE[item.pk] = outcome
+        item.finish(outcome, keep=item.awaited and not waited_here)
         following = self.claim.hand_on()
         counters.count_turn(outcome.status, self.first_token)
         turn_log.info(

@@ -9,20 +9,22 @@ import threading
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import HttpCommunicator
 from django.contrib.auth.models import User
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agent import approvals
+from agent.frames import Outcome
 from agent.models import ApprovalRequest
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
 from neotask_site.history import Actor
 from sessions_app import chat, runner
-from sessions_app.broadcast import APPROVAL, signal
+from sessions_app.broadcast import APPROVAL, INPUT, signal
 from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session
 from tests.support.records import allow_terminal
 from tests.support.scripted_llm import Reply, reply_with_tool
@@ -232,6 +234,41 @@ async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_in
     outcome = await asyncio.wait_for(waiting, 60)
     assert outcome is not None and (outcome.status, outcome.answer) == ("completed", "Second.")
     await ws.disconnect()
+
+
+def test_it_hands_an_awaited_outcome_to_its_caller_when_it_runs_in_the_same_process(
+    owner, session, llm
+):
+    llm.script(Reply(text="Here."))
+    with CaptureQueriesContext(connection) as queries:
+        outcome = async_to_sync(runner.submit)(owner, session.key, "hi", wait=True)
+    assert outcome is not None and (outcome.status, outcome.answer) == ("completed", "Here.")
+    # Handed over in process: the input's row went at its end, the outcome never in it.
+    writes = [q["sql"] for q in queries.captured_queries if "sessions_app_chatinput" in q["sql"]]
+    assert not [sql for sql in writes if sql.startswith("UPDATE") and "outcome" in sql]
+    assert not ChatInput.objects.exists()
+    assert not runner.WAITED_HERE
+
+
+async def test_a_caller_reads_the_outcome_another_process_stored_for_it(owner, session):
+    """The input runs in another process (a holder's claim taken there): its outcome
+    comes back through its row, which the caller then deletes."""
+    elsewhere = await sync_to_async(ChatClaim.objects.take)(owner.pk, session.key)
+    waiting = asyncio.ensure_future(
+        runner.submit(owner, session.key, "for the other process", commands=False, wait=True)
+    )
+    while not await ChatInput.objects.filter(owner=owner).aexists():
+        await asyncio.sleep(0.01)
+    # The other process runs it and lets go, as its Holder does.
+    item = await sync_to_async(ChatInput.objects.next_for)(owner.pk, session.key)
+    assert item is not None and item.awaited
+    done = Outcome(session_id=str(session.pk), answer="From afar.")
+    await sync_to_async(item.finish)(done)
+    assert await sync_to_async(elsewhere.release)(unless_queued=True)
+    await signal(owner.pk, session.key, INPUT)
+    outcome = await asyncio.wait_for(waiting, 30)
+    assert outcome == done
+    assert not await ChatInput.objects.aexists()
 
 
 async def test_it_keeps_renewing_its_lease_through_a_database_error(
