@@ -235,11 +235,17 @@ async def wait_for(
     its outcome, read — running the chat's queue here whenever nobody holds the
     claim (its holder died, or let go just as the input arrived)."""
     read = database_sync_to_async(ChatInput.objects.filter(pk=input_id).first)
+
+    def handed() -> Outcome | None:  # run here, and ended
+        return WAITED_HERE.get(input_id) if outcome else None
+
     async with Signals(owner.pk, key) as signals:
         while True:
+            if (here := handed()) is not None:
+                return here
             item = await read()
-            # Run here: handed over before its row went (so looked for after the read).
-            if outcome and (here := WAITED_HERE.get(input_id)) is not None:
+            # Handed over before its row goes: looked for again if the read missed it.
+            if (here := handed()) is not None:
                 return here
             if item is None:  # ended, and not kept (or the chat was deleted meanwhile)
                 return Outcome(session_id="", status="error", error=DELETED) if outcome else None
