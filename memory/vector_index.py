@@ -296,6 +296,7 @@ class VectorQuery:
     def __init__(self, index: NumpyIndex, vector: np.ndarray) -> None:
         self.index = index
         self.vector = np.asarray(vector, dtype=np.float32)
+        self.present: set[int] = set()  # hits found in the database (`top`)
         with index.lock:
             index.sync()  # in the caller's thread: the database is its connection's
             self.count = index.size  # how many vectors the index held
@@ -333,7 +334,11 @@ class VectorQuery:
             rows = best_rows(scores, k, min_score)
             hits = [(int(self.ids[row]), float(scores[row])) for row in rows]
             index = self.index
-            gone = [] if index.rows.reconcile else index.deleted([i for i, _ in hits])
+            # Each row is looked up once per query: the similarity branch's hits are
+            # mostly the memory search's too.
+            unchecked = [i for i, _ in hits if i not in self.present]
+            gone = [] if index.rows.reconcile else index.deleted(unchecked)
+            self.present.update(i for i in unchecked if i not in gone)
             if not gone:
                 return hits
             with index.lock:
