@@ -42,7 +42,7 @@ from agent.tools import (
 )
 from agent.tools.registry import JSON_TYPES
 from memory import recording
-from memory.models import Event, EventType
+from memory.models import UNKNOWN, Event, EventType, Unknown
 from memory.recall import record_recall
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
@@ -59,6 +59,16 @@ class CallWritten(Exception):
 
 
 @dataclass(frozen=True)
+class Before:
+    """What the session held before the turn's message, read with the session
+    (sessions_app.turns): its last turn's text, the context of the message's key,
+    and whether it had a message (the first is auto-recall's)."""
+
+    text: str | None
+    messaged: bool
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     owner: Owner
     session_id: str
@@ -70,6 +80,7 @@ class TurnRequest:
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
     endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
     client: ClientTurn | None = None  # what an OpenAI-compatible client sent with the input
+    before: Before | None = None  # None: asked of the database
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,11 @@ class Turn:
         self.query = ""
         self.query_vector: Any = None
         self.user_event: Event  # the turn's message, stored first
+        # The text of the session's last turn, for the next one's key (what this
+        # turn writes follows it); unknown until the message is stored, if not given.
+        self.said_last: str | Unknown | None = (
+            request.before.text if request.before is not None else UNKNOWN
+        )
         self.closed = False  # the turn's usage is kept with its message
         # Deltas not sent yet, and the task sending them.
         self.unsent = ""
@@ -175,11 +191,19 @@ class Turn:
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
             return await self.resume(self.request.client.results)
-        # Embedded in answer(), for recall: that vector is also the message's own.
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
             message["retry_of"] = self.request.retry_of
-        self.user_event = await self.store(EventType.USER_MESSAGE, message, embed=False)
+        try:
+            # For recall; also the message's own vector, stored with it.
+            await self.embed(text)
+        except asyncio.CancelledError:  # /stop this early: the message is kept all the same
+            self.user_event = await self.store(EventType.USER_MESSAGE, message)
+            await asyncio.shield(self.after_stop())
+            return TurnResult("stopped", self.usage, user_event_id=self.user_event.pk)
+        self.user_event = await self.store(
+            EventType.USER_MESSAGE, message, vector=self.query_vector
+        )
         result = await self.answer(self.user_event)
         result.user_event_id = self.user_event.pk
         if not self.closed:  # the turn ended without its closing event (cancelled in it)
@@ -214,18 +238,25 @@ class Turn:
                 },
                 tool_name=pending[call_id],
             )
+        try:
+            await self.embed(message.text)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.after_stop())
+            return TurnResult("stopped", self.usage, user_event_id=message.pk)
         ended = await self.answer(message)
         ended.user_event_id = message.pk
         if not self.closed:
             await database_sync_to_async(self.keep_usage)()
         return ended
 
+    async def embed(self, text: str) -> None:
+        """The message's vector. Once per turn: every round of tool calls recalls
+        by the same question."""
+        self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
+        self.query = text if self.query_vector is not None else ""
+
     async def answer(self, user_event: Event) -> TurnResult:
-        text = user_event.text
         try:
-            # Once per turn: every round of tool calls recalls by the same question.
-            self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
-            self.query = text if self.query_vector is not None else ""
             recalled, prompt, messages = await database_sync_to_async(self.start)(user_event)
             self.outside_text = self.outside_text or prompt.outside_text
             if recalled is not None:
@@ -237,16 +268,19 @@ class Turn:
             return TurnResult("stopped", self.usage, answer=self.partial)
 
     def start(self, user_event: Event) -> tuple[Event | None, TurnPrompt, list[dict[str, Any]]]:
-        """In one trip to the database: the message's vector stored, auto-recall by
-        it, and the turn's prompt, its memory gathered once (agent.prompt)."""
+        """In one trip to the database: auto-recall by the message's vector, and the
+        turn's prompt, its memory gathered once (agent.prompt)."""
         request = self.request
-        recording.keep_vector(user_event, self.query_vector)
+        first = None
+        if request.before is not None and request.client is None:  # its message is new
+            first = not request.before.messaged
         recalled = record_recall(
             request.owner,
             request.agent_name,
             request.session_id,
             user_event.text,
             self.query_vector,
+            first=first,
         )
         prompt, messages = start_turn(
             request.owner,
@@ -508,8 +542,11 @@ class Turn:
             event_type,
             data,
             agent=request.agent_name,
+            turn_before=self.said_last,
             **fields,
         )
+        if event_type in EventType.TURNS and event.text:
+            self.said_last = event.text
         if closing:
             self.keep_usage()
         return event

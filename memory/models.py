@@ -73,6 +73,14 @@ DEFAULT_IMPORTANCE: dict[str, float] = {
     EventType.SUMMARY: 0.8,
     EventType.COMPACTION: 0.8,
 }
+
+
+class Unknown:
+    """What a writer passes when it does not know something the event's row needs
+    (`Event.previous_turn_text`): it is then asked of the database."""
+
+
+UNKNOWN = Unknown()
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
 PINNED_IMPORTANCE = 1.0  # the top of the scale: a pinned event is always recalled
 
@@ -181,23 +189,32 @@ class Event(OwnedModel):
         self.search_context = context_for(previous_text)
         self.key_version = KEY_VERSION
 
-    def previous_turn_text(self) -> str | None:
+    def previous_turn_text(self, known: str | Unknown | None = UNKNOWN) -> str | None:
         """The context of this event's key: only what memory search returns needs
-        one, so tool calls and lifecycle events cost no query."""
+        one, so tool calls and lifecycle events cost no query, nor one whose
+        writer `known`s it (a turn, which wrote the turn before itself)."""
         if self.event_type not in EventType.RECALLABLE:
             return None
+        if not isinstance(known, Unknown):
+            return known
         return Event.last_turn_text(self.owner_id, self.session_id, self.pk)
 
     @classmethod
     def last_turn_text(
         cls, owner_id: int, session_id: str, before_id: int | None = None
     ) -> str | None:
-        turns = cls.objects.filter(
-            owner_id=owner_id, session_id=session_id, event_type__in=EventType.TURNS
-        ).exclude(text="")
+        turns = cls.said_in(owner_id, session_id)
         if before_id is not None:
             turns = turns.filter(pk__lt=before_id)
-        return turns.order_by("-id").values_list("text", flat=True).first()
+        return turns.values_list("text", flat=True).first()
+
+    @classmethod
+    def said_in(cls, owner_id: Any, session_id: Any) -> models.QuerySet[Event]:
+        """The session's turns with text, the last first: what gives a key its context."""
+        turns = cls.objects.filter(
+            owner_id=owner_id, session_id=session_id, event_type__in=EventType.TURNS
+        )
+        return turns.exclude(text="").order_by("-id")
 
     @classmethod
     def set_keys_in_order(cls, events: Sequence[Event]) -> None:

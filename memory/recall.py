@@ -61,13 +61,21 @@ def clip(text: str, speaker: str = "") -> str:
 
 
 def record_recall(
-    owner: Owner, agent: str, session_id: str, query: str, query_vector: np.ndarray | None
+    owner: Owner,
+    agent: str,
+    session_id: str,
+    query: str,
+    query_vector: np.ndarray | None,
+    *,
+    first: bool | None = None,
 ) -> Event | None:
-    """At the first message of a session, store what was recalled (if anything)."""
-    if query_vector is None:
+    """At the first message of a session, store what was recalled (if anything).
+    `first`: whether the message just stored is the session's first, if the
+    caller knows (it is counted otherwise)."""
+    if query_vector is None or first is False:
         return None
     session_events = Event.objects.filter(owner=owner, session_id=session_id)
-    if session_events.filter(event_type=EventType.USER_MESSAGE).count() != 1:
+    if first is None and session_events.filter(event_type=EventType.USER_MESSAGE).count() != 1:
         return None  # not the session's first message
     if session_events.filter(event_type=EventType.RECALL).exists():
         return None

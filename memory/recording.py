@@ -16,8 +16,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from memory.models import Event, default_importance
+from memory.models import UNKNOWN, Event, Unknown, default_importance
 from memory.tasks import request_embeddings
+from memory.vector_index import learn_vector
 from memory.vectors import pack
 from memory.working import working_memory
 from neotask_site.ownership import Owner
@@ -45,18 +46,23 @@ def record(
     *,
     vector: Any = None,
     embed: bool = True,
+    turn_before: str | Unknown | None = UNKNOWN,
     **fields: Any,
 ) -> Event:
     """Store an event. `vector`: the embedding of its text, already computed
-    (stored with the row); `embed=False`: the caller stores one later
-    (`keep_vector`); otherwise a job embeds it."""
+    (stored with the row, and put in this process's vector index); `embed=False`:
+    none is asked for (the caller computes it later); otherwise a job embeds it.
+    `turn_before`: the text of the session's turn before it, if the caller knows
+    it (its key's context; asked of the database otherwise)."""
     event = draft(owner, session_id, event_type, data, **fields)
     if vector is not None:
         event.embedding = pack(vector)
-    event.set_keys(event.previous_turn_text())
+    event.set_keys(event.previous_turn_text(turn_before))
     keep_given_vector(event)
     event.save(force_insert=True)
     working_memory.remember(event)
+    if event.embedded_at is not None:
+        learn_vector(event, vector)
     if embed:
         request_embeddings([event])
     return event
@@ -104,14 +110,3 @@ def keep_given_vector(event: Event) -> None:
         event.embedded_at = timezone.now()
     else:
         event.embedding = None
-
-
-def keep_vector(event: Event, vector: Any) -> None:
-    """Store a vector computed for `event`'s text after it was stored (a chat
-    message's, embedded for recall) so that no job embeds it again; without
-    one, or if the event's key is not its bare text, request the job."""
-    if vector is None or event.key_text != event.text:
-        return request_embeddings([event])
-    Event.objects.filter(pk=event.pk, embedding__isnull=True).update(
-        embedding=pack(vector), embedded_at=timezone.now()
-    )

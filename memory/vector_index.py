@@ -406,6 +406,11 @@ class IndexCache(Generic[Index]):
             self.indexes.move_to_end(key)
         return index
 
+    def peek(self, key: Any) -> Index | None:
+        """The index kept for `key`, if one is."""
+        with self.lock:
+            return self.indexes.get(key)
+
     def clear(self) -> None:
         with self.lock:
             self.indexes.clear()
@@ -427,6 +432,22 @@ def index_for(owner_id: int, agent: str = DEFAULT_AGENT) -> NumpyIndex | PgIndex
     if in_database():
         return PgIndex(owner_id, agent)
     return _event_indexes.get((owner_id, agent), lambda: NumpyIndex(owner_id, agent))
+
+
+def learn_vector(event: Event, vector: np.ndarray) -> None:
+    """A vector stored with its event by this process, put in the process's index of
+    its owner's agent if one is loaded: its next sync need not read it back."""
+    if in_database():
+        return
+    index = _event_indexes.peek((event.owner_id, event.agent))
+    if index is None:
+        return
+    with index.lock:
+        if index.window.horizon is None:  # not loaded yet: its first sync reads them all
+            return
+        index.put(event.pk, vector, (event.session_id, event.event_type, event.speaker))
+        assert event.embedded_at is not None
+        index.window.read(event.pk, event.embedded_at)
 
 
 def forget_indexes() -> None:

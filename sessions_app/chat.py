@@ -29,14 +29,15 @@ class ChatError(Exception):
 NO_SUCH_CHAT = 4404
 
 
-def find_chat(user: Owner, key: str) -> Session:
+def find_chat(user: Owner, key: str, *, said: bool = False) -> Session:
     """The user's active session for `key`, else 4404, whether the key is
-    malformed, unknown or someone else's: which of them is nobody else's business."""
+    malformed, unknown or someone else's: which of them is nobody else's business.
+    `said`: with what a message arriving needs of its events (Session.objects.active)."""
     try:
         SessionKey.parse(key)
     except SessionKeyError as exc:
         raise ChatError(NO_SUCH_CHAT, str(exc)) from None
-    session = Session.objects.active(user, key)
+    session = Session.objects.active(user, key, said=said)
     if session is None:
         raise ChatError(NO_SUCH_CHAT, "There is no such chat.")
     return session

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
 from django.db import DatabaseError, connection, models, transaction
-from django.db.models import Case, Exists, F, OuterRef, Q, When
+from django.db.models import Case, Exists, F, Func, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
 from agent.frames import Outcome
@@ -80,17 +80,48 @@ class SessionQuerySet(OwnedQuerySet):
         sessions = self.filter(owner_id=owner_id, pk__in=valid).only("pk", "title", "key")
         return {str(session.pk): str(session) for session in sessions}
 
-    def active(self, owner: Owner, key: str) -> Session | None:
-        """`owner`'s active session of the chat `key` (there is one at most)."""
-        return (
+    def active(self, owner: Owner, key: str, *, said: bool = False) -> Session | None:
+        """`owner`'s active session of the chat `key` (there is one at most); with
+        `said`, in the same statement, what a message arriving in it needs of its
+        events: the last turn's text (`said_last`) and whether one was a message
+        (`messaged`)."""
+        sessions = (
             self.owned_by(owner)
             .filter(key=key, status=Session.Status.ACTIVE)
             .select_related("agent", "owner")
-            .first()
         )
+        if said:
+            session_id = EventSessionId(OuterRef("pk"))
+            turns = Event.said_in(OuterRef("owner_id"), session_id)
+            messages = Event.objects.filter(
+                owner_id=OuterRef("owner_id"),
+                session_id=session_id,
+                event_type=EventType.USER_MESSAGE,
+            )
+            sessions = sessions.annotate(
+                said_last=Subquery(turns.values("text")[:1]), messaged=Exists(messages)
+            )
+        return sessions.first()
 
 
 SessionManager = models.Manager.from_queryset(SessionQuerySet)
+
+
+class EventSessionId(Func):
+    """A session's id as its events name it, str(uuid): SQLite keeps a UUIDField
+    as its 32 hex digits, PostgreSQL as a uuid."""
+
+    template = "CAST(%(expressions)s AS text)"
+    output_field = models.CharField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        parts = [f"substr(%(expressions)s, {start}, {length})" for start, length in UUID_PARTS]
+        template = " || '-' || ".join(parts)
+        sql, params = super().as_sql(compiler, connection, template=template, **extra)
+        return sql, [*params] * len(parts)
+
+
+UUID_PARTS = [(1, 8), (9, 4), (13, 4), (17, 4), (21, 12)]  # 8-4-4-4-12 hex digits
 
 
 class Session(OwnedModel):
@@ -237,18 +268,22 @@ class Session(OwnedModel):
         }
 
     def add_usage(self, usage: Usage) -> None:
-        """Add `usage` to the counters, in the database and in this instance (which
-        then holds them as they are, unless another process added to them too)."""
-        Session.objects.filter(pk=self.pk).update(**Session.adding(usage))
+        """After a turn: add `usage` to the counters, in the database and in this
+        instance (which then holds them as they are, unless another process added
+        to them too), and mark the chat active now, in the same statement."""
+        now = timezone.now()
+        Session.objects.filter(pk=self.pk).update(
+            **Session.adding(usage), last_activity_at=now, updated_at=now
+        )
+        self.last_activity_at = self.updated_at = now
         self.input_tokens += usage.input
         self.output_tokens += usage.output
         self.cache_read_tokens += usage.cache_read
         self.cache_write_tokens += usage.cache_write
 
     def note_message(self, text: str) -> None:
-        """A message arrived: the chat is active now, and named by its first message."""
-        now = timezone.now()
-        Session.objects.filter(pk=self.pk).update(last_activity_at=now, updated_at=now)
+        """A message arrived: the chat is named by its first message. (It is marked
+        active when its turn adds its usage, `add_usage`: one statement, not two.)"""
         if not self.title:
             # Only if still untitled: the user may have renamed the chat since this
             # instance was read (and a rename is what they chose).

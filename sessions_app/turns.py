@@ -37,7 +37,7 @@ from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
 from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
-from agent.runtime import ClientTurn, TurnRequest, run_turn
+from agent.runtime import Before, ClientTurn, TurnRequest, run_turn
 from memory import recording
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
@@ -73,13 +73,14 @@ class Opened:
     changes: list[SessionChanged] = field(default_factory=list)
     retry_of: int | None = None  # a retry's message, checked
     endpoint: Endpoint | None = None  # the model that answers it (agent.providers)
+    before: Before | None = None  # what the session held, read with it
 
 
 def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
     """Find the chat and decide where `item` runs: a fresh session for /new and
     /reset, or for a message to a stale one; a retry checked again (has the chat
     moved on?). Raises ChatError or RetryError, having changed nothing."""
-    session = find_chat(owner, key)
+    session = find_chat(owner, key, said=True)
     if item.kind == ChatInput.Kind.COMPACT:
         return Opened(session)
     if item.kind == ChatInput.Kind.TOOL_RESULTS:
@@ -103,10 +104,18 @@ def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
 
 def take_message(session: Session, text: str) -> Opened:
     """A message arrives in `session`: in a fresh one if it went stale."""
-    session, reason = ensure_fresh(session)
-    session.note_message(text)
-    changes = [SessionChanged(str(session.pk), reason)] if reason else []
-    return Opened(session, changes, endpoint=chat_endpoint(session))
+    fresh, reason = ensure_fresh(session)
+    fresh.note_message(text)
+    changes = [SessionChanged(str(fresh.pk), reason)] if reason else []
+    before = said_before(session) if fresh is session else None
+    return Opened(fresh, changes, endpoint=chat_endpoint(fresh), before=before)
+
+
+def said_before(session: Session) -> Before | None:
+    """What `session` held, if it was read with it (`find_chat(said=True)`)."""
+    if not hasattr(session, "messaged"):
+        return None
+    return Before(text=getattr(session, "said_last", None), messaged=session.messaged)
 
 
 async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
@@ -127,6 +136,7 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
         retry_of=opened.retry_of,
         endpoint=opened.endpoint,
         client=client,
+        before=opened.before,
     )
 
 
@@ -148,11 +158,13 @@ async def respond(
     retry_of: int | None = None,
     endpoint: Endpoint | None = None,
     client: ClientTurn | None = None,
+    before: Before | None = None,
 ) -> Ended:
     """The agent answers the message `text` in `session`; then the usage is added,
     the meter read, and the session compacted if the context is nearly full.
     Scheduled runs pass `trusted` and a short `approval_timeout`: nobody is
-    watching them; an OpenAI-compatible client passes what it sent (`client`)."""
+    watching them; an OpenAI-compatible client passes what it sent (`client`);
+    `before`, what the session held, if it was read with it."""
     if endpoint is None:
         endpoint = await database_sync_to_async(chat_endpoint)(session)
     request = TurnRequest(
@@ -165,6 +177,7 @@ async def respond(
         retry_of=retry_of,
         endpoint=endpoint,
         client=client,
+        before=before,
         # A task's runs are titled with its name (scheduler.runner.cron_session).
         task=(session.title or session.key) if session.is_scheduled else "",
     )

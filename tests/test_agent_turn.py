@@ -253,3 +253,34 @@ async def test_it_keeps_the_recall_vector_as_the_messages_embedding(owner, llm):
     assert float(unpack(question.embedding) @ expected) > 0.999
     queued = await sync_to_async(take_queued_tasks)()
     assert [task["args"] for task in queued] == [([answer.pk],)]
+
+
+async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monkeypatch):
+    from agent import runtime
+
+    embedding, carry_on = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_embedding(text: str) -> None:
+        loop.call_soon_threadsafe(embedding.set)
+        asyncio.run_coroutine_threadsafe(carry_on.wait(), loop).result(10)
+
+    monkeypatch.setattr(runtime, "embed_query", slow_embedding)
+    task = asyncio.ensure_future(run_turn(request_for(owner), "stop me early", Frames()))
+    await embedding.wait()
+    task.cancel()
+    result = await task
+    carry_on.set()
+    assert result.status == "stopped" and not llm.requests
+    events = await sync_to_async(stored)(owner)
+    assert [(e.event_type, e.text) for e in events] == [
+        ("user_message", "stop me early"),
+        ("system", "Stopped by the user."),
+    ]
+    assert result.user_event_id == events[0].pk
+    assert events[0].data["turn_usage"] == {
+        "input": 0,
+        "output": 0,
+        "cache_read": 0,
+        "cache_write": 0,
+    }

@@ -78,8 +78,9 @@ def test_it_stores_the_vector_of_the_key(alice):
 
 
 def test_it_does_not_keep_the_text_vector_for_a_named_speaker(alice):
-    event = say(alice, "My sister lives in Oslo", speaker="Maya")
-    recording.keep_vector(event, embed_text(event.text))
+    text = "My sister lives in Oslo"
+    data = {"content": text, "speaker": "Maya"}
+    event = recording.record(alice, "s1", "user_message", data, vector=embed_text(text))
     event.refresh_from_db()
     assert event.embedding is None  # queued instead: the vector must be the key's
 

@@ -8,7 +8,7 @@ from agent.runtime import TurnRequest, run_turn
 from memory import recording
 from memory.models import Event
 from memory.tasks import embed_missing
-from sessions_app import chat, meter
+from sessions_app import chat, meter, runner
 from sessions_app.turns import converse
 from tests.support.scripted_llm import Reply
 from tests.support.websocket import ignore
@@ -45,6 +45,28 @@ async def test_it_recalls_memories_when_a_session_starts(llm):
     await run_turn(request, "and what else?", ignore)
     assert await Event.objects.filter(session_id="new", event_type="recall").acount() == 1
     assert "golden retriever" in llm.requests[1]["messages"][0]["content"]
+
+
+async def test_a_chats_turns_know_the_session_they_follow_from_its_row(llm):
+    """Through the runner the session is read with what its events say (the last
+    turn's text, whether it had a message): the keys and auto-recall come out as
+    when each asked the database."""
+    owner = await User.objects.acreate(username="owner")
+    await sync_to_async(past)(owner, "My dog Biscuit is a golden retriever")
+    session = await sync_to_async(chat.start_chat)(owner)
+    llm.script(Reply(text="A golden one."), Reply(text="Biscuit."))
+    for text in ("Tell me about my dog Biscuit", "What is   his name?"):
+        outcome = await runner.submit(owner, session.key, text, wait=True)
+        assert outcome is not None and outcome.status == "completed"
+    events = Event.objects.filter(session_id=str(session.pk)).order_by("id")
+    turns = [(e.event_type, e.text, e.search_context) async for e in events]
+    assert turns == [
+        ("user_message", "Tell me about my dog Biscuit", ""),
+        ("recall", "Recalled 1 memories for this session.", ""),
+        ("assistant_response", "A golden one.", "Tell me about my dog Biscuit"),
+        ("user_message", "What is   his name?", "A golden one."),
+        ("assistant_response", "Biscuit.", "What is his name?"),
+    ]
 
 
 async def test_it_recalls_nothing_below_the_floor_that_shares_no_word(llm, configure):

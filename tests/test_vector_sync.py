@@ -9,13 +9,16 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memory import recording
 from memory.files.search import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, MemoryChunk, MemoryFile
-from memory.vector_index import NumpyIndex
+from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
+from tests.support.profiles import in_process_vectors
 
 
 def axis(number: int) -> np.ndarray:
@@ -185,3 +188,15 @@ def test_it_clears_a_corrupt_chunk_vector_for_the_embedding_to_replace(alice, ch
     assert [hit for hit, _ in chunk_index.search(axis(0), 5)] == [good.pk]
     bad.refresh_from_db()
     assert (bad.embedding, bad.embedded_at) == (None, None)
+
+
+@in_process_vectors
+def test_a_vector_stored_with_its_event_here_goes_into_the_loaded_index_unread(alice):
+    record(alice, "already there")
+    index = index_for(alice.pk, "main")
+    assert index.count() == 0  # loaded
+    event = recording.record(alice, "s1", "user_message", {"content": "new"}, vector=axis(3))
+    with CaptureQueriesContext(connection) as queries:
+        assert index.search(axis(3), 1) == [(event.pk, pytest.approx(1.0))]
+    # The sync saw its stamp and read no vector back.
+    assert not [q for q in queries.captured_queries if '"events"."embedding"' in q["sql"]]
