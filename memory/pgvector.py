@@ -38,6 +38,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from memory import fulltext
 from memory.fulltext import INDEXED_TYPES, KEY_SQL, POSTGRES_WORDS, WORDS_TABLE
 from memory.vectors import EMBEDDING_DIM
+from neotask_site.process_cache import ProcessCache
 
 Hits = list[tuple[int, float]]
 NEIGHBOUR_WEIGHT = 0.5  # as memory.vector_index's
@@ -251,15 +252,30 @@ def as_literal(vector: np.ndarray) -> str:
     return "[" + ",".join(repr(float(value)) for value in array) + "]"
 
 
+SCANS = (
+    "SELECT set_config('hnsw.iterative_scan', %s, {local}), "
+    "set_config('hnsw.ef_search', %s, {local})"
+)
+
+
 def run(sql: str, params: dict[str, Any], using: str = "default") -> list[tuple[Any, ...]]:
-    """`sql` with iterative HNSW scans, in a transaction of its own (or a savepoint):
-    SET LOCAL ends with it."""
-    with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', %s, true), "
-            "set_config('hnsw.ef_search', %s, true)",
-            [ITERATIVE_SCAN, str(EF_SEARCH)],
-        )
+    """`sql` with iterative HNSW scans. Set once per connection, for its session
+    (a statement and a transaction of its own on every query cost 4 statements
+    for 1); within a caller's transaction, in it (SET LOCAL: a rollback would
+    undo a session's setting unseen)."""
+    connection = connections[using]
+    scans = [ITERATIVE_SCAN, str(EF_SEARCH)]
+    if connection.in_atomic_block:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            cursor.execute(SCANS.format(local="true"), scans)
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    with connection.cursor() as cursor:
+        # Django's connection object outlives the server's session: a new one
+        # (`connection.connection`) has the server's defaults again.
+        if getattr(connection, "hnsw_scans", None) != (connection.connection, scans):
+            cursor.execute(SCANS.format(local="false"), scans)
+            connection.hnsw_scans = (connection.connection, scans)  # type: ignore[attr-defined]
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -304,6 +320,14 @@ LEFT JOIN LATERAL (
 """
 
 
+# How many rows an owner's agent has, up to EXACT_BELOW, by (table, owner, agent):
+# asked twice a turn, it changes the plan only when it crosses EXACT_BELOW, so each
+# process asks once a minute. A growing owner is compared exactly up to a minute
+# longer than needed (slower, as right); one whose rows were mostly deleted goes
+# through HNSW up to a minute longer (memory search may then miss some of them).
+ROWS: ProcessCache[int] = ProcessCache(seconds=60)
+
+
 @dataclass
 class PgIndex:
     """The vectors of one owner's agent in one table, in PostgreSQL: the interface
@@ -328,14 +352,18 @@ class PgIndex:
 
     def exact(self) -> str:
         """NEAREST's `{exact}`: EXACT for an owner of fewer than EXACT_BELOW rows
-        (counted that far only)."""
+        (counted that far only, once a minute per process: `ROWS`)."""
+        rows = ROWS.get((self.table, self.owner_id, self.agent), self.rows)
+        return EXACT if rows < EXACT_BELOW else ""
+
+    def rows(self) -> int:
         with connections["default"].cursor() as cursor:
             cursor.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM {self.table} WHERE owner_id = %s "
                 "AND agent = %s LIMIT %s) AS rows",
                 [self.owner_id, self.agent, EXACT_BELOW],
             )
-            return EXACT if cursor.fetchone()[0] < EXACT_BELOW else ""
+            return int(cursor.fetchone()[0])
 
     def count(self) -> int:
         with connections["default"].cursor() as cursor:

@@ -191,14 +191,35 @@ def test_it_backfills_stored_vectors_when_migrating(alice, transactional_db):
     assert [i for i, _ in index_for(alice.pk).search(unit(3), 1)] == [event.pk]
 
 
-def test_it_scans_iteratively_in_each_query_and_only_there(transactional_db):
+def test_it_scans_iteratively_set_once_per_connection_or_in_the_callers_transaction(
+    transactional_db,
+):
     settings = "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')"
-    assert pgvector.run(settings, {}) == [("relaxed_order", str(pgvector.EF_SEARCH))]
-    # SET LOCAL: gone with the query's transaction (or, inside the caller's, with that)
-    with connection.cursor() as cursor:
-        cursor.execute(settings)
-        iterative, ef_search = cursor.fetchone()  # pgvector's defaults ("" before it loads)
-        assert iterative in ("off", "") and ef_search in ("40", "")
+    ours = [("relaxed_order", str(pgvector.EF_SEARCH))]
+
+    def defaults() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('hnsw.iterative_scan', true), "
+                "current_setting('hnsw.ef_search', true)"
+            )
+            iterative, ef_search = cursor.fetchone()  # pgvector's (none before it loads)
+        return iterative in ("off", "", None) and ef_search in ("40", "", None)
+
+    connection.close()  # a new session has the server's defaults
+    with CaptureQueriesContext(connection) as queries:
+        assert pgvector.run(settings, {}) == ours
+        assert pgvector.run(settings, {}) == ours
+    assert len(queries) == 3  # set once, then each query alone
+    connection.close()
+    assert defaults()
+    assert pgvector.run(settings, {}) == ours  # set again for the new session
+    # In a caller's transaction, set in it (SET LOCAL): its rollback would undo a
+    # session's setting unseen.
+    connection.close()
+    with transaction.atomic():
+        assert pgvector.run(settings, {}) == ours
+    assert defaults()
 
 
 def test_it_compares_a_small_owner_exactly_whatever_the_planner_would_choose(alice, monkeypatch):
@@ -207,7 +228,9 @@ def test_it_compares_a_small_owner_exactly_whatever_the_planner_would_choose(ali
     index = index_for(alice.pk)
     assert index.exact() == pgvector.EXACT
     monkeypatch.setattr(pgvector, "EXACT_BELOW", 2)  # an owner of many rows: HNSW's
-    assert index.exact() == ""
+    with CaptureQueriesContext(connection) as queries:
+        assert index.exact() == ""
+    assert not queries  # the rows are counted once a minute per process
     monkeypatch.undo()
     params = index.params(pgvector.as_literal(unit(1)), nearest=10)
 
