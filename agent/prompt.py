@@ -306,10 +306,12 @@ def start_turn(
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
     client_system: str = "",
+    marker: tuple[int, int] | None = None,
 ) -> tuple[TurnPrompt, list[dict[str, Any]]]:
     """The turn's prompt and its first round's messages: memory gathered once
-    (memory.retrieval.get_context), then the recent conversation."""
-    context = get_context(owner, session_id, query, agent=agent, query_vector=query_vector)
+    (memory.retrieval.get_context), then the recent conversation (`marker`: its
+    working-memory marker, if known)."""
+    context = get_context(owner, session_id, query, agent, query_vector, marker)
     memory = tuple(memory_blocks(context))
     now = timezone.localtime()
     outside = holds_outside_text(context)

@@ -61,11 +61,13 @@ class CallWritten(Exception):
 @dataclass(frozen=True)
 class Before:
     """What the session held before the turn's message, read with the session
-    (sessions_app.turns): its last turn's text, the context of the message's key,
-    and whether it had a message (the first is auto-recall's)."""
+    (sessions_app.turns): its last turn's text, the context of the message's key;
+    whether it had a message (the first is auto-recall's); and working memory's
+    marker of it (memory.working)."""
 
     text: str | None
     messaged: bool
+    marker: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,8 @@ class Turn:
         self.query = ""
         self.query_vector: Any = None
         self.user_event: Event  # the turn's message, stored first
+        # What the session held before this turn's message, if read with it.
+        self.before = request.before
         # The text of the session's last turn, for the next one's key (what this
         # turn writes follows it); unknown until the message is stored, if not given.
         self.said_last: str | Unknown | None = (
@@ -223,6 +227,7 @@ class Turn:
             await self.emit(Error(error))
             return TurnResult("error", error=error)
         self.user_event = message
+        self.before = None  # (its message is not new)
         self.outside_text = True  # the client's tools' answers
         self.carried = Usage(**(message.data or {}).get("turn_usage", {}))
         for result in answered:
@@ -271,9 +276,8 @@ class Turn:
         """In one trip to the database: auto-recall by the message's vector, and the
         turn's prompt, its memory gathered once (agent.prompt)."""
         request = self.request
-        first = None
-        if request.before is not None and request.client is None:  # its message is new
-            first = not request.before.messaged
+        before = self.before
+        first = None if before is None else not before.messaged
         recalled = record_recall(
             request.owner,
             request.agent_name,
@@ -282,6 +286,8 @@ class Turn:
             self.query_vector,
             first=first,
         )
+        # The session's, and the message this turn stored since.
+        marker = None if before is None else (before.marker[0] + 1, user_event.pk)
         prompt, messages = start_turn(
             request.owner,
             request.session_id,
@@ -290,6 +296,7 @@ class Turn:
             agent=request.agent_name,
             query_vector=self.query_vector,
             client_system=request.client.system if request.client is not None else "",
+            marker=marker,
         )
         return recalled, prompt, messages
 

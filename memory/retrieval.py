@@ -89,10 +89,13 @@ class Context:
         return sorted(older, key=lambda item: (item.event.created_at, item.event.pk))
 
 
-def recent_exchange(owner: Owner, session_id: str, limit: int) -> list[Event]:
+def recent_exchange(
+    owner: Owner, session_id: str, limit: int, marker: tuple[int, int] | None = None
+) -> list[Event]:
     """The last `limit` events, extended back to the newest user message so
-    that a turn with many tool calls is never cut in the middle."""
-    window = working_memory.recent(owner, session_id, working_memory.cap())
+    that a turn with many tool calls is never cut in the middle (`marker`: the
+    session's working-memory marker, if known: WorkingMemory.recent)."""
+    window = working_memory.recent(owner, session_id, working_memory.cap(), marker)
     if window and window[0].event_type == EventType.COMPACTION:
         # A compacted session continues with the tail of the one it replaced.
         carried = Event.objects.owned_by(owner).filter(
@@ -113,7 +116,9 @@ def get_context(
     query: str,
     agent: str = DEFAULT_AGENT,
     query_vector: np.ndarray | None = None,
+    marker: tuple[int, int] | None = None,
 ) -> Context:
+    """`marker`: the session's working-memory marker, if the caller knows it."""
     limits = settings.NEOTASK["memory"]
     context = Context()
     seen: set[int] = set()
@@ -153,7 +158,7 @@ def get_context(
             item["event_id"] for item in recalled.data.get("items", []) if "event_id" in item
         )
 
-    for event in recent_exchange(owner, session_id, limits["recency_limit"]):
+    for event in recent_exchange(owner, session_id, limits["recency_limit"], marker):
         context.items.append(ContextItem(event, "recency"))
         seen.add(event.pk)
 

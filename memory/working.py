@@ -11,9 +11,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Expression, Max, Subquery
+from django.db.models.functions import Coalesce
 
 from memory.models import Event, EventType
 from neotask_site.ownership import Owner
@@ -49,9 +51,25 @@ class WorkingMemory:
         found = self.rows(owner, session_id).aggregate(count=Count("id"), newest=Max("id"))
         return found["count"], found["newest"] or 0
 
-    def recent(self, owner: Owner, session_id: str, limit: int) -> list[Event]:
-        """The session's last `limit` conversation events, oldest first."""
-        marker = self.marker(owner, session_id)
+    @staticmethod
+    def marker_of(owner_id: Any, session_id: Any) -> tuple[Expression, Expression]:
+        """`marker`'s two numbers as expressions, for a query that reads something
+        else of the session (its row: sessions_app.models.SessionQuerySet.active)."""
+        rows = Event.objects.filter(
+            owner_id=owner_id, session_id=session_id, event_type__in=EventType.CONTENT
+        )
+        grouped = rows.order_by().values("owner_id")
+        count = Subquery(grouped.annotate(count=Count("id")).values("count"))
+        newest = Subquery(grouped.annotate(newest=Max("id")).values("newest"))
+        return Coalesce(count, 0), Coalesce(newest, 0)
+
+    def recent(
+        self, owner: Owner, session_id: str, limit: int, marker: tuple[int, int] | None = None
+    ) -> list[Event]:
+        """The session's last `limit` conversation events, oldest first. `marker`:
+        the session's, if the caller read it with something else (a turn, with its
+        session's row, agent.runtime.Before)."""
+        marker = marker or self.marker(owner, session_id)
         key = (owner.pk, session_id)
         with self.lock:
             entry = self.sessions.get(key)

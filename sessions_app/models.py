@@ -20,6 +20,7 @@ from agent.frames import Outcome
 from agent.llm import Usage
 from memory import recording
 from memory.models import Event, EventType
+from memory.working import working_memory
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.history import Actor, Recorded
 from neotask_site.models import Change
@@ -83,8 +84,8 @@ class SessionQuerySet(OwnedQuerySet):
     def active(self, owner: Owner, key: str, *, said: bool = False) -> Session | None:
         """`owner`'s active session of the chat `key` (there is one at most); with
         `said`, in the same statement, what a message arriving in it needs of its
-        events: the last turn's text (`said_last`) and whether one was a message
-        (`messaged`)."""
+        events: the last turn's text (`said_last`), whether one was a message
+        (`messaged`) and working memory's marker (`content_count`, `content_newest`)."""
         sessions = (
             self.owned_by(owner)
             .filter(key=key, status=Session.Status.ACTIVE)
@@ -98,8 +99,12 @@ class SessionQuerySet(OwnedQuerySet):
                 session_id=session_id,
                 event_type=EventType.USER_MESSAGE,
             )
+            count, newest = working_memory.marker_of(OuterRef("owner_id"), session_id)
             sessions = sessions.annotate(
-                said_last=Subquery(turns.values("text")[:1]), messaged=Exists(messages)
+                said_last=Subquery(turns.values("text")[:1]),
+                messaged=Exists(messages),
+                content_count=count,
+                content_newest=newest,
             )
         return sessions.first()
 

@@ -115,7 +115,15 @@ def said_before(session: Session) -> Before | None:
     """What `session` held, if it was read with it (`find_chat(said=True)`)."""
     if not hasattr(session, "messaged"):
         return None
-    return Before(text=getattr(session, "said_last", None), messaged=session.messaged)
+    said = {name: getattr(session, name) for name in SAID}
+    return Before(
+        text=said["said_last"],
+        messaged=said["messaged"],
+        marker=(said["content_count"], said["content_newest"]),
+    )
+
+
+SAID = ("said_last", "messaged", "content_count", "content_newest")  # Session.objects.active
 
 
 async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:

@@ -222,3 +222,38 @@ def test_it_asks_the_full_text_query_while_the_index_compares_the_vector(
     monkeypatch.setattr(fulltext, "search", words)
     context = get_context(alice, "s1", "When do we fly to Lisbon?")
     assert context.branch("similarity") and context.branch("search")
+
+
+@pytest.mark.django_db(transaction=True)  # the runner's threads close their connections
+def test_a_chat_turn_checks_working_memory_with_its_sessions_row(alice, llm):
+    """The runner reads working memory's marker with the session: a turn after one
+    of this process's needs no rebuild, and one after another process wrote to
+    the session rebuilds and shows what it wrote."""
+    from asgiref.sync import async_to_sync
+
+    from sessions_app import chat, runner
+    from tests.support.scripted_llm import Reply
+
+    session = chat.start_chat(alice)
+
+    def send(text: str) -> None:
+        outcome = async_to_sync(runner.submit)(alice, session.key, text, wait=True)
+        assert outcome is not None and outcome.status == "completed"
+
+    llm.script(Reply(text="One."), Reply(text="Two."), Reply(text="Three."))
+    send("first")
+    rebuilds = working_memory.rebuilds
+    send("second")
+    assert working_memory.rebuilds == rebuilds
+    # Another process's answer, written straight to the database.
+    Event.objects.create(
+        owner=alice,
+        session_id=str(session.pk),
+        event_type="assistant_response",
+        data={"content": "Aside."},
+        text="Aside.",
+    )
+    send("third")
+    assert working_memory.rebuilds == rebuilds + 1
+    said = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert said == ["first", "One.", "second", "Two.", "Aside.", "third"]
