@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
-from django.db import DatabaseError, connection, models, transaction
+from django.db import DatabaseError, models, transaction
 from django.db.models import Case, Exists, F, Func, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
@@ -430,28 +430,14 @@ class ChatInputQuerySet(OwnedQuerySet):
         """The chat's inputs waiting or running (one of them perhaps a dead holder's)."""
         return self.filter(owner_id=owner_id, key=key).exclude(status=ChatInput.Status.DONE)
 
-    def next_for(
-        self, owner_id: int, key: str, stored: ChatInput | None = None
-    ) -> ChatInput | None:
-        """The chat's oldest queued input, marked running in one statement; only the
-        holder of the chat's claim calls this, so no other process starts it too.
-        `stored`, an input in hand, is not read again if it is that one."""
-        oldest, params = (
-            self.queued(owner_id, key).order_by("id").values("id")[:1].query.sql_with_params()
-        )
-        table = connection.ops.quote_name(ChatInput._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET status = %s WHERE id = ({oldest}) RETURNING id",
-                [ChatInput.Status.RUNNING, *params],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        if stored is None or stored.pk != row[0]:
-            return self.get(pk=row[0])
-        stored.status = ChatInput.Status.RUNNING
-        return stored
+    def next_for(self, owner_id: int, key: str) -> ChatInput | None:
+        """The chat's oldest queued input, marked running; only the holder of the
+        chat's claim calls this, so no other process starts it too."""
+        item = self.queued(owner_id, key).order_by("id").first()
+        if item is not None:
+            ChatInput.objects.filter(pk=item.pk).update(status=ChatInput.Status.RUNNING)
+            item.status = ChatInput.Status.RUNNING
+        return item
 
 
 ChatInputManager = models.Manager.from_queryset(ChatInputQuerySet)
@@ -543,23 +529,30 @@ class Abandoned:
 
 
 class ChatClaimQuerySet(OwnedQuerySet):
-    def take(self, owner_id: int, key: str) -> ChatClaim | None:
+    def take(self, owner_id: int, key: str, *, idle: bool = False) -> ChatClaim | None:
         """The chat's claim, taken with a new token; None while another process
         holds it. A conditional UPDATE: of two processes that read the same free
         or expired claim, only one wins. `claim.abandoned` is what a dead holder
-        left, if one did."""
+        left, if one did. `idle`: a free claim only if no input waits in the chat
+        (one whose sender is about to run it: it goes first)."""
         now = timezone.now()
         token = secrets.token_hex(16)
+        free = Q(token="")
+        if idle:
+            waiting = ChatInput.objects.filter(
+                owner_id=OuterRef("owner_id"), key=OuterRef("key"), status=ChatInput.Status.QUEUED
+            )
+            free &= Q(~Exists(waiting))
         # Mostly the claim is free: taken in one statement, with nothing to bury.
         lease = {"token": token, "lease_until": now + CLAIM_LEASE}
-        if self.filter(owner_id=owner_id, key=key, token="").update(**lease):
+        if self.filter(free, owner_id=owner_id, key=key).update(**lease):
             return ChatClaim(owner_id=owner_id, key=key, **lease)
         claim, _ = self.get_or_create(owner_id=owner_id, key=key)
         if claim.token and claim.lease_until is not None and claim.lease_until > now:
             return None
         won = (
             self.filter(pk=claim.pk, token=claim.token)
-            .filter(Q(token="") | Q(lease_until__lt=now))
+            .filter(free | Q(lease_until__lt=now))
             .update(token=token, lease_until=now + CLAIM_LEASE, session_id="", partial="")
         )
         if not won:

@@ -132,21 +132,28 @@ async def retry(owner: Owner, key: str, event_id: int, text: str) -> None:
 def enqueue(
     owner: Owner, key: str, fields: dict[str, Any], *, paced: bool = True
 ) -> tuple[ChatInput, Holder | None]:
-    """The input counted against its owner's quota and stored, and the chat's
-    claim tried, in one trip to the database: the common case, a chat nobody is
-    answering in, costs no more. The holder that took it, with the first input
-    of the queue started. Raises quotas.QuotaExceeded, having stored nothing."""
+    """The input counted against its owner's quota and stored with the chat's
+    claim tried, in one transaction: in the common case, a chat nobody is
+    answering in, it is stored running. The holder that took the claim, with the
+    first input of the queue started. Raises quotas.QuotaExceeded, having stored
+    nothing.
+
+    A free claim is taken only if no input waits (`idle`): one stored while its
+    holder let go (on PostgreSQL a holder's last look may miss an input whose
+    transaction had not committed) is run first, by its sender (`wait_for`)."""
     with transaction.atomic():  # a refused input is not stored; a failed store not counted
         kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
         reservation = quotas.admit_input(owner, kind, text, paced=paced)
-        fields = {**fields, **reservation.fields()}
+        claim = ChatClaim.objects.take(owner.pk, key, idle=True)
+        starts = claim is not None and claim.abandoned is None
+        status = ChatInput.Status.RUNNING if starts else ChatInput.Status.QUEUED
+        fields = {**fields, **reservation.fields(), "status": status}
         item = ChatInput.objects.create(owner=owner, key=key, **fields)
-    claim = ChatClaim.objects.take(owner.pk, key)
     if claim is None:
         return item, None
     if claim.abandoned is not None:  # what a dead holder left is buried first
         return item, Holder(owner, key, claim)
-    return item, Holder(owner, key, claim, ChatInput.objects.next_for(owner.pk, key, item))
+    return item, Holder(owner, key, claim, item)
 
 
 async def queue(

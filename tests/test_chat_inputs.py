@@ -250,6 +250,19 @@ def test_it_hands_an_awaited_outcome_to_its_caller_when_it_runs_in_the_same_proc
     assert not runner.WAITED_HERE
 
 
+def test_a_free_claim_is_not_taken_past_an_input_left_waiting(owner, session, llm):
+    """An input stored just as its chat's holder let go (PostgreSQL: the holder's
+    last look missed it) runs first: the next one is queued behind it."""
+    llm.script(Reply(text="First."), Reply(text="Second."))
+    ChatInput.objects.create(owner=owner, key=session.key, text="left waiting")
+    item, holder = runner.enqueue(owner, session.key, {"text": "later"})
+    assert holder is None and item.status == ChatInput.Status.QUEUED
+    assert async_to_sync(runner.take_over)(owner, session.key)  # as its sender's wait does
+    messages = Event.objects.filter(event_type="user_message").order_by("id")
+    assert [event.text for event in messages] == ["left waiting", "later"]
+    assert not ChatInput.objects.exists()
+
+
 async def test_a_caller_reads_the_outcome_another_process_stored_for_it(owner, session):
     """The input runs in another process (a holder's claim taken there): its outcome
     comes back through its row, which the caller then deletes."""
