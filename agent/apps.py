@@ -12,8 +12,9 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from agent import consolidation, mcp_tools
+        from agent import consolidation, mcp_tools, prompt
         from agent.models import McpServer
+        from memory.models import Fact
 
         post_migrate.connect(consolidation.install_schedule, sender=self)
         # The tools offered from MCP servers hang on the servers and on their owners
@@ -21,6 +22,7 @@ class AgentConfig(AppConfig):
         for signal in (post_save, post_delete):
             for sender in (McpServer, settings.AUTH_USER_MODEL):
                 signal.connect(mcp_tools.OFFERED.clear, sender=sender, dispatch_uid="mcp-offered")
+            signal.connect(prompt.PROMPT_FACTS.clear, sender=Fact, dispatch_uid="prompt-facts")
         terminal = settings.NEOTASK["terminal"]
         if terminal["enabled"] and terminal["sandbox"] == "none":
             log.warning(

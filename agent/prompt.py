@@ -33,6 +33,7 @@ from memory.retrieval import (
 )
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
+from neotask_site.process_cache import ProcessCache
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
@@ -229,11 +230,29 @@ def fit_to_window(
     return [*system, *history[start:]]
 
 
+# The facts in the prompt, kept per owner and version in each process: a turn
+# reads the version of its owner's facts with its session (how many, the last
+# change; agent.runtime.Before), and a change in this process clears them at once
+# (agent.apps). A minute bounds what a version could miss (an edit stamped by a
+# host whose clock is behind).
+PROMPT_FACTS: ProcessCache[list[Fact]] = ProcessCache(seconds=60)
+
+
+def prompt_facts(owner: Owner, version: Any = None) -> list[Fact]:
+    """The owner's facts a prompt carries; `version`, theirs as read with the
+    turn's session, if it was."""
+    facts = Fact.objects.owned_by(owner).order_by("category", "key")[:MAX_FACTS]
+    if version is None:
+        return list(facts)
+    return PROMPT_FACTS.get((owner.pk, version), lambda: list(facts))
+
+
 @dataclass(frozen=True)
 class TurnPrompt:
     """One turn's prompt. What memory brought back is gathered once, when the turn
-    starts; each round re-reads the facts (a tool may have just saved one) and the
-    recent exchange, which grows with the round's tool calls and results."""
+    starts; each round reads the facts again if they changed (a tool may have just
+    saved one) and the recent exchange, which grows with the round's tool calls
+    and results."""
 
     owner: Owner
     session_id: str
@@ -243,6 +262,7 @@ class TurnPrompt:
     client_system: str = ""  # an OpenAI-compatible client's own system message, kept
     # What memory brought in holds outside text (agent.runtime: lasting changes ask).
     outside_text: bool = False
+    facts_version: Any = None  # the owner's facts' version, read with the session
 
     def system(self) -> list[dict[str, Any]]:
         """Two system messages. The instructions come first, the same in every turn,
@@ -251,7 +271,7 @@ class TurnPrompt:
         changes (time, facts, memory) comes next, beside the conversation. Measured
         with the embedded Qwen 0.5B: a new turn's prompt took ~6 s instead of ~40 s,
         and it answered from its memory instead of writing a tool call (docs/models.md)."""
-        facts = Fact.objects.owned_by(self.owner).order_by("category", "key")[:MAX_FACTS]
+        facts = prompt_facts(self.owner, self.facts_version)
         system = [
             {"role": "system", "content": system_prompt(self.agent_prompt)},
             {"role": "system", "content": context_prompt(facts, self.now, self.memory)},
@@ -307,15 +327,18 @@ def start_turn(
     query_vector: np.ndarray | None = None,
     client_system: str = "",
     marker: tuple[int, int] | None = None,
+    facts_version: Any = None,
 ) -> tuple[TurnPrompt, list[dict[str, Any]]]:
     """The turn's prompt and its first round's messages: memory gathered once
     (memory.retrieval.get_context), then the recent conversation (`marker`: its
-    working-memory marker, if known)."""
+    working-memory marker, `facts_version` its owner's facts', if known)."""
     context = get_context(owner, session_id, query, agent, query_vector, marker)
     memory = tuple(memory_blocks(context))
     now = timezone.localtime()
     outside = holds_outside_text(context)
-    prompt = TurnPrompt(owner, session_id, agent_prompt, now, memory, client_system, outside)
+    prompt = TurnPrompt(
+        owner, session_id, agent_prompt, now, memory, client_system, outside, facts_version
+    )
     return prompt, prompt.with_history(context.recent)
 
 

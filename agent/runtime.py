@@ -62,12 +62,14 @@ class CallWritten(Exception):
 class Before:
     """What the session held before the turn's message, read with the session
     (sessions_app.turns): its last turn's text, the context of the message's key;
-    whether it had a message (the first is auto-recall's); and working memory's
-    marker of it (memory.working)."""
+    whether it had a message (the first is auto-recall's); working memory's
+    marker of it (memory.working); and the version of its owner's facts
+    (agent.prompt.prompt_facts)."""
 
     text: str | None
     messaged: bool
     marker: tuple[int, int]
+    facts: tuple[int, Any]
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ class Turn:
             query_vector=self.query_vector,
             client_system=request.client.system if request.client is not None else "",
             marker=marker,
+            facts_version=None if request.before is None else request.before.facts,
         )
         return recalled, prompt, messages
 

@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 from django.contrib.auth.models import Group
 from django.core.validators import RegexValidator
 from django.db import DatabaseError, models, transaction
-from django.db.models import Case, Exists, F, Func, OuterRef, Q, Subquery, When
+from django.db.models import Case, Count, Exists, F, Func, Max, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
 from agent.frames import Outcome
 from agent.llm import Usage
 from memory import recording
-from memory.models import Event, EventType
+from memory.models import Event, EventType, Fact
 from memory.working import working_memory
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
 from neotask_site.history import Actor, Recorded
@@ -85,7 +85,8 @@ class SessionQuerySet(OwnedQuerySet):
         """`owner`'s active session of the chat `key` (there is one at most); with
         `said`, in the same statement, what a message arriving in it needs of its
         events: the last turn's text (`said_last`), whether one was a message
-        (`messaged`) and working memory's marker (`content_count`, `content_newest`)."""
+        (`messaged`) and working memory's marker (`content_count`, `content_newest`);
+        and the version of the owner's facts (`facts_count`, `facts_changed`)."""
         sessions = (
             self.owned_by(owner)
             .filter(key=key, status=Session.Status.ACTIVE)
@@ -100,11 +101,14 @@ class SessionQuerySet(OwnedQuerySet):
                 event_type=EventType.USER_MESSAGE,
             )
             count, newest = working_memory.marker_of(OuterRef("owner_id"), session_id)
+            facts = Fact.objects.filter(owner_id=OuterRef("owner_id")).order_by().values("owner_id")
             sessions = sessions.annotate(
                 said_last=Subquery(turns.values("text")[:1]),
                 messaged=Exists(messages),
                 content_count=count,
                 content_newest=newest,
+                facts_count=Subquery(facts.annotate(n=Count("id")).values("n")),
+                facts_changed=Subquery(facts.annotate(last=Max("updated_at")).values("last")),
             )
         return sessions.first()
 

@@ -120,10 +120,12 @@ def said_before(session: Session) -> Before | None:
         text=said["said_last"],
         messaged=said["messaged"],
         marker=(said["content_count"], said["content_newest"]),
+        facts=(said["facts_count"] or 0, said["facts_changed"]),
     )
 
 
-SAID = ("said_last", "messaged", "content_count", "content_newest")  # Session.objects.active
+# Session.objects.active's annotations
+SAID = ("said_last", "messaged", "content_count", "content_newest", "facts_count", "facts_changed")
 
 
 async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:

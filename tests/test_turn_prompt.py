@@ -74,3 +74,35 @@ def test_memory_is_searched_once_per_turn_whatever_the_rounds(owner, llm, search
     assert len({p[0]["content"] for p in prompts}) == 1
     assert "Memories from earlier conversations" in prompts[0][0]["content"]
     assert [len(p) for p in prompts] == [len(prompts[0]) + 2 * n for n in range(rounds + 1)]
+
+
+def test_a_chat_reads_its_owners_facts_again_only_once_they_changed(owner, llm):
+    from django.utils import timezone
+
+    from memory.models import Fact
+    from sessions_app import chat, runner
+
+    session = chat.start_chat(owner)
+
+    def send(text: str) -> tuple[str, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            outcome = async_to_sync(runner.submit)(owner, session.key, text, wait=True)
+        assert outcome is not None and outcome.status == "completed"
+        read = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "facts"')]
+        return llm.requests[-1]["messages"][0]["content"], read
+
+    def fact(key: str, value: str) -> Fact:
+        return Fact(owner=owner, category="pets", key=key, value=value, updated_at=timezone.now())
+
+    llm.script(*(Reply(text="ok") for _ in range(4)))
+    Fact.objects.bulk_create([fact("dog", "Biscuit")])
+    prompt, read = send("one")
+    assert "pets/dog: Biscuit" in prompt and len(read) == 1
+    _, read = send("two")
+    assert read == []  # its version came with the session, in a subquery
+    # Another process adds one (no signal here): the version read with the session differs.
+    Fact.objects.bulk_create([fact("cat", "Miso")])
+    assert "pets/cat: Miso" in send("three")[0]
+    # Changed here: its signal drops the copy.
+    Fact.objects.filter(key="cat").get().delete()
+    assert "Miso" not in send("four")[0]
