@@ -123,15 +123,19 @@ def counts(kind: str, text: str) -> bool:
 
 
 def admit_input(owner: Owner, kind: str, text: str, *, paced: bool = True) -> Reservation:
-    """`admit` a chat input of `kind` as what it costs: a message counted and
-    its turn's tokens reserved; an OpenAI-compatible client's tool results
-    (the turn that handed out the calls goes on) only the tokens; a command
-    without model work nothing."""
+    """`admit` a chat input of `kind` as what it costs (`input_admission`)."""
+    return admit_by(owner, input_admission(owner, kind, text, paced=paced))
+
+
+def input_admission(owner: Owner, kind: str, text: str, *, paced: bool = True) -> Admission | None:
+    """What a chat input of `kind` costs: a message counted and its turn's tokens
+    reserved; an OpenAI-compatible client's tool results (the turn that handed
+    out the calls goes on) only the tokens; a command without model work nothing."""
     if counts(kind, text):
-        return admit(owner, paced=paced, model=True)
+        return admission(owner, paced=paced, model=True)
     if kind == ChatInput.Kind.TOOL_RESULTS:
-        return admit(owner, paced=False, model=True, message=False)
-    return Reservation()
+        return admission(owner, paced=False, model=True, message=False)
+    return None
 
 
 def admit(
@@ -149,6 +153,49 @@ def admit(
     its own (the returned Reservation, given back when it finishes). Without
     `message`, only that: no message is counted. Call it in the transaction
     that stores the input."""
+    counting = admission(owner, paced=paced, model=model, message=message, now=now)
+    return admit_by(owner, counting)
+
+
+def admit_by(owner: Owner, counting: Admission | None) -> Reservation:
+    """Run `counting`'s statement: its reservation, or QuotaExceeded."""
+    if counting is None:
+        return Reservation()
+    with connection.cursor() as cursor:
+        cursor.execute(counting.sql, counting.params)
+        if cursor.rowcount != 1:
+            raise counting.refused(owner)
+    return counting.reservation
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The statement that counts an input, one `INSERT … ON CONFLICT … DO UPDATE
+    … WHERE` that changes nothing when a limit is reached (a caller may run it
+    as part of a larger statement: sessions_app.models.ChatInputQuerySet.store),
+    and the reservation it makes."""
+
+    sql: str
+    params: list[Any]
+    reservation: Reservation
+    limits: Limits
+    now: datetime
+
+    def refused(self, owner: Owner) -> QuotaExceeded:
+        """Why the statement changed nothing."""
+        day = timezone.localdate(self.now)
+        return refusal(DailyUsage.objects.get(owner=owner, day=day), self.limits, self.now)
+
+
+def admission(
+    owner: Owner,
+    *,
+    paced: bool = True,
+    model: bool = False,
+    message: bool = True,
+    now: datetime | None = None,
+) -> Admission | None:
+    """`admit`'s statement; None if there is nothing to count."""
     limits = limits_for(owner)
     now = now or timezone.now()
     day = timezone.localdate(now)
@@ -156,7 +203,7 @@ def admit(
     if model and limits.tokens_per_day:
         reserve = settings.NEOTASK["quotas"]["reserve_per_turn"]
     if not message and not reserve:
-        return Reservation()  # nothing to count, and no limit to hold it to
+        return None  # nothing to count, and no limit to hold it to
     paced = paced and message
     ops = connection.ops
     quote = ops.quote_name
@@ -208,12 +255,7 @@ def admit(
         int(paced),
         at,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values + params)
-        admitted = cursor.rowcount == 1
-    if not admitted:
-        raise refusal(DailyUsage.objects.get(owner=owner, day=day), limits, now)
-    return Reservation(reserve, day)
+    return Admission(sql, values + params, Reservation(reserve, day), limits, now)
 
 
 def refusal(usage: DailyUsage, limits: Limits, now: datetime) -> QuotaExceeded:
