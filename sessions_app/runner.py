@@ -36,7 +36,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from agent import approvals
 from agent.frames import (
@@ -140,20 +140,48 @@ def enqueue(
 
     A free claim is taken only if no input waits (`idle`): one stored while its
     holder let go (on PostgreSQL a holder's last look may miss an input whose
-    transaction had not committed) is run first, by its sender (`wait_for`)."""
+    transaction had not committed) is run first, by its sender (`wait_for`).
+    On PostgreSQL all this is one statement when the chat is idle
+    (ChatInput.objects.store)."""
+    kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
+    if connection.vendor == "postgresql":
+        return enqueue_in_one_statement(owner, key, fields, paced=paced)
     with transaction.atomic():  # a refused input is not stored; a failed store not counted
-        kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
         reservation = quotas.admit_input(owner, kind, text, paced=paced)
         claim = ChatClaim.objects.take(owner.pk, key, idle=True)
         starts = claim is not None and claim.abandoned is None
         status = ChatInput.Status.RUNNING if starts else ChatInput.Status.QUEUED
         fields = {**fields, **reservation.fields(), "status": status}
         item = ChatInput.objects.create(owner=owner, key=key, **fields)
+    return item, holder_of(owner, key, claim, item)
+
+
+def enqueue_in_one_statement(
+    owner: Owner, key: str, fields: dict[str, Any], *, paced: bool
+) -> tuple[ChatInput, Holder | None]:
+    kind, text = fields.get("kind", ChatInput.Kind.MESSAGE), fields.get("text", "")
+    counting = quotas.input_admission(owner, kind, text, paced=paced)
+    reservation = counting.reservation if counting is not None else quotas.Reservation()
+    fields = {**fields, **reservation.fields()}
+    stored = ChatInput.objects.store(owner, key, fields, counting)
+    if stored is None:
+        assert counting is not None  # only a count refuses
+        raise counting.refused(owner)
+    item, claim = stored
+    if claim is None:  # held, a dead holder's, never taken yet, or an input waits: queued
+        claim = ChatClaim.objects.take(owner.pk, key)
+        if claim is not None and claim.abandoned is None:
+            return item, Holder(owner, key, claim, ChatInput.objects.next_for(owner.pk, key))
+    return item, holder_of(owner, key, claim, item)
+
+
+def holder_of(owner: Owner, key: str, claim: ChatClaim | None, item: ChatInput) -> Holder | None:
+    """The holder of the `claim` just taken, with `item` started if it is running."""
     if claim is None:
-        return item, None
+        return None
     if claim.abandoned is not None:  # what a dead holder left is buried first
-        return item, Holder(owner, key, claim)
-    return item, Holder(owner, key, claim, item)
+        return Holder(owner, key, claim)
+    return Holder(owner, key, claim, item)
 
 
 async def queue(

@@ -18,7 +18,7 @@ from memory.models import Event, EventType
 from neotask_site.config import ConfigError, load_config
 from scheduler import runner as scheduler_runner
 from sessions_app import chat, quotas
-from sessions_app.models import ApiToken, ChatInput, DailyUsage, GroupQuota, Session
+from sessions_app.models import ApiToken, ChatClaim, ChatInput, DailyUsage, GroupQuota, Session
 from sessions_app.quotas import Limits, QuotaExceeded
 from tests.support.records import make_task
 from tests.support.scripted_llm import Reply
@@ -82,9 +82,11 @@ def test_it_answers_the_api_429_with_retry_after_over_the_minute_limit(alice, ll
     assert body["error"] == (
         f"You've sent 2 messages this minute; try again in {body['retry_after']} s."
     )
-    # Refused before it was stored: not in the chat, not queued, not sent to the model.
+    # Refused before it was stored: not in the chat, not queued, not sent to the model,
+    # and the chat's claim not taken.
     assert stored_messages(alice) == ["first", "second"]
     assert not ChatInput.objects.owned_by(alice).exists()
+    assert not ChatClaim.objects.owned_by(alice).exclude(token="").exists()
     assert len(llm.requests) == 2
     assert usage_of(alice).messages == 2
 
