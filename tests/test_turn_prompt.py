@@ -21,11 +21,9 @@ from tests.support.websocket import ignore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Upper bounds from the new code, which ran 19, 27 and 44 queries on SQLite (before
-# it: 19, 35 and 60, with one memory search per round), plus 1 for the owner's MCP
-# servers (agent.mcp_tools.tools_for).
-# (+2 on PostgreSQL: memory.pgvector.PgIndex.exact's bounded counts.)
-MAX_QUERIES = {0: 23, 1: 32, 2: 49}
+# Upper bounds from the code, which ran 16, 23 and 39 queries on SQLite (12, 18 and
+# 33 on PostgreSQL; with one memory search per round it had been 19, 35 and 60).
+MAX_QUERIES = {0: 16, 1: 23, 2: 39}
 
 
 @pytest.fixture
