@@ -36,8 +36,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # its message, 2 add it to the session and the owner's day (quotas), 2 end the
 # input and let the claim go. SQLite's 8 more: the transaction's 4, its in-process
 # vector index's sync (2: forgotten events, new vectors) and check of its hits
-# (1), the full-text words' counts (1; PostgreSQL's fused search is one statement),
-# and the embedding job queued in the database (here sent at once; a worker
+# (1), and the embedding job queued in the database (here sent at once; a worker
 # gathers them for 0.5 s on a thread of its own). Metrics are counted in process
 # and sent every 2 s (monitoring.counters), as in production; the quota limits,
 # MCP tools and facts come from per-process copies (neotask_site.process_cache).
