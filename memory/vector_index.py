@@ -62,6 +62,7 @@ NEIGHBOUR_WEIGHT = 0.5
 NO_ROW = -1
 CORRUPT = "corrupt vector replaced"
 PUT_BATCH = 2000  # vectors written into the matrix at once while syncing
+SAMPLE_STEP = 32  # of the scores, sampled for a likely cut of the k best (`best_rows`)
 
 
 class VectorIndex(Protocol):
@@ -390,14 +391,27 @@ def product_thread() -> ThreadPoolExecutor:
 
 
 def best_rows(scores: np.ndarray, k: int, min_score: float) -> np.ndarray:
-    """The rows of the k best scores above `min_score`, best first."""
-    above = np.flatnonzero(scores > min_score)
-    k = min(k, len(above))
+    """The rows of the k best scores above `min_score`, best first, ties in row order."""
     if k <= 0:
-        return above[:0]
-    if k < len(above):
-        above = above[np.argpartition(-scores[above], k - 1)[:k]]
-    return above[np.argsort(-scores[above], kind="stable")]
+        return np.empty(0, dtype=np.intp)
+    rows = np.flatnonzero(scores >= likely_cut(scores, k))
+    if len(rows) < k:  # guessed too high: every row is a candidate
+        rows = np.arange(len(scores))
+    rows = rows[scores[rows] > min_score]
+    if len(rows) > k:  # the k best, and any tied with the k-th
+        rows = rows[scores[rows] >= np.partition(scores[rows], -k)[-k]]
+    return rows[np.lexsort((rows, -scores[rows]))][:k]
+
+
+def likely_cut(scores: np.ndarray, k: int) -> float:
+    """A score that some 4k rows reach, read from every `SAMPLE_STEP`-th: when at
+    least k do, the k best are among them, found by one comparison with every
+    score instead of a partition of them all (~1.5 ms at 100k rows)."""
+    if len(scores) < SAMPLE_STEP * k:
+        return -np.inf
+    sample = scores[::SAMPLE_STEP]
+    place = len(sample) - (k // 8 + 1)  # ~k/8 sampled above it: ~4k of all rows
+    return float(np.partition(sample, place)[place])
 
 
 Item = TypeVar("Item")
