@@ -1,4 +1,5 @@
-"""`python manage.py memory_bench --events N [--json]`: memory latency at scale.
+"""`python manage.py memory_bench --events N [--json] [--stages ...] [--samples N]`:
+memory latency at scale.
 
 Builds N events for one throw-away user, then times get_context (the query
 already embedded, as in a turn; with and without its search branch), memory
@@ -7,7 +8,7 @@ embedding throughput at batch 1 and 32, and the process RSS.
 
 get_context is also measured against a floor: a brute-force numpy scan of the
 same vectors (read from the database, each query's dot product with all of them
-and the rows of the best 50 by np.argpartition), timed in the same run, taking
+and the best 50 by np.argpartition), timed in the same run, taking
 turns with get_context over the same queries so that a shared machine's load
 weighs on both alike; the report gives get_context's p50 and p95 over the scan's.
 
@@ -168,7 +169,7 @@ def numpy_top(vectors: np.ndarray, query: np.ndarray, k: int = REFERENCE_TOP) ->
 
 
 def against_numpy(
-    owner: Owner, context: Callable[[int], Any], queries: np.ndarray
+    owner: Owner, context: Callable[[int], Any], queries: np.ndarray, count: int = SAMPLES
 ) -> dict[str, Any]:
     """get_context (`context`) and the numpy reference over the owner's vectors,
     timed in turns over the same queries, and the ratio of the two."""
@@ -178,7 +179,7 @@ def against_numpy(
             "get_context": context,
             "numpy_reference": lambda n: numpy_top(reference, queries[n % len(queries)]),
         },
-        SAMPLES,
+        count,
     )
     return {
         "get_context": percentiles(samples["get_context"]),
@@ -205,6 +206,14 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000)
         parser.add_argument("--json", action="store_true", dest="as_json")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--samples", type=int, default=SAMPLES, help="calls timed per stage")
+        parser.add_argument(
+            "--stages",
+            nargs="+",
+            choices=STAGES,
+            default=STAGES,
+            help="time only these (get_context comes with the numpy reference)",
+        )
         parser.add_argument(
             "--texts",
             type=Path,
@@ -213,7 +222,15 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args: Any, events: int, as_json: bool, seed: int, texts: Path | None, **options: Any
+        self,
+        *args: Any,
+        events: int,
+        as_json: bool,
+        seed: int,
+        texts: Path | None,
+        samples: int,
+        stages: list[str],
+        **options: Any,
     ) -> None:
         rng = random.Random(seed)
         noise = np.random.default_rng(seed)
@@ -248,38 +265,32 @@ class Command(BaseCommand):
                     user, session, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
                 )
 
-            report.update(against_numpy(user, context, vectors))
-            with override_settings(NEOTASK=without_search_branch()):
-                report["get_context_without_search"] = percentiles(timed(context, SAMPLES))
-            report["vector_branch"] = percentiles(
-                timed(
-                    lambda n: index.search(vectors[n % len(queries)], CANDIDATES, contextual=True),
-                    SAMPLES,
-                )
-            )
-            report["lexical_branch"] = percentiles(
-                timed(
-                    lambda n: fulltext.search(
-                        user.pk,
-                        DEFAULT_AGENT,
-                        queries[n % len(queries)],
-                        CANDIDATES,
-                        memories=index.count(),
-                    ),
-                    SAMPLES,
-                )
-            )
-            report["search_with_embedding"] = percentiles(
-                timed(lambda n: search_memory(user, queries[n % len(queries)] + f" {n}"), SAMPLES)
-            )
-            report["search_without_embedding"] = percentiles(
-                timed(
-                    lambda n: search_memory(
-                        user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
-                    ),
-                    SAMPLES,
-                )
-            )
+            calls: dict[str, Callable[[int], Any]] = {
+                "vector_branch": lambda n: index.search(
+                    vectors[n % len(queries)], CANDIDATES, contextual=True
+                ),
+                "lexical_branch": lambda n: fulltext.search(
+                    user.pk,
+                    DEFAULT_AGENT,
+                    queries[n % len(queries)],
+                    CANDIDATES,
+                    memories=index.count(),
+                ),
+                "search_with_embedding": lambda n: search_memory(
+                    user, queries[n % len(queries)] + f" {n}"
+                ),
+                "search_without_embedding": lambda n: search_memory(
+                    user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
+                ),
+            }
+            if "get_context" in stages:
+                report.update(against_numpy(user, context, vectors, samples))
+            if "get_context_without_search" in stages:
+                with override_settings(NEOTASK=without_search_branch()):
+                    report["get_context_without_search"] = percentiles(timed(context, samples))
+            for name, call in calls.items():
+                if name in stages:
+                    report[name] = percentiles(timed(call, samples))
         sentences = [sentence(rng) for _ in range(1024)]
         started = time.perf_counter()
         for text in sentences[:256]:
@@ -338,14 +349,16 @@ class Command(BaseCommand):
             f"vector index loaded in {report['index_load_seconds']} s)"
         )
         for name in (*STAGES, "numpy_reference"):
-            numbers = report[name]
+            numbers = report.get(name)
+            if numbers is not None:
+                self.stdout.write(
+                    f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
+                )
+        times = report.get("get_context_to_numpy")
+        if times is not None:
             self.stdout.write(
-                f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
+                f"  get_context / numpy reference: {times['p50']}x at p50, {times['p95']}x at p95"
             )
-        times = report["get_context_to_numpy"]
-        self.stdout.write(
-            f"  get_context / numpy reference: {times['p50']}x at p50, {times['p95']}x at p95"
-        )
         self.stdout.write(
             f"  embedding: {report['embed_batch_1_per_s']}/s at batch 1, "
             f"{report['embed_batch_32_per_s']}/s at batch 32"
