@@ -8,7 +8,7 @@ owner-and-agent's vectors of one table (`EVENTS` or `CHUNKS`) in process memory
 (384 float32 each: 150 MB per 100k rows), loaded once and then synced
 incrementally through a `StampWindow` (memory/vector_sync.py). A query vector is
 compared with every stored one once (`NumpyIndex.query`: a sync and a
-matrix-vector product, ~5 ms at 100k events), and each question a turn asks with
+matrix-vector product, ~6.5 ms at 100k events), and each question a turn asks with
 it — the nearest by plain or contextual cosine, the scores of given rows — is read
 from that `VectorQuery`, plus one small query for whether its hits still exist.
 A deletion leaves no stamp behind: an event forgotten on demand (memory.forgetting)
@@ -125,10 +125,10 @@ class NumpyIndex:
         self.rows = rows
         self.lock = threading.Lock()
         self.ids = np.empty(0, dtype=np.int64)
-        # One column per row: numpy's product of a vector with a matrix stored this
-        # way (OpenBLAS's sgemv "N") reads the 150 MB per 100k rows at twice the
-        # speed of the same product over one row per vector, the dot kernel
-        # (memory_bench's vector branch 13 → 6.5 ms of CPU; docs/performance.md).
+        # One column per row: the query's product with a matrix stored this way
+        # (OpenBLAS's sgemv "N") reads the 150 MB of 100k rows twice as fast as
+        # with one row per vector (its dot kernel): 6.5 ms of CPU instead of 13
+        # (docs/performance.md, "Memory").
         self.matrix = np.empty((EMBEDDING_DIM, 0), dtype=np.float32)
         self.before = np.empty(0, dtype=np.int64)  # row of the speaker's previous turn
         self.after = np.empty(0, dtype=np.int64)  # ...and next turn, or NO_ROW
@@ -313,7 +313,7 @@ class VectorQuery:
     similarity branch, its memory search's nearest by contextual cosine and the
     cosine of the words' finds).
 
-    The product (~5 ms at 100k events) runs on the process's product thread while
+    The product (~6.5 ms at 100k events) runs on the process's product thread while
     the caller goes on to its database questions (numpy and SQLite both release
     the GIL); the first read waits for it."""
 
