@@ -1,9 +1,16 @@
-"""`python manage.py memory_bench --events N [--json]`: memory latency at scale.
+"""`python manage.py memory_bench --events N [--json] [--stages ...] [--samples N]`:
+memory latency at scale.
 
 Builds N events for one throw-away user, then times get_context (the query
 already embedded, as in a turn; with and without its search branch), memory
 search (with and without embedding the query) and each of its branches alone,
 embedding throughput at batch 1 and 32, and the process RSS.
+
+get_context is also measured against a floor: a brute-force numpy scan of the
+same vectors (read from the database, each query's dot product with all of them
+and the best 50 by np.argpartition), timed in the same run, taking
+turns with get_context over the same queries so that a shared machine's load
+weighs on both alike; the report gives get_context's p50 and p95 over the scan's.
 
 Embedding N texts for real would take minutes at 100k, so the events reuse
 the real embeddings of a pool of distinct generated sentences, each with a
@@ -20,6 +27,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +48,7 @@ from memory.retrieval import get_context
 from memory.search import CANDIDATES, search_memory
 from memory.tasks import analyze_database
 from memory.vector_index import index_for
-from memory.vectors import pack
+from memory.vectors import EMBEDDING_DIM, pack, unpack
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 from neotask_site.progress import progress_bar
@@ -55,6 +63,7 @@ STAGES = (  # what is timed, in the order printed
     "lexical_branch",
 )
 SAMPLES = 200
+REFERENCE_TOP = 50  # the numpy reference's top-k (memory search's candidates per branch)
 INSERT_BATCH = 5000
 PEOPLE = "Maya Ben Alice Omar Priya Lena Marco Yuki Sam Ines".split()
 PLACES = "Lisbon Kyoto Berlin Nairobi Toronto Oslo Lima Hanoi Austin Porto".split()
@@ -99,11 +108,21 @@ def without_search_branch() -> dict[str, Any]:
     return neotask
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
+def p50_p95(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(len(ordered) * 0.95) - 1]
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    p50, p95 = p50_p95(samples)
+    return {"p50_ms": round(p50 * 1000, 2), "p95_ms": round(p95 * 1000, 2)}
+
+
+def ratios(samples: list[float], floor: list[float]) -> dict[str, float]:
+    """The p50 and p95 of `samples` over those of `floor`."""
     return {
-        "p50_ms": round(statistics.median(ordered) * 1000, 2),
-        "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2),
+        name: round(mine / theirs, 2)
+        for name, mine, theirs in zip(("p50", "p95"), p50_p95(samples), p50_p95(floor), strict=True)
     }
 
 
@@ -114,6 +133,62 @@ def timed(call: Any, count: int) -> list[float]:
         call(number)
         samples.append(time.perf_counter() - started)
     return samples
+
+
+def timed_in_turns(calls: dict[str, Callable[[int], Any]], count: int) -> dict[str, list[float]]:
+    """Each call timed `count` times, one of each in turn: a ratio of their
+    timings is then measured under the same load."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for number in range(count):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call(number)
+            samples[name].append(time.perf_counter() - started)
+    return samples
+
+
+def stored_vectors(owner: Owner, agent: str = DEFAULT_AGENT) -> np.ndarray:
+    """The owner's event vectors as the database holds them, one column each
+    (of numpy's two layouts, the one whose matrix-vector product is faster)."""
+    blobs = (
+        Event.objects.filter(owner=owner, agent=agent, embedding__isnull=False)
+        .values_list("embedding", flat=True)
+        .iterator(2000)
+    )
+    rows = np.array([unpack(blob) for blob in blobs], dtype=np.float32)
+    return np.ascontiguousarray(rows.reshape(-1, EMBEDDING_DIM).T)
+
+
+def numpy_top(vectors: np.ndarray, query: np.ndarray, k: int = REFERENCE_TOP) -> np.ndarray:
+    """The brute-force reference: every vector's dot product with the query, and
+    the columns of the best k (in no order, as np.argpartition leaves them)."""
+    scores = query @ vectors
+    if len(scores) <= k:
+        return np.arange(len(scores))
+    return np.argpartition(-scores, k - 1)[:k]
+
+
+def against_numpy(
+    owner: Owner, context: Callable[[int], Any], queries: np.ndarray, count: int = SAMPLES
+) -> dict[str, Any]:
+    """get_context (`context`) and the numpy reference over the owner's vectors,
+    timed in turns over the same queries, and the ratio of the two."""
+    reference = stored_vectors(owner)
+    samples = timed_in_turns(
+        {
+            "get_context": context,
+            "numpy_reference": lambda n: numpy_top(reference, queries[n % len(queries)]),
+        },
+        count,
+    )
+    return {
+        "get_context": percentiles(samples["get_context"]),
+        "numpy_reference": {
+            "vectors": reference.shape[1],
+            **percentiles(samples["numpy_reference"]),
+        },
+        "get_context_to_numpy": ratios(samples["get_context"], samples["numpy_reference"]),
+    }
 
 
 def rss_mb() -> float:
@@ -131,6 +206,14 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=10_000)
         parser.add_argument("--json", action="store_true", dest="as_json")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--samples", type=int, default=SAMPLES, help="calls timed per stage")
+        parser.add_argument(
+            "--stages",
+            nargs="+",
+            choices=STAGES,
+            default=STAGES,
+            help="time only these (get_context comes with the numpy reference)",
+        )
         parser.add_argument(
             "--texts",
             type=Path,
@@ -139,7 +222,15 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args: Any, events: int, as_json: bool, seed: int, texts: Path | None, **options: Any
+        self,
+        *args: Any,
+        events: int,
+        as_json: bool,
+        seed: int,
+        texts: Path | None,
+        samples: int,
+        stages: list[str],
+        **options: Any,
     ) -> None:
         rng = random.Random(seed)
         noise = np.random.default_rng(seed)
@@ -174,38 +265,32 @@ class Command(BaseCommand):
                     user, session, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
                 )
 
-            report["get_context"] = percentiles(timed(context, SAMPLES))
-            with override_settings(NEOTASK=without_search_branch()):
-                report["get_context_without_search"] = percentiles(timed(context, SAMPLES))
-            report["vector_branch"] = percentiles(
-                timed(
-                    lambda n: index.search(vectors[n % len(queries)], CANDIDATES, contextual=True),
-                    SAMPLES,
-                )
-            )
-            report["lexical_branch"] = percentiles(
-                timed(
-                    lambda n: fulltext.search(
-                        user.pk,
-                        DEFAULT_AGENT,
-                        queries[n % len(queries)],
-                        CANDIDATES,
-                        memories=index.count(),
-                    ),
-                    SAMPLES,
-                )
-            )
-            report["search_with_embedding"] = percentiles(
-                timed(lambda n: search_memory(user, queries[n % len(queries)] + f" {n}"), SAMPLES)
-            )
-            report["search_without_embedding"] = percentiles(
-                timed(
-                    lambda n: search_memory(
-                        user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
-                    ),
-                    SAMPLES,
-                )
-            )
+            calls: dict[str, Callable[[int], Any]] = {
+                "vector_branch": lambda n: index.search(
+                    vectors[n % len(queries)], CANDIDATES, contextual=True
+                ),
+                "lexical_branch": lambda n: fulltext.search(
+                    user.pk,
+                    DEFAULT_AGENT,
+                    queries[n % len(queries)],
+                    CANDIDATES,
+                    memories=index.count(),
+                ),
+                "search_with_embedding": lambda n: search_memory(
+                    user, queries[n % len(queries)] + f" {n}"
+                ),
+                "search_without_embedding": lambda n: search_memory(
+                    user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
+                ),
+            }
+            if "get_context" in stages:
+                report.update(against_numpy(user, context, vectors, samples))
+            if "get_context_without_search" in stages:
+                with override_settings(NEOTASK=without_search_branch()):
+                    report["get_context_without_search"] = percentiles(timed(context, samples))
+            for name, call in calls.items():
+                if name in stages:
+                    report[name] = percentiles(timed(call, samples))
         sentences = [sentence(rng) for _ in range(1024)]
         started = time.perf_counter()
         for text in sentences[:256]:
@@ -263,10 +348,16 @@ class Command(BaseCommand):
             f"(built in {report['build_seconds']} s; "
             f"vector index loaded in {report['index_load_seconds']} s)"
         )
-        for name in STAGES:
-            numbers = report[name]
+        for name in (*STAGES, "numpy_reference"):
+            numbers = report.get(name)
+            if numbers is not None:
+                self.stdout.write(
+                    f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
+                )
+        times = report.get("get_context_to_numpy")
+        if times is not None:
             self.stdout.write(
-                f"  {name:<26} p50 {numbers['p50_ms']:>7} ms   p95 {numbers['p95_ms']:>7} ms"
+                f"  get_context / numpy reference: {times['p50']}x at p50, {times['p95']}x at p95"
             )
         self.stdout.write(
             f"  embedding: {report['embed_batch_1_per_s']}/s at batch 1, "
