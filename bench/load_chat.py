@@ -20,6 +20,12 @@ A stall is a turn that gets no frame for 30 s; at the first stall of a run the
 stacks of every server process are dumped with py-spy (if installed) into the
 run's kept logs, to show where they wait.
 
+With `--py-spy DIR`, py-spy records the first daphne worker and the job
+cluster during the measured run (bench/profile_worker.py) into
+DIR/daphne.speedscope.json and DIR/jobs.speedscope.json; the row's
+`profiled_turns` is how many turns that worker served, for
+`bench/profile_summary.py --turns`.
+
 The team profile uses DATABASE_URL and REDIS_URL (default: the local
 PostgreSQL and Redis of `make test-team`) and creates a fresh database next to
 DATABASE_URL's, dropped at exit. The embedded profile uses SQLite in a
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +62,7 @@ from bench.load_report import (  # noqa: E402
     service_cpu_seconds,
     summarise,
 )
+from bench.profile_worker import recording  # noqa: E402
 
 TEAM_DEFAULTS = {
     "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/neotask",
@@ -119,6 +127,9 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--no-jobs", action="store_true", help="no job cluster (embeddings wait)")
     parser.add_argument("--repeat", type=int, default=1, help="runs, each on fresh processes")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--py-spy", type=Path, metavar="DIR", help="profile a worker and the job cluster"
+    )
     options = parser.parse_args()
     team = options.profile == "team"
     options.chats = options.chats or (100 if team else 20)
@@ -249,9 +260,11 @@ def run(
     os.environ.update(env, DJANGO_SETTINGS_MODULE="neotask_site.settings")
     chats, warmups = prepare(options.chats, options.workers)
 
+    cluster = None
     if not options.no_jobs:
         with (data_dir / "qcluster.log").open("w") as log:
-            processes.append(start_qcluster(env, log))
+            cluster = start_qcluster(env, log)
+        processes.append(cluster)
     workers = {}
     for number in range(options.workers):
         port = free_port()
@@ -270,9 +283,20 @@ def run(
     cpu_before, services_before = cpu_seconds(servers), service_cpu_seconds()
     workers_before = cpu_seconds(daphnes)
     busy_before, all_before = machine_busy_seconds()
-    started = time.monotonic()
-    results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
-    row = summarise(options, results, time.monotonic() - started)
+    with contextlib.ExitStack() as profiles:
+        if options.py_spy:
+            options.py_spy.mkdir(parents=True, exist_ok=True)
+            daphne = options.py_spy / "daphne.speedscope.json"
+            profiles.enter_context(recording(daphnes[0].pid, daphne))
+            if cluster is not None:  # its forked workers do the jobs
+                jobs = options.py_spy / "jobs.speedscope.json"
+                profiles.enter_context(recording(cluster.pid, jobs, subprocesses=True))
+        started = time.monotonic()
+        results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
+        seconds = time.monotonic() - started
+    row = summarise(options, results, seconds)
+    if options.py_spy:  # the chats are spread round-robin: the first worker's share
+        row["profiled_turns"] = sum(result.completed for result in results[:: options.workers])
     if row["turns"]:
         # What a turn costs the server: its processes' CPU time (workers included).
         row["server_cpu_ms_per_turn"] = round(
