@@ -130,6 +130,7 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--py-spy", type=Path, metavar="DIR", help="profile a worker and the job cluster"
     )
+    parser.add_argument("--py-spy-rate", type=int, default=100, help="samples a second")
     options = parser.parse_args()
     team = options.profile == "team"
     options.chats = options.chats or (100 if team else 20)
@@ -287,10 +288,11 @@ def run(
         if options.py_spy:
             options.py_spy.mkdir(parents=True, exist_ok=True)
             daphne = options.py_spy / "daphne.speedscope.json"
-            profiles.enter_context(recording(daphnes[0].pid, daphne))
+            rate = options.py_spy_rate
+            profiles.enter_context(recording(daphnes[0].pid, daphne, rate=rate))
             if cluster is not None:  # its forked workers do the jobs
                 jobs = options.py_spy / "jobs.speedscope.json"
-                profiles.enter_context(recording(cluster.pid, jobs, subprocesses=True))
+                profiles.enter_context(recording(cluster.pid, jobs, rate=rate, subprocesses=True))
         started = time.monotonic()
         results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
         seconds = time.monotonic() - started

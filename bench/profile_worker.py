@@ -152,7 +152,7 @@ def recording(
             recorder.kill()
             recorder.wait()
     spent = {tid: seconds - before.get(tid, 0.0) for tid, seconds in after.items()}
-    out.write_text(json.dumps(weigh(json.loads(out.read_text()), spent)))
+    out.write_text(json.dumps(weigh(json.loads(out.read_text()), spent), separators=(",", ":")))
 
 
 def main() -> int:
