@@ -85,6 +85,7 @@ def test_samples_are_weighed_by_their_threads_cpu_time_and_waits_dropped():
     assert thread["samples"] == [[0, 1], [0, 2], [0]]
     assert [round(w, 6) for w in thread["weights"]] == [0.2, 0.2, 0.2]
     assert weighed["shared"]["frames"][3]["file"] == "selectors.py"  # no machine paths
+    assert "0.03 s of samples weighed to 0.60 s of CPU" in weighed["name"]
 
 
 def test_the_command_prints_the_tables(tmp_path):
