@@ -9,8 +9,11 @@ scripted LLM's --interval before its first delta), errors (error frames,
 turns not completed, disconnects), frames lost (each turn must stream all the
 scripted deltas and the events of its message and answer), and, counted in the
 database afterwards, stored events lost or duplicated (a user message and an
-answer per turn). Loopback only; bounded in count and by --timeout (exit code
-3 when exceeded). Exit code 1 when anything was an error, lost or duplicated.
+answer per turn); and the CPU time of the server's processes per turn, read
+once the job cluster has embedded every stored message (`unembedded`: those
+it had not within 120 s). Loopback only; bounded in count and by --timeout
+(exit code 3 when exceeded). Exit code 1 when anything was an error, lost or
+duplicated.
 
     .venv/bin/python bench/load_chat.py --profile team      # 100 chats x 20, 2 workers
     .venv/bin/python bench/load_chat.py --profile embedded  # 20 chats x 20, 1 worker
@@ -57,6 +60,7 @@ from bench.load_report import (  # noqa: E402
     count_jobs,
     cpu_seconds,
     dump_stacks,
+    embeddings_done,
     machine_busy_seconds,
     print_table,
     service_cpu_seconds,
@@ -290,13 +294,20 @@ def run(
             daphne = options.py_spy / "daphne.speedscope.json"
             rate = options.py_spy_rate
             profiles.enter_context(recording(daphnes[0].pid, daphne, rate=rate))
-            if cluster is not None:  # its forked workers do the jobs
+            # The cluster (its forked workers do the jobs) at its own priority: its
+            # workers first beside the worker would be more threads than cores.
+            if cluster is not None:
                 jobs = options.py_spy / "jobs.speedscope.json"
-                profiles.enter_context(recording(cluster.pid, jobs, rate=rate, subprocesses=True))
+                spy = recording(cluster.pid, jobs, rate=rate, subprocesses=True, first=False)
+                profiles.enter_context(spy)
         started = time.monotonic()
         results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
         seconds = time.monotonic() - started
+        # The turns' embeddings are part of their cost: the CPU times are read once
+        # the job cluster has made them all, not while it is behind.
+        unembedded, waited = embeddings_done() if cluster is not None else (None, 0.0)
     row = summarise(options, results, seconds)
+    row["unembedded"], row["embeddings_waited_s"] = unembedded, round(waited, 1)
     if options.py_spy:  # the chats are spread round-robin: the first worker's share
         row["profiled_turns"] = sum(result.completed for result in results[:: options.workers])
     if row["turns"]:

@@ -7,16 +7,16 @@ py-spy keeps the samples of threads the kernel calls running, which includes
 the time they wait for a core: on the 2 shared cores of docs/performance.md
 its samples of a daphne worker added up to 2-4x the worker's CPU time, the
 excess where a thread had just woken up or woken another (the event loop's
-select, a socket's send) and lost its core. So the profiled processes run at
-the highest priority while recorded (niceness -20, as root; their CPU time per
-turn is not the benchmark's figure then, and the run's other figures are not
-either), which brought the samples to within 1.1-1.5x of the CPU time, and the
-profile is weighed by the CPU time each thread spent meanwhile (Linux /proc):
-the samples at a wait (IDLE) are dropped, and each thread's other samples
-share its CPU time. The weights are then CPU seconds, and a profile's total is
-the process's CPU time; its name says how many seconds of samples were
-weighed to how many of CPU. Files are named as the repository or their
-package name them (no paths of the machine).
+select, a socket's send) and lost its core. So the profiled process runs first
+while recorded, and so does py-spy (niceness -20, as root: the run's figures
+are not the benchmark's then), which brought them to 1.1-1.8x, and the profile
+is weighed by the CPU time each thread spent meanwhile (Linux /proc): the
+samples at a wait (IDLE) are dropped, and each thread's other samples share
+its CPU time. The weights are then CPU seconds, and a profile's total is the
+process's CPU time; its name says how many seconds of samples were weighed to
+how many of CPU. What is left of the excess still lands where threads wake
+each other, which the profile overstates. Files are named as the repository
+or their package name them (no paths of the machine).
 
 `bench/load_chat.py --py-spy DIR` records its first daphne worker and the job
 cluster during its measured run with this; for any other benchmark, attach to
@@ -147,18 +147,26 @@ def weigh(profile: dict, cpu: dict[int, float]) -> dict:
 
 @contextlib.contextmanager
 def recording(
-    pid: int, out: Path, *, rate: int = RATE, subprocesses: bool = False
+    pid: int, out: Path, *, rate: int = RATE, subprocesses: bool = False, first: bool = True
 ) -> Iterator[subprocess.Popen]:
     """py-spy recording `pid` (and its children, with `subprocesses`) into `out`
-    as speedscope JSON meanwhile, weighed by CPU time (`weigh`) when the block ends."""
+    as speedscope JSON meanwhile, weighed by CPU time (`weigh`) when the block
+    ends. `first`: it and py-spy run before anything else meanwhile."""
     command = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking"]
     command += ["--format", "speedscope", "--output", str(out)]
     if subprocesses:
         command.append("--subprocesses")
     niceness = os.getpriority(os.PRIO_PROCESS, pid)
-    set_nice(pid, subprocesses, -20)
+    if first:
+        set_nice(pid, subprocesses, -20)
     before = thread_cpu(pid, subprocesses)
-    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    recorder = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        # Not starved by what it records.
+        preexec_fn=(lambda: set_nice(os.getpid(), False, -20)) if first else None,
+    )
     time.sleep(1)  # attached (it reads the interpreter's state first)
     if recorder.poll() is not None:
         assert recorder.stderr is not None
@@ -167,7 +175,8 @@ def recording(
         yield recorder
     finally:
         after = thread_cpu(pid, subprocesses)
-        set_nice(pid, subprocesses, niceness)
+        if first:
+            set_nice(pid, subprocesses, niceness)
         recorder.send_signal(signal.SIGINT)  # it writes the file and exits
         try:
             recorder.wait(timeout=60)
@@ -185,8 +194,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="speedscope JSON")
     parser.add_argument("--rate", type=int, default=RATE, help="samples a second")
     parser.add_argument("--subprocesses", action="store_true", help="its children too")
+    parser.add_argument("--no-first", action="store_true", help="at its own priority")
     options = parser.parse_args()
-    with recording(options.pid, options.out, rate=options.rate, subprocesses=options.subprocesses):
+    with recording(
+        options.pid,
+        options.out,
+        rate=options.rate,
+        subprocesses=options.subprocesses,
+        first=not options.no_first,
+    ):
         time.sleep(options.seconds)
     print(f"profile_worker: {options.out}", file=sys.stderr)
     return 0
