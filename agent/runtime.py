@@ -224,7 +224,7 @@ class Turn:
         text = user_event.text
         try:
             # Once per turn: every round of tool calls recalls by the same question.
-            self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
+            self.query_vector = await query_vector(text)
             self.query = text if self.query_vector is not None else ""
             recalled, prompt, messages = await database_sync_to_async(self.start)(user_event)
             self.outside_text = self.outside_text or prompt.outside_text
@@ -528,6 +528,19 @@ def same_call(call: ToolCall) -> tuple[str, str]:
     except ValueError:
         arguments = call.arguments
     return call.name, arguments
+
+
+async def query_vector(text: str) -> Any:
+    """The message's embedding for recall, made with the other turns' of the
+    moment (memory.embeddings.embed_together); None (recall by recency and
+    importance only) if the embedding model is unavailable."""
+    from memory.embeddings import embed_together
+
+    try:
+        return await embed_together(text)
+    except Exception:
+        log.warning("no embedding for recall; similarity search skipped", exc_info=True)
+        return None
 
 
 def embed_query(text: str) -> Any:

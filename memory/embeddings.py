@@ -15,6 +15,7 @@ this model). ``tests/test_embeddings.py`` checks that concurrent results equal s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import filecmp
 import hashlib
@@ -24,6 +25,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -297,3 +299,58 @@ def embed_text(text: str) -> np.ndarray:
     if not isinstance(text, str):
         raise TypeError(f"text is {type(text).__name__}, not str")
     return embed_texts([text], batch_size=1)[0]
+
+
+class Together:
+    """The texts an event loop's coroutines ask to embed (the chat turns' messages),
+    embedded together: those asked for while a call runs wait for it and go in
+    the next, one trip to a thread for them all (a trip alone costs the event
+    loop about what embedding a short text does). A chat message cost a daphne
+    worker 6.7 ms embedded alone and 4.1-4.5 in a call of 8-16 (`model_calls`);
+    when nothing else is asked, it is embedded at once, alone."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self.running: asyncio.Task[None] | None = None
+
+    async def embed(self, text: str) -> np.ndarray:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((text, future))
+        if self.running is None:
+            self.running = asyncio.create_task(self.run())
+        return await future
+
+    async def run(self) -> None:
+        asked: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        try:
+            while self.waiting:
+                asked, self.waiting = self.waiting, []
+                try:
+                    vectors = await asyncio.to_thread(embed_texts, [text for text, _ in asked])
+                except Exception as exc:
+                    for _, future in asked:
+                        if not future.done():  # not given up on (a stopped turn)
+                            future.set_exception(exc)
+                else:
+                    for (_, future), vector in zip(asked, vectors, strict=True):
+                        if not future.done():
+                            future.set_result(vector)
+        finally:
+            self.running = None
+            for _, future in [*asked, *self.waiting]:  # the loop is closing: nobody waits
+                future.cancel()
+            self.waiting = []
+
+
+_together: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Together] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def embed_together(text: str) -> np.ndarray:
+    """Embed one text, with whatever else this event loop asks meanwhile (`Together`)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text is {type(text).__name__}, not str")
+    loop = asyncio.get_running_loop()
+    together = _together.get(loop) or _together.setdefault(loop, Together())
+    return await together.embed(text)
