@@ -163,7 +163,7 @@ def recording(
     """py-spy recording `pid` (and its children, with `subprocesses`) into `out`
     as speedscope JSON meanwhile, weighed by CPU time (`weigh`) when the block
     ends. `first`: it and py-spy run before anything else meanwhile."""
-    command = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking"]
+    command = [py_spy(), "record", "--pid", str(pid), "--rate", str(rate)]
     command += ["--format", "speedscope", "--output", str(out)]
     if subprocesses:
         command.append("--subprocesses")
