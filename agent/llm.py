@@ -8,10 +8,11 @@ loopback service and announces through NEOTASK_LOCAL_LLM_URL / _KEY.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ CONFIG_FILE = "config.toml"
 CONFIG_LABEL = "the configured endpoint"
 
 OnDelta = Callable[[str], Awaitable[None]]
+AFTER_DONE_SECONDS = 0.5  # the most a stream's end is waited for after its [DONE]
 
 
 @dataclass
@@ -283,11 +285,13 @@ async def read_events(
 ) -> bool:
     """Fold the SSE stream into `completion`; True when it ended properly."""
     finished = False
-    async for line in response.aiter_lines():
+    lines = response.aiter_lines()
+    async for line in lines:
         if not line.startswith("data:"):
             continue  # comments, keep-alives, event names
         payload = line[5:].strip()
         if payload == "[DONE]":
+            await read_to_the_end(lines)
             return True
         try:
             chunk = json.loads(payload)
@@ -321,6 +325,17 @@ async def read_events(
                 finished = True
     # Some servers close the stream after the final chunk without [DONE].
     return finished
+
+
+async def read_to_the_end(lines: AsyncIterator[str]) -> None:
+    """What follows [DONE] (the end of the chunked body): a response read to its
+    end leaves its connection to the pool, one left unread is closed, and every
+    turn paid a new connection (TCP, and TLS where there is one) for it. A server
+    that goes on after [DONE] gets a moment, then its connection is closed."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(AFTER_DONE_SECONDS):
+            async for _ in lines:
+                pass
 
 
 def collect_calls(calls: dict[int, dict[str, str]]) -> list[ToolCall]:

@@ -259,7 +259,7 @@ class Turn:
     async def embed(self, text: str) -> None:
         """The message's vector. Once per turn: every round of tool calls recalls
         by the same question."""
-        self.query_vector = await sync_to_async(embed_query, thread_sensitive=False)(text)
+        self.query_vector = await query_vector(text)
         self.query = text if self.query_vector is not None else ""
 
     async def answer(self, user_event: Event) -> TurnResult:
@@ -575,6 +575,19 @@ def same_call(call: ToolCall) -> tuple[str, str]:
     except ValueError:
         arguments = call.arguments
     return call.name, arguments
+
+
+async def query_vector(text: str) -> Any:
+    """The message's embedding for recall, made with the other turns' of the
+    moment (memory.embeddings.embed_together); None (recall by recency and
+    importance only) if the embedding model is unavailable."""
+    from memory.embeddings import embed_together
+
+    try:
+        return await embed_together(text)
+    except Exception:
+        log.warning("no embedding for recall; similarity search skipped", exc_info=True)
+        return None
 
 
 def embed_query(text: str) -> Any:

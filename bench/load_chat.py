@@ -9,8 +9,11 @@ scripted LLM's --interval before its first delta), errors (error frames,
 turns not completed, disconnects), frames lost (each turn must stream all the
 scripted deltas and the events of its message and answer), and, counted in the
 database afterwards, stored events lost or duplicated (a user message and an
-answer per turn). Loopback only; bounded in count and by --timeout (exit code
-3 when exceeded). Exit code 1 when anything was an error, lost or duplicated.
+answer per turn); and the CPU time of the server's processes per turn, read
+once the job cluster has embedded every stored message (`unembedded`: those
+it had not within 120 s). Loopback only; bounded in count and by --timeout
+(exit code 3 when exceeded). Exit code 1 when anything was an error, lost or
+duplicated.
 
     .venv/bin/python bench/load_chat.py --profile team      # 100 chats x 20, 2 workers
     .venv/bin/python bench/load_chat.py --profile embedded  # 20 chats x 20, 1 worker
@@ -19,6 +22,12 @@ answer per turn). Loopback only; bounded in count and by --timeout (exit code
 A stall is a turn that gets no frame for 30 s; at the first stall of a run the
 stacks of every server process are dumped with py-spy (if installed) into the
 run's kept logs, to show where they wait.
+
+With `--py-spy DIR`, py-spy records the first daphne worker and the job
+cluster during the measured run (bench/profile_worker.py) into
+DIR/daphne.speedscope.json and DIR/jobs.speedscope.json; the row's
+`profiled_turns` is how many turns that worker served, for
+`bench/profile_summary.py --turns`.
 
 The team profile uses DATABASE_URL and REDIS_URL (default: the local
 PostgreSQL and Redis of `make test-team`) and creates a fresh database next to
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -50,11 +60,13 @@ from bench.load_report import (  # noqa: E402
     count_jobs,
     cpu_seconds,
     dump_stacks,
+    embeddings_done,
     machine_busy_seconds,
     print_table,
     service_cpu_seconds,
     summarise,
 )
+from bench.profile_worker import recording  # noqa: E402
 
 TEAM_DEFAULTS = {
     "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/neotask",
@@ -119,6 +131,10 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument("--no-jobs", action="store_true", help="no job cluster (embeddings wait)")
     parser.add_argument("--repeat", type=int, default=1, help="runs, each on fresh processes")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--py-spy", type=Path, metavar="DIR", help="profile a worker and the job cluster"
+    )
+    parser.add_argument("--py-spy-rate", type=int, default=100, help="samples a second")
     options = parser.parse_args()
     team = options.profile == "team"
     options.chats = options.chats or (100 if team else 20)
@@ -249,9 +265,11 @@ def run(
     os.environ.update(env, DJANGO_SETTINGS_MODULE="neotask_site.settings")
     chats, warmups = prepare(options.chats, options.workers)
 
+    cluster = None
     if not options.no_jobs:
         with (data_dir / "qcluster.log").open("w") as log:
-            processes.append(start_qcluster(env, log))
+            cluster = start_qcluster(env, log)
+        processes.append(cluster)
     workers = {}
     for number in range(options.workers):
         port = free_port()
@@ -270,9 +288,28 @@ def run(
     cpu_before, services_before = cpu_seconds(servers), service_cpu_seconds()
     workers_before = cpu_seconds(daphnes)
     busy_before, all_before = machine_busy_seconds()
-    started = time.monotonic()
-    results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
-    row = summarise(options, results, time.monotonic() - started)
+    with contextlib.ExitStack() as profiles:
+        if options.py_spy:
+            options.py_spy.mkdir(parents=True, exist_ok=True)
+            daphne = options.py_spy / "daphne.speedscope.json"
+            rate = options.py_spy_rate
+            profiles.enter_context(recording(daphnes[0].pid, daphne, rate=rate))
+            # The cluster (its forked workers do the jobs) at its own priority: its
+            # workers first beside the worker would be more threads than cores.
+            if cluster is not None:
+                jobs = options.py_spy / "jobs.speedscope.json"
+                spy = recording(cluster.pid, jobs, rate=rate, subprocesses=True, first=False)
+                profiles.enter_context(spy)
+        started = time.monotonic()
+        results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
+        seconds = time.monotonic() - started
+        # The turns' embeddings are part of their cost: the CPU times are read once
+        # the job cluster has made them all, not while it is behind.
+        unembedded, waited = embeddings_done() if cluster is not None else (None, 0.0)
+    row = summarise(options, results, seconds)
+    row["unembedded"], row["embeddings_waited_s"] = unembedded, round(waited, 1)
+    if options.py_spy:  # the chats are spread round-robin: the first worker's share
+        row["profiled_turns"] = sum(result.completed for result in results[:: options.workers])
     if row["turns"]:
         # What a turn costs the server: its processes' CPU time (workers included).
         row["server_cpu_ms_per_turn"] = round(

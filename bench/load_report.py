@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, cast
@@ -56,6 +57,20 @@ def count_jobs() -> dict[str, Any]:
         "jobs_by_func": done,
         "embedded_by_jobs": sum(job.result or 0 for job in embedded),
     }
+
+
+def embeddings_done(seconds: float = 120) -> tuple[int, float]:
+    """Wait until no stored event waits for its vector (memory.tasks.needs_embedding),
+    at most `seconds`; (how many still wait, seconds waited)."""
+    from django.db import connections
+
+    from memory.tasks import needs_embedding
+
+    started = time.monotonic()
+    while (waiting := needs_embedding().count()) and time.monotonic() - started < seconds:
+        time.sleep(0.2)
+    connections.close_all()
+    return waiting, time.monotonic() - started
 
 
 def summarise(options: argparse.Namespace, results: list[ChatResult], seconds: float) -> dict:

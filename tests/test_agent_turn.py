@@ -259,13 +259,12 @@ async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monk
     from agent import runtime
 
     embedding, carry_on = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
 
-    def slow_embedding(text: str) -> None:
-        loop.call_soon_threadsafe(embedding.set)
-        asyncio.run_coroutine_threadsafe(carry_on.wait(), loop).result(10)
+    async def slow_embedding(text: str) -> None:
+        embedding.set()
+        await carry_on.wait()
 
-    monkeypatch.setattr(runtime, "embed_query", slow_embedding)
+    monkeypatch.setattr(runtime, "query_vector", slow_embedding)
     task = asyncio.ensure_future(run_turn(request_for(owner), "stop me early", Frames()))
     await embedding.wait()
     task.cancel()

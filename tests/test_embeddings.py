@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import os
@@ -92,6 +93,36 @@ def test_it_agrees_between_batches_and_single_texts():
     for batch_size in (4, 32):
         batched = embed_texts(texts, batch_size=batch_size)
         np.testing.assert_allclose(batched, singles, atol=1e-5)
+
+
+def test_it_embeds_texts_of_a_length_together_and_pads_none_far():
+    # By length; a short text is not padded to a long one's length, and a call
+    # holds at most CALL_MOST tokens (8 texts of 79) and `most` texts.
+    assert embeddings.model_calls([4, 200, 5, 6], most=32) == [[0, 2, 3], [1]]
+    assert embeddings.model_calls([79] * 9, most=32) == [list(range(8)), [8]]
+    assert embeddings.model_calls([3] * 5, most=2) == [[0, 1], [2, 3], [4]]
+
+
+async def test_texts_asked_for_meanwhile_are_embedded_together(monkeypatch):
+    texts = ["one turn", "another turn", "a third, longer turn of the chat", "a fourth"]
+    singles = np.stack([embed_text(text) for text in texts])
+    calls: list[list[str]] = []
+    real = embeddings.embed_texts
+    monkeypatch.setattr(embeddings, "embed_texts", lambda texts: calls.append(texts) or real(texts))
+    vectors = await asyncio.gather(*(embeddings.embed_together(text) for text in texts))
+    assert calls == [texts]  # one call, in the order asked
+    np.testing.assert_allclose(np.stack(vectors), singles, atol=1e-5)
+    # Alone, a text is embedded at once; a failure reaches everyone who waited.
+    await embeddings.embed_together("alone")
+    assert calls[-1] == ["alone"]
+
+    def broken(texts: list[str]) -> np.ndarray:
+        raise RuntimeError("no model")
+
+    monkeypatch.setattr(embeddings, "embed_texts", broken)
+    asked = [embeddings.embed_together(text) for text in texts[:2]]
+    results = await asyncio.gather(*asked, return_exceptions=True)
+    assert [str(result) for result in results] == ["no model", "no model"]
 
 
 def test_it_embeds_empty_and_blank_strings_as_valid_unit_vectors():

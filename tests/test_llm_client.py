@@ -147,6 +147,18 @@ async def test_it_says_what_to_configure_without_any_endpoint(configure, monkeyp
     assert "make run" in str(info.value) and "base_url" in str(info.value)
 
 
+async def test_it_answers_turn_after_turn_on_one_connection(llm, monkeypatch):
+    accepted = []
+    accept = llm.server.process_request
+    monkeypatch.setattr(
+        llm.server, "process_request", lambda *args: (accepted.append(1), accept(*args))
+    )
+    for text in ("One", "Two", "Three"):
+        llm.script(Reply(text=text))
+        assert (await client().stream(MESSAGES)).content == text
+    assert len(accepted) == 1  # read to its end, each response left the connection open
+
+
 def test_it_uses_the_fast_model_when_asked(configure):
     configure("llm", base_url="http://x/v1", model="big", fast_model="small")
     assert configured_endpoint().model == "big"
