@@ -135,11 +135,14 @@ async def run(urls: list[str], cookie: str, keys: list[str], deltas: int, tabs: 
 
 
 def py_spy(pid: int, output: str) -> subprocess.Popen:
-    """py-spy recording `pid` until it is sent SIGINT (it then writes `output`)."""
+    """py-spy recording `pid` until it is sent SIGINT (it then writes `output`):
+    the threads holding the GIL (Python's CPU time, not its waits), without
+    stopping the process for each sample (bench/profile_summary.py reads it)."""
     return subprocess.Popen(
         [
             *(str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid)),
-            *("--rate", "100", "--format", "speedscope", "--output", output),
+            *("--gil", "--nonblocking", "--rate", "100", "--format", "speedscope"),
+            *("--output", output),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -159,6 +162,7 @@ def main() -> None:
     if options.workers > 1 and not os.environ.get("REDIS_URL"):
         parser.error("several workers need REDIS_URL (the in-memory layer serves one process)")
 
+    from bench.load_report import cpu_seconds
     from tests.support.processes import (
         app_env,
         free_port,
@@ -210,9 +214,14 @@ def main() -> None:
                     profiler = py_spy(workers[0].pid, options.py_spy)
                     time.sleep(1)  # attached
                 try:
-                    rows.append(
-                        asyncio.run(run(urls, cookie, keys[:chats], options.deltas, options.tabs))
+                    cpu = cpu_seconds(workers)
+                    row = asyncio.run(run(urls, cookie, keys[:chats], options.deltas, options.tabs))
+                    # What a streamed delta costs the workers (less noisy than latency
+                    # on a shared machine): their CPU time over the deltas the LLM sent.
+                    row["cpu_ms_per_delta"] = round(
+                        (cpu_seconds(workers) - cpu) * 1000 / (chats * options.deltas), 3
                     )
+                    rows.append(row)
                 finally:
                     if profiler is not None:
                         profiler.send_signal(signal.SIGINT)
@@ -224,12 +233,15 @@ def main() -> None:
     if options.json:
         print(json.dumps(rows, indent=2))
         return
-    print("chats  workers  tabs  deltas  p50 ms  p95 ms  max ms  lost  reordered  seconds")
+    print(
+        "chats  workers  tabs  deltas  p50 ms  p95 ms  max ms  lost  reordered  seconds  cpu/delta"
+    )
     for row in rows:
         print(
             f"{row['chats']:>5}  {row['workers']:>7}  {row['tabs']:>4}  "
             f"{row['deltas']:>6}  {row['p50_ms']:>6}  {row['p95_ms']:>6}  "
-            f"{row['max_ms']:>6}  {row['lost']:>4}  {row['reordered']:>9}  {row['seconds']:>7}"
+            f"{row['max_ms']:>6}  {row['lost']:>4}  {row['reordered']:>9}  {row['seconds']:>7}  "
+            f"{row['cpu_ms_per_delta']:>6} ms"
         )
 
 
