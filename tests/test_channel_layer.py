@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
-from neotask_site.channel_layer import RedisChannelLayer
+from neotask_site.channel_layer import RedisChannelLayer, Watched
 from tests.support.processes import PrivateRedis
 
 
@@ -163,40 +163,154 @@ async def test_a_full_member_misses_the_group_message_and_the_others_do_not(redi
         await layer.flush()
 
 
-async def test_an_expired_member_is_left_out(monkeypatch, redis_url):
-    layer = RedisChannelLayer(
-        hosts=[redis_url], prefix=f"test-{uuid.uuid4().hex[:8]}", group_expiry=60
+async def test_an_expired_member_in_another_process_is_left_out(monkeypatch, redis_url):
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    sender, other = (
+        RedisChannelLayer(hosts=[redis_url], prefix=prefix, group_expiry=60) for _ in range(2)
     )
-    stale, fresh = await layer.new_channel(), await layer.new_channel()
-    await layer.group_add("chat", stale)
+    stale, fresh = await other.new_channel(), await other.new_channel()
+    await other.group_add("chat", stale)
     joined = time.time()
     monkeypatch.setattr(time, "time", lambda: joined + 61)  # a minute on
-    await layer.group_add("chat", fresh)
-    await layer.group_send("chat", {"type": "news"})
-    assert await asyncio.wait_for(layer.receive(fresh), 5) == {"type": "news"}
+    await other.group_add("other-chat", fresh)
+    await sender.group_send("chat", {"type": "news"})
+    await sender.group_send("other-chat", {"type": "other news"})
+    assert await asyncio.wait_for(other.receive(fresh), 5) == {"type": "other news"}
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(layer.receive(stale), 0.3)
-    await layer.flush()
+        await asyncio.wait_for(other.receive(stale), 0.3)
+    for layer in (sender, other):
+        await layer.flush()
 
 
-async def test_a_group_message_takes_two_round_trips(monkeypatch, redis_url):
+class Commands:
+    """The commands a test's layers send to Redis, by name."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.names: list[str] = []
+        execute = redis.asyncio.Redis.execute_command
+
+        async def counted(client, *args, **options):
+            self.names.append(args[0])
+            return await execute(client, *args, **options)
+
+        monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
+
+
+async def listening(layer: RedisChannelLayer, group: str) -> tuple[str, asyncio.Task]:
+    """A member of `group` in `layer`'s process, receiving (so its reader runs)."""
+    channel = await layer.new_channel()
+    await layer.group_add(group, channel)
+    receiving = asyncio.ensure_future(layer.receive(channel))
+    await asyncio.sleep(0)  # it starts the process's reader
+    return channel, receiving
+
+
+async def test_a_group_message_to_this_process_alone_costs_redis_nothing(monkeypatch, redis_url):
     layer = layer_of(RedisChannelLayer, redis_url)
-    members = [await layer.new_channel() for _ in range(3)]
-    for channel in members:
-        await layer.group_add("chat", channel)
-    commands = []
-    execute = redis.asyncio.Redis.execute_command
-
-    async def counted(self, *args, **options):
-        commands.append(args[0])
-        return await execute(self, *args, **options)
-
-    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
-    await layer.group_send("chat", {"type": "news"})  # may load the scripts first
-    commands.clear()
-    await layer.group_send("chat", {"type": "more news"})
+    channel, receiving = await listening(layer, "chat")
+    await layer.group_send("chat", {"type": "news", "number": -1})  # reads the group's members
+    await receiving
+    commands = Commands(monkeypatch)
+    for number in range(20):
+        await layer.group_send("chat", {"type": "news", "number": number})
+    received = [(await layer.receive(channel))["number"] for _ in range(20)]
     monkeypatch.undo()
-    assert commands == ["EVALSHA", "EVALSHA"]
-    for channel in members:
-        assert [(await layer.receive(channel))["type"] for _ in range(2)] == ["news", "more news"]
+    assert commands.names == []
+    assert received == list(range(20))
     await layer.flush()
+
+
+async def test_another_process_gets_one_copy_per_message_for_all_its_members(
+    monkeypatch, redis_url
+):
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    sender, other = (
+        RedisChannelLayer(hosts=[redis_url], prefix=prefix, capacity=1000) for _ in range(2)
+    )
+    here, receiving = await listening(sender, "chat")
+    tabs = [await other.new_channel() for _ in range(3)]
+    for tab in tabs:
+        await other.group_add("chat", tab)
+    await sender.group_send("chat", {"type": "news", "number": -1})
+    await receiving
+    commands = Commands(monkeypatch)
+    for number in range(100):
+        await sender.group_send("chat", {"type": "news", "number": number})
+    assert commands.names == ["EVALSHA"] * 100  # one round trip each, not one per member
+
+    async def numbers(layer: RedisChannelLayer, channel: str, count: int) -> list[int]:
+        return [(await layer.receive(channel))["number"] for _ in range(count)]
+
+    received = await asyncio.wait_for(
+        asyncio.gather(numbers(sender, here, 100), *(numbers(other, tab, 101) for tab in tabs)),
+        10,
+    )
+    monkeypatch.undo()
+    assert received == [list(range(100))] + [list(range(-1, 100))] * 3  # nothing lost or reordered
+    for layer in (sender, other):
+        await layer.flush()
+
+
+async def test_a_process_that_joins_a_watched_group_gets_what_is_sent_from_then_on(
+    monkeypatch, redis_url
+):
+    # The sender keeps the group's members after reading them once; the joining
+    # process's notice, not a new read, tells it about the new member.
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    sender, other = (RedisChannelLayer(hosts=[redis_url], prefix=prefix) for _ in range(2))
+    _, receiving = await listening(sender, "chat")
+    await sender.group_send("chat", {"type": "alone"})
+    await receiving
+    tab = await other.new_channel()
+    await other.group_add("chat", tab)
+    for _ in range(50):  # the notice comes through the sender's reader
+        if sender.watched["chat"].queues:
+            break
+        await asyncio.sleep(0.02)
+    commands = Commands(monkeypatch)
+    await sender.group_send("chat", {"type": "news"})
+    assert commands.names == ["EVALSHA"]  # the message, not another read of the members
+    assert await asyncio.wait_for(other.receive(tab), 5) == {"type": "news"}
+    await other.group_discard("chat", tab)
+    for _ in range(50):
+        if not sender.watched["chat"].queues:
+            break
+        await asyncio.sleep(0.02)
+    commands.names.clear()
+    await sender.group_send("chat", {"type": "to nobody else"})
+    monkeypatch.undo()
+    assert commands.names == []
+    for layer in (sender, other):
+        await layer.flush()
+
+
+def test_only_a_processs_latest_notice_counts():
+    # Two of a process's scripts (a tab closing, another opening) may run out of order.
+    watched = Watched(queues=set())
+    watched.notice(2, "add", "asgispecific.b!")
+    watched.notice(1, "discard", "asgispecific.b!")
+    assert watched.queues == {"asgispecific.b!"}
+    reading = Watched()  # the members still being read: notices wait for them
+    reading.notice(1, "add", "asgispecific.c!")
+    assert reading.queues is None and reading.notices == [(1, "add", "asgispecific.c!")]
+
+
+async def test_a_group_message_reaches_every_member_in_the_process_as_a_copy_of_its_own(
+    redis_url,
+):
+    layer = layer_of(RedisChannelLayer, redis_url)
+    first, second = await layer.new_channel(), await layer.new_channel()
+    for channel in (first, second):
+        await layer.group_add("chat", channel)
+    await layer.group_send("chat", {"type": "chat.frame", "frame": {"text": "Hi"}})
+    one, other = await layer.receive(first), await layer.receive(second)
+    one["frame"]["text"] = "changed by the first"
+    assert other == {"type": "chat.frame", "frame": {"text": "Hi"}}
+    await layer.flush()
+
+
+async def test_a_process_adds_only_its_own_channels_to_groups(redis_url):
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    one, other = (RedisChannelLayer(hosts=[redis_url], prefix=prefix) for _ in range(2))
+    with pytest.raises(AssertionError):
+        await one.group_add("chat", await other.new_channel())
