@@ -2,15 +2,18 @@
 or bench/profile_worker.py's, weighed in CPU seconds) or py-spy's collapsed
 stacks (`--format raw`, one `frame;frame;... count` a line, at --rate).
 
-Three tables of the top --top, in ms per --turns (or per --deltas, else in
+Four tables of the top --top, in ms per --turns (or per --deltas, else in
 total) and share of the profile's total:
 
 - self time by function: where the CPU is spent (the innermost frame);
 - self time by module: the same grouped by the innermost frame's package
   (`django/db`, `json`, ...; the project's own files by file);
-- inclusive time by project function: the project's functions (files under
-  --root) with everything they call, each counted once per sample; what to
-  change to remove a cost.
+- self time by project function: each sample charged to the innermost of the
+  project's functions (files under --root) on its stack, with the library
+  code it called (a query's ORM and SQLite to the function that made it);
+  what to change to remove a cost;
+- inclusive time by project function: the project's functions with everything
+  they call, each counted once per sample.
 
     .venv/bin/python bench/profile_summary.py \
         docs/performance/turn-embedded-before.speedscope.json --turns 400
@@ -108,17 +111,21 @@ def label(frame: Frame, root: Path) -> str:
 def tables(samples: list[Sample], root: Path, top: int) -> dict[str, Costs]:
     by_function: Costs = defaultdict(float)
     by_module: Costs = defaultdict(float)
+    charged: Costs = defaultdict(float)
     inclusive: Costs = defaultdict(float)
     for stack, seconds in samples:
         if not stack:
             continue
         by_function[label(stack[-1], root)] += seconds
         by_module[module(stack[-1][1], root)] += seconds
-        for name in {label(frame, root) for frame in stack if in_project(frame[1], root)}:
+        ours = [label(frame, root) for frame in stack if in_project(frame[1], root)]
+        charged[ours[-1] if ours else f"(none: {module(stack[-1][1], root)})"] += seconds
+        for name in set(ours):
             inclusive[name] += seconds
     return {
         "self time by function": by_function,
         "self time by module": by_module,
+        "self time by project function": charged,
         "inclusive time by project function": inclusive,
     }
 

@@ -39,6 +39,10 @@ def test_it_times_every_stage_on_a_datasets_text(db):
             (context + rounding) / (scan - rounding),
         )
         assert low <= report["get_context_to_numpy"][name] <= high
+    context, scan = report["get_context"]["cpu_p50_ms"], reference["cpu_p50_ms"]
+    assert context > 0 and scan > 0  # the process's CPU time, per call
+    low, high = (context - rounding) / (scan + rounding), (context + rounding) / (scan - rounding)
+    assert low <= report["get_context_to_numpy"]["cpu_p50"] <= high
 
 
 def test_the_reference_finds_the_best_k_of_the_owners_vectors_only(db, django_user_model):

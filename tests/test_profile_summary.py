@@ -49,8 +49,22 @@ def test_it_counts_self_and_inclusive_time_per_turn():
         "JSONEncoder.encode (json/encoder.py)": 5.0,
     }
     assert ms["self time by module"] == {"django/db": 15.0, "agent/runtime.py": 10.0, "json": 5.0}
+    # The project's function that made the library calls, charged with them.
+    assert ms["self time by project function"] == {"Turn.run (agent/runtime.py)": 30.0}
     # Only the project's functions, each with all it calls.
     assert ms["inclusive time by project function"] == {"Turn.run (agent/runtime.py)": 30.0}
+
+
+def test_a_library_call_is_charged_to_the_innermost_project_function_that_made_it():
+    record = {"name": "record", "file": "memory/recording.py", "line": 4}
+    made_up = profile([[0, 3, 1], [0, 1], [2]], [0.02, 0.01, 0.01])
+    made_up["shared"]["frames"] = [*FRAMES, record]
+    charged = tables(speedscope(made_up), ROOT, top=10)["self time by project function"]
+    assert {name: round(seconds, 3) for name, seconds in charged.items()} == {
+        "record (memory/recording.py)": 0.02,  # its query, not Turn.run's
+        "Turn.run (agent/runtime.py)": 0.01,
+        "(none: json)": 0.01,  # no project function on the stack
+    }
 
 
 def test_its_tables_say_ms_per_turn_and_share_biggest_first():

@@ -8,9 +8,10 @@ embedding throughput at batch 1 and 32, and the process RSS.
 
 get_context is also measured against a floor: a brute-force numpy scan of the
 same vectors (read from the database, each query's dot product with all of them
-and the best 50 by np.argpartition), timed in the same run, taking
-turns with get_context over the same queries so that a shared machine's load
-weighs on both alike; the report gives get_context's p50 and p95 over the scan's.
+and the best 50 by np.argpartition), timed in the same run, taking turns with
+get_context over the same queries so that a shared machine's load weighs on both
+alike; the report gives get_context's p50 and p95 over the scan's, and the same
+for the median CPU time of the process (which other processes move less).
 
 Embedding N texts for real would take minutes at 100k, so the events reuse
 the real embeddings of a pool of distinct generated sentences, each with a
@@ -135,15 +136,19 @@ def timed(call: Any, count: int) -> list[float]:
     return samples
 
 
-def timed_in_turns(calls: dict[str, Callable[[int], Any]], count: int) -> dict[str, list[float]]:
-    """Each call timed `count` times, one of each in turn: a ratio of their
-    timings is then measured under the same load."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
+def timed_in_turns(
+    calls: dict[str, Callable[[int], Any]], count: int
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Each call timed `count` times, one of each in turn, so that a ratio of
+    their timings is measured under the same load: (wall times, CPU times of the
+    whole process, its other threads' work for the call included)."""
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in calls}
     for number in range(count):
         for name, call in calls.items():
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             call(number)
-            samples[name].append(time.perf_counter() - started)
+            samples[name][0].append(time.perf_counter() - started)
+            samples[name][1].append(time.process_time() - cpu)
     return samples
 
 
@@ -181,14 +186,23 @@ def against_numpy(
         },
         count,
     )
+    (context_wall, context_cpu), (scan_wall, scan_cpu) = samples.values()
     return {
-        "get_context": percentiles(samples["get_context"]),
+        "get_context": {**percentiles(context_wall), "cpu_p50_ms": cpu_median(context_cpu)},
         "numpy_reference": {
             "vectors": reference.shape[1],
-            **percentiles(samples["numpy_reference"]),
+            **percentiles(scan_wall),
+            "cpu_p50_ms": cpu_median(scan_cpu),
         },
-        "get_context_to_numpy": ratios(samples["get_context"], samples["numpy_reference"]),
+        "get_context_to_numpy": {
+            **ratios(context_wall, scan_wall),
+            "cpu_p50": round(statistics.median(context_cpu) / statistics.median(scan_cpu), 2),
+        },
     }
+
+
+def cpu_median(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 2)
 
 
 def rss_mb() -> float:
@@ -357,7 +371,8 @@ class Command(BaseCommand):
         times = report.get("get_context_to_numpy")
         if times is not None:
             self.stdout.write(
-                f"  get_context / numpy reference: {times['p50']}x at p50, {times['p95']}x at p95"
+                f"  get_context / numpy reference: {times['p50']}x at p50, {times['p95']}x at p95,"
+                f" {times['cpu_p50']}x in CPU time"
             )
         self.stdout.write(
             f"  embedding: {report['embed_batch_1_per_s']}/s at batch 1, "
