@@ -291,6 +291,9 @@ class RedisChannelLayer(StockRedisChannelLayer):
         if reader is None or reader.done() or reader.get_loop() is not loop:
             self.watched.clear()  # kept by another loop's reader, or by none
             reader = self.reader = loop.create_task(self.read())
+            # Its error reaches the consumers through their queues; retrieved
+            # here, it is not logged again as "never retrieved" when collected.
+            reader.add_done_callback(lambda task: task.cancelled() or task.exception())
         return reader
 
     async def read(self) -> None:
