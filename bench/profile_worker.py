@@ -51,9 +51,8 @@ RATE = 100  # samples a second: a 10 ms grain, and a few MB for a minute of one 
 # another thread or process (a socket's send, asyncio's self-pipe, a pool's
 # queue) and is often preempted right there: py-spy shows the Python frame that
 # made the call, and counts the time the thread then waits for a core as
-# running. Their own CPU, microseconds a call (a thread hop 80 µs, a psycopg
-# statement's send and wait 24 µs, measured apart), goes to the thread's other
-# samples with its weight.
+# running. Their own CPU, microseconds a call (a whole trip to a thread is
+# 80 µs: docs/performance/turn.md), goes to the thread's other samples.
 IDLE = {
     ("selectors.py", "EpollSelector.select"),
     ("selectors.py", "PollSelector.select"),
@@ -149,6 +148,8 @@ def weigh(profile: dict, cpu: dict[int, float]) -> dict:
         weighed += thread["endValue"]
     for frame in frames:
         frame["file"] = relative(frame["file"] or "", ROOT)
+        # A process's root frame (--subprocesses) names its command line.
+        frame["name"] = re.sub(r"/\S*/", "", frame["name"])
     profile["name"] = (
         f"{profile.get('name', '')} (bench/profile_worker.py: "
         f"{sampled:.2f} s of samples weighed to {weighed:.2f} s of CPU)"

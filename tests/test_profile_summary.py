@@ -102,6 +102,14 @@ def test_samples_are_weighed_by_their_threads_cpu_time_and_waits_dropped():
     assert "0.03 s of samples weighed to 0.60 s of CPU" in weighed["name"]
 
 
+def test_a_process_is_named_without_the_machines_paths():
+    root = {"name": 'process 7:"/srv/venv/bin/python manage.py qcluster"', "file": ""}
+    raw = profile([[3, 0]], [0.01])
+    raw["shared"]["frames"] = [*FRAMES, root]
+    frames = weigh(raw, {7: 0.1})["shared"]["frames"]
+    assert frames[3]["name"] == 'process 7:"python manage.py qcluster"'
+
+
 def test_the_command_prints_the_tables(tmp_path):
     path = tmp_path / "made-up.speedscope.json"
     path.write_text(json.dumps(MADE_UP))
