@@ -36,7 +36,7 @@ from tests.support.processes import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 TOKEN = "prometheus-token-0123456789abcdef"
-DAPHNE = [sys.executable, "-m", "daphne", "-b", "127.0.0.1"]
+DAPHNE = [sys.executable, "-m", "neotask_site.web_server", "-b", "127.0.0.1"]
 ASGI = "neotask_site.asgi:application"
 
 

@@ -59,7 +59,7 @@ def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
         children = subprocess.run(
             ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
         ).stdout
-        assert "daphne" in children and "qcluster" in children and "local_llm" in children
+        assert "web_server" in children and "qcluster" in children and "local_llm" in children
 
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=30) == 0
@@ -131,7 +131,7 @@ def test_it_runs_the_job_cluster_at_a_lower_priority(env):
                 break
             time.sleep(0.5)
         assert len(cluster) >= 3 and set(cluster) == {JOB_CLUSTER_NICE}, processes
-        assert [ni for ni, args in processes if "daphne" in args] == [0], processes
+        assert [ni for ni, args in processes if "web_server" in args] == [0], processes
     finally:
         if group_alive(server.pid):
             os.killpg(server.pid, signal.SIGKILL)

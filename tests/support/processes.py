@@ -115,7 +115,7 @@ def spawn_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess
         [
             sys.executable,
             "-m",
-            "daphne",
+            "neotask_site.web_server",
             "-b",
             "127.0.0.1",
             "-p",

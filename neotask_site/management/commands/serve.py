@@ -81,7 +81,7 @@ class Command(BaseCommand):
             "web server": [
                 sys.executable,
                 "-m",
-                "daphne",
+                "neotask_site.web_server",
                 "-b",
                 host,
                 "-p",
