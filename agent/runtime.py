@@ -414,7 +414,7 @@ class Turn:
         once, those that follow within the tick go together at its end. A frame
         costs the server far more than a delta (the channel layer, a consumer
         dispatch, a websocket write per tab), so the frame rate must not be the
-        token rate: at 100 chats × 50 tokens/s it saturated a worker."""
+        token rate: at 100 chats x 50 tokens/s it saturated a worker."""
         loop = asyncio.get_running_loop()
         while self.unsent:
             if (wait := self.sent_at + DELTA_TICK - loop.time()) > 0:

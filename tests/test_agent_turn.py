@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from typing import Any
 
@@ -305,5 +306,5 @@ async def test_it_streams_a_frame_per_tick_at_most_the_first_delta_at_once(owner
     assert "".join(texts) == result.answer  # nothing lost, duplicated or reordered
     assert texts[0] == words[0]  # the first delta did not wait for the next
     assert len(texts) < len(words)  # the rest went out together, a frame per tick
-    gaps = [later - earlier for earlier, later in zip(sent_at, sent_at[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sent_at)]
     assert min(gaps) >= DELTA_TICK * 0.99, gaps
