@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,9 +58,12 @@ def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
             assert b"Create the admin account" in r.read()
         # The job cluster is one of the children.
         children = subprocess.run(
-            ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
+            ["ps", "-o", "pid=,args=", "--ppid", str(server.pid)], capture_output=True, text=True
         ).stdout
         assert "web_server" in children and "qcluster" in children and "local_llm" in children
+        # The web server runs on uvloop's event loop (neotask_site/web_server.py).
+        [web] = [line.split()[0] for line in children.splitlines() if "web_server" in line]
+        assert "uvloop/loop." in (Path("/proc") / web / "maps").read_text()
 
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=30) == 0
