@@ -44,7 +44,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Value
 from django.utils import timezone
 
 from memory.models import Event, ForgottenEvent, MemoryChunk
@@ -55,6 +55,7 @@ from memory.workspace import DEFAULT_AGENT
 
 log = logging.getLogger(__name__)
 Hits = list[tuple[int, float]]
+Read = tuple[datetime, list[tuple[int, datetime]]]  # when, and the (id, stamp) read
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
 NEIGHBOUR_WEIGHT = 0.5
 # The row before the first and after the last turn of a thread: the last index, so
@@ -144,11 +145,10 @@ class NumpyIndex:
 
     def sync(self) -> None:
         """Read the vectors stored or replaced since the last sync (all of them the
-        first time). The caller holds the lock."""
-        if self.rows.forgotten:
-            self.drop_forgotten()
+        first time), and drop the rows forgotten since. The caller holds the lock."""
         stored = self.rows.stored(self.owner_id, self.agent)
-        for unread in self.window.unread(stored):
+        read = self.drop_forgotten(stored) if self.rows.forgotten else None
+        for unread in self.window.unread(stored, read):
             for found in batches(self.rows.vectors(unread), PUT_BATCH):
                 self.put_many([(row_id, vector, thread) for row_id, vector, _, thread in found])
                 for row_id, _, embedded_at, _ in found:
@@ -156,19 +156,37 @@ class NumpyIndex:
         if self.rows.reconcile and stored.count() != self.size:
             self.reconcile(stored)
 
-    def drop_forgotten(self) -> None:
-        """Drop the rows forgotten since the last sync. The log is read `SETTLE`
-        back, as the stamps are: a deletion may commit after a later-logged one
-        was read. A first sync loads no deleted row, so it only sets the horizon."""
+    def drop_forgotten(self, stored: QuerySet) -> Read | None:
+        """Drop the rows forgotten since the last sync, and return when and what it
+        read of the stamps to look at (`StampWindow.stamps_of`): both in one
+        statement. The log is read `SETTLE` back, as the stamps are: a deletion may
+        commit after a later-logged one was read. A first sync loads no deleted
+        row, so it only sets the horizon."""
         started = timezone.now()
+        read = None
+        stamps = self.window.stamps_of(stored)
         if self.forgotten_horizon is not None:
-            logged = ForgottenEvent.objects.filter(
-                owner_id=self.owner_id, agent=self.agent, forgotten_at__gt=self.forgotten_horizon
-            ).values_list("event_id", flat=True)
-            held = [row_id for row_id in logged if row_id in self.position]
+            logged = (
+                ForgottenEvent.objects.filter(
+                    owner_id=self.owner_id,
+                    agent=self.agent,
+                    forgotten_at__gt=self.forgotten_horizon,
+                )
+                .order_by()
+                .values_list("event_id", "forgotten_at", Value(True))
+            )
+            if stamps is not None:  # (None: a first load failed half-way, and reads all)
+                logged = stamps.values_list("id", "embedded_at", Value(False)).union(
+                    logged, all=True
+                )
+            rows = list(logged)
+            held = [row_id for row_id, _, gone in rows if gone and row_id in self.position]
             if held:
                 self.remove(held)
+            if stamps is not None:
+                read = (started, [(row_id, stamp) for row_id, stamp, gone in rows if not gone])
         self.forgotten_horizon = started - SETTLE
+        return read
 
     def reconcile(self, stored: QuerySet) -> None:
         """Drop the rows that are gone, and read those that committed more than

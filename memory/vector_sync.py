@@ -10,7 +10,7 @@ hold with that very stamp: late commits and re-embedded rows alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
@@ -30,18 +30,29 @@ class StampWindow:
         # ...and these were read after it, with these stamps.
         self.stamps: dict[int, datetime] = {}
 
-    def unread(self, rows: QuerySet) -> Iterator[QuerySet]:
-        """`rows` (those with a vector) in batches, all of them the first time, then
-        those not read yet with their current stamp. The window moves on only once
-        every batch has been taken: an index that fails half-way reads them again."""
-        started = timezone.now()
+    def stamps_of(self, rows: QuerySet) -> QuerySet | None:
+        """The (id, stamp) of `rows` that need a look: those stamped after the
+        horizon; None before the first read (every row is read then)."""
         if self.horizon is None:
+            return None
+        return rows.filter(embedded_at__gt=self.horizon).order_by().values_list("id", "embedded_at")
+
+    def unread(
+        self, rows: QuerySet, read: tuple[datetime, Iterable[tuple[int, datetime]]] | None = None
+    ) -> Iterator[QuerySet]:
+        """`rows` (those with a vector) in batches, all of them the first time, then
+        those not read yet with their current stamp. `read`: when, and what, the
+        caller read of `stamps_of(rows)` (with a question of its own, in the same
+        statement). The window moves on only once every batch has been taken: an
+        index that fails half-way reads them again."""
+        started, stamps = read if read is not None else (timezone.now(), None)
+        recent = self.stamps_of(rows)
+        if recent is None:
             yield rows.order_by("embedded_at")
         else:
-            recent = rows.filter(embedded_at__gt=self.horizon).order_by()
             fresh = [
                 row_id
-                for row_id, stamp in recent.values_list("id", "embedded_at")
+                for row_id, stamp in (recent if stamps is None else stamps)
                 if self.stamps.get(row_id) != stamp
             ]
             for start in range(0, len(fresh), FETCH_BATCH):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from memory import recording
 from memory.files.search import chunk_index_for, forget_chunk_indexes
-from memory.models import Event, MemoryChunk, MemoryFile
+from memory.models import Event, ForgottenEvent, MemoryChunk, MemoryFile
 from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
 from tests.support.profiles import in_process_vectors
@@ -200,3 +200,22 @@ def test_a_vector_stored_with_its_event_here_goes_into_the_loaded_index_unread(a
         assert index.search(axis(3), 1) == [(event.pk, pytest.approx(1.0))]
     # The sync saw its stamp and read no vector back.
     assert not [q for q in queries.captured_queries if '"events"."embedding"' in q["sql"]]
+
+
+def test_one_statement_reads_both_the_new_vectors_and_the_forgotten_rows(alice):
+    kept, doomed, late = (record(alice, text) for text in ("kept", "doomed", "late"))
+    store_vector(kept, axis(0), timezone.now())
+    store_vector(doomed, axis(1), timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    assert index.count() == 2
+    with CaptureQueriesContext(connection) as idle:
+        assert index.count() == 2
+    assert len(idle) == 1  # nothing new: the one question, nothing read back
+    # Another process forgets one row and a worker embeds another.
+    ForgottenEvent.objects.create(owner=alice, agent="main", event_id=doomed.pk)
+    doomed.delete()
+    store_vector(late, axis(2), timezone.now())
+    with CaptureQueriesContext(connection) as changed:
+        assert index.count() == 2
+    assert len(changed) == 2  # the one question, then the new vector's row
+    assert set(index.position) == {kept.pk, late.pk}
