@@ -344,6 +344,11 @@ class VectorQuery:
             self.count = index.size  # how many vectors the index held
         self.pending: Future[None] | None = product_thread().submit(self.compute_locked)
 
+    def exist(self, row_ids: Iterable[int]) -> None:
+        """Rows the caller read from the database for this question (the turn's
+        context): as hits they need no second look (`top`)."""
+        self.present.update(row_ids)
+
     def compute_locked(self) -> None:
         with self.index.lock:
             self.compute()

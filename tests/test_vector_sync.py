@@ -219,3 +219,19 @@ def test_one_statement_reads_both_the_new_vectors_and_the_forgotten_rows(alice):
         assert index.count() == 2
     assert len(changed) == 2  # the one question, then the new vector's row
     assert set(index.position) == {kept.pk, late.pk}
+
+
+def test_a_hit_the_caller_has_just_read_is_not_looked_up_again(alice):
+    read, other = record(alice, "in the context"), record(alice, "elsewhere")
+    store_vector(read, axis(0), timezone.now())
+    store_vector(other, blend(0, 1, 1.0), timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    query = index.query(axis(0))
+    query.exist([read.pk])
+    with CaptureQueriesContext(connection) as known:
+        assert [i for i, _ in query.top(1)] == [read.pk]
+    assert len(known) == 0
+    other.delete()  # a hit nobody read is still looked up, and dropped if gone
+    with CaptureQueriesContext(connection) as unknown:
+        assert [i for i, _ in query.top(2)] == [read.pk]
+    assert len(unknown) >= 1 and other.pk not in index.position
