@@ -10,12 +10,14 @@ incrementally through a `StampWindow` (memory/vector_sync.py). A query vector is
 compared with every stored one once (`NumpyIndex.query`: a sync and a
 matrix-vector product, ~6.5 ms at 100k events), and each question a turn asks with
 it — the nearest by plain or contextual cosine, the scores of given rows — is read
-from that `VectorQuery`, plus one small query for whether its hits still exist.
+from that `VectorQuery`, plus one small query for whether its hits still exist
+(those the caller read this turn need none: `VectorQuery.exist`).
 A deletion leaves no stamp behind: an event forgotten on demand (memory.forgetting)
-is logged in `ForgottenEvent`, which each sync reads, so every process drops its
-vector at once; any other deleted event is dropped when it comes up as a hit, and
-the next best takes its place; chunks vanish with every edit of their file, so a
-chunk index compares its count with the table's on each sync instead.
+is logged in `ForgottenEvent`, which each sync reads in the statement that reads
+the new stamps, so every process drops its vector at once; any other deleted
+event is dropped when it comes up as a hit, and the next best takes its place;
+chunks vanish with every edit of their file, so a chunk index compares its count
+with the table's on each sync instead.
 A corrupt stored vector is cleared, for the embedding jobs to compute again.
 
 Contextual scores: a turn is also found by what its speaker said just before and
