@@ -30,31 +30,24 @@ class StampWindow:
         # ...and these were read after it, with these stamps.
         self.stamps: dict[int, datetime] = {}
 
-    def stamps_of(self, rows: QuerySet) -> QuerySet | None:
-        """The (id, stamp) of `rows` that need a look: those stamped after the
-        horizon; None before the first read (every row is read then)."""
-        if self.horizon is None:
-            return None
-        return rows.filter(embedded_at__gt=self.horizon).order_by().values_list("id", "embedded_at")
-
     def unread(
         self, rows: QuerySet, read: tuple[datetime, Iterable[tuple[int, datetime]]] | None = None
     ) -> Iterator[QuerySet]:
         """`rows` (those with a vector) in batches, all of them the first time, then
-        those not read yet with their current stamp. `read`: when, and what, the
-        caller read of `stamps_of(rows)` (with a question of its own, in the same
-        statement). The window moves on only once every batch has been taken: an
-        index that fails half-way reads them again."""
-        started, stamps = read if read is not None else (timezone.now(), None)
-        recent = self.stamps_of(rows)
-        if recent is None:
+        those not read yet with their current stamp. `read`: when, and what (id,
+        stamp), the caller read of the rows stamped after the horizon, with a
+        question of its own in the same statement. The window moves on only once
+        every batch has been taken: an index that fails half-way reads them again."""
+        started = timezone.now() if read is None else read[0]
+        if self.horizon is None:
             yield rows.order_by("embedded_at")
         else:
-            fresh = [
-                row_id
-                for row_id, stamp in (recent if stamps is None else stamps)
-                if self.stamps.get(row_id) != stamp
-            ]
+            if read is None:
+                recent = rows.filter(embedded_at__gt=self.horizon).order_by()
+                stamps: Iterable[tuple[int, datetime]] = recent.values_list("id", "embedded_at")
+            else:
+                stamps = read[1]
+            fresh = [row_id for row_id, stamp in stamps if self.stamps.get(row_id) != stamp]
             for start in range(0, len(fresh), FETCH_BATCH):
                 yield rows.filter(pk__in=fresh[start : start + FETCH_BATCH]).order_by("pk")
         self.settle(started - SETTLE)
