@@ -193,7 +193,11 @@ class NumpyIndex:
             f" WHERE {quote('owner_id')} = %s AND {quote('agent')} = %s"
             f" AND {quote('forgotten_at')} > %s"
         )
-        params = [self.owner_id, self.agent, ops.adapt_datetimefield_value(forgotten_after)]
+        params: list[Any] = [
+            self.owner_id,
+            self.agent,
+            ops.adapt_datetimefield_value(forgotten_after),
+        ]
         if stamped_after is not None:
             sql += (
                 f" UNION ALL SELECT {quote('id')}, {quote('embedded_at')}, 0"
