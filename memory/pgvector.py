@@ -27,6 +27,7 @@ from a narrow table of its own (WORDS_SETUP, migration `memory 0015`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -392,6 +393,9 @@ class PgQuery:
         self.index = index
         self.vector = np.asarray(vector, dtype=np.float32)
         self.literal = as_literal(self.vector)
+
+    def exist(self, row_ids: Iterable[int]) -> None:
+        """(The database returns only rows that exist: nothing to note.)"""
 
     @cached_property
     def count(self) -> int:

@@ -179,6 +179,9 @@ def get_context(
             seen.add(event.pk)
 
     if limits["similarity_limit"] and compared is not None:
+        # The context's events were just read (the recent exchange is current as
+        # of the turn's session row): hits among them need no check that they exist.
+        compared.exist(item.event.pk for item in context.items)
         # Ask for more than needed: some hits are already in the context.
         wanted = limits["similarity_limit"] + len(seen)
         hits = compared.top(wanted, min_score=limits["similarity_threshold"])

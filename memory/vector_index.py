@@ -10,12 +10,14 @@ incrementally through a `StampWindow` (memory/vector_sync.py). A query vector is
 compared with every stored one once (`NumpyIndex.query`: a sync and a
 matrix-vector product, ~6.5 ms at 100k events), and each question a turn asks with
 it — the nearest by plain or contextual cosine, the scores of given rows — is read
-from that `VectorQuery`, plus one small query for whether its hits still exist.
+from that `VectorQuery`, plus one small query for whether its hits still exist
+(those the caller read this turn need none: `VectorQuery.exist`).
 A deletion leaves no stamp behind: an event forgotten on demand (memory.forgetting)
-is logged in `ForgottenEvent`, which each sync reads, so every process drops its
-vector at once; any other deleted event is dropped when it comes up as a hit, and
-the next best takes its place; chunks vanish with every edit of their file, so a
-chunk index compares its count with the table's on each sync instead.
+is logged in `ForgottenEvent`, which each sync reads in the statement that reads
+the new stamps, so every process drops its vector at once; any other deleted
+event is dropped when it comes up as a hit, and the next best takes its place;
+chunks vanish with every edit of their file, so a chunk index compares its count
+with the table's on each sync instead.
 A corrupt stored vector is cleared, for the embedding jobs to compute again.
 
 Contextual scores: a turn is also found by what its speaker said just before and
@@ -43,7 +45,7 @@ from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
-from django.db import connections
+from django.db import connection, connections
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -55,6 +57,7 @@ from memory.workspace import DEFAULT_AGENT
 
 log = logging.getLogger(__name__)
 Hits = list[tuple[int, float]]
+Read = tuple[datetime, list[tuple[int, datetime]]]  # when, and the (id, stamp) read
 MAX_CACHED_INDEXES = 64  # owner/agent pairs kept in memory per process
 NEIGHBOUR_WEIGHT = 0.5
 # The row before the first and after the last turn of a thread: the last index, so
@@ -144,11 +147,10 @@ class NumpyIndex:
 
     def sync(self) -> None:
         """Read the vectors stored or replaced since the last sync (all of them the
-        first time). The caller holds the lock."""
-        if self.rows.forgotten:
-            self.drop_forgotten()
+        first time), and drop the rows forgotten since. The caller holds the lock."""
         stored = self.rows.stored(self.owner_id, self.agent)
-        for unread in self.window.unread(stored):
+        read = self.drop_forgotten() if self.rows.forgotten else None
+        for unread in self.window.unread(stored, read):
             for found in batches(self.rows.vectors(unread), PUT_BATCH):
                 self.put_many([(row_id, vector, thread) for row_id, vector, _, thread in found])
                 for row_id, _, embedded_at, _ in found:
@@ -156,19 +158,60 @@ class NumpyIndex:
         if self.rows.reconcile and stored.count() != self.size:
             self.reconcile(stored)
 
-    def drop_forgotten(self) -> None:
-        """Drop the rows forgotten since the last sync. The log is read `SETTLE`
-        back, as the stamps are: a deletion may commit after a later-logged one
-        was read. A first sync loads no deleted row, so it only sets the horizon."""
+    def drop_forgotten(self) -> Read | None:
+        """Drop the rows forgotten since the last sync, and return when and what it
+        read of the rows stamped after the window's horizon (`StampWindow.unread`):
+        both in one statement. The log is read `SETTLE` back, as the stamps are: a deletion may
+        commit after a later-logged one was read. A first sync loads no deleted
+        row, so it only sets the horizon."""
         started = timezone.now()
+        read = None
         if self.forgotten_horizon is not None:
-            logged = ForgottenEvent.objects.filter(
-                owner_id=self.owner_id, agent=self.agent, forgotten_at__gt=self.forgotten_horizon
-            ).values_list("event_id", flat=True)
-            held = [row_id for row_id in logged if row_id in self.position]
+            # (No horizon yet: a first load failed half-way, and reads every row.)
+            stamped_after = self.window.horizon
+            rows = self.changes(self.forgotten_horizon, stamped_after)
+            held = [row_id for row_id, _, gone in rows if gone and row_id in self.position]
             if held:
                 self.remove(held)
+            if stamped_after is not None:
+                read = (started, [(row_id, stamp) for row_id, stamp, gone in rows if not gone])
         self.forgotten_horizon = started - SETTLE
+        return read
+
+    def changes(
+        self, forgotten_after: datetime, stamped_after: datetime | None
+    ) -> list[tuple[int, datetime, bool]]:
+        """(id, time, forgotten) of the rows logged as forgotten after
+        `forgotten_after`, and of those stamped after `stamped_after`: one small
+        statement, on each table's (owner, agent, time) index, written out since
+        the ORM took longer to build a union than SQLite to run it."""
+        ops = connection.ops
+        quote = ops.quote_name
+        sql = (
+            f"SELECT {quote('event_id')}, {quote('forgotten_at')}, 1"
+            f" FROM {quote(ForgottenEvent._meta.db_table)}"
+            f" WHERE {quote('owner_id')} = %s AND {quote('agent')} = %s"
+            f" AND {quote('forgotten_at')} > %s"
+        )
+        params: list[Any] = [
+            self.owner_id,
+            self.agent,
+            ops.adapt_datetimefield_value(forgotten_after),
+        ]
+        if stamped_after is not None:
+            sql += (
+                f" UNION ALL SELECT {quote('id')}, {quote('embedded_at')}, 0"
+                f" FROM {quote(self.rows.model._meta.db_table)}"
+                f" WHERE {quote('owner_id')} = %s AND {quote('agent')} = %s"
+                f" AND {quote('embedded_at')} > %s"
+            )
+            params += [self.owner_id, self.agent, ops.adapt_datetimefield_value(stamped_after)]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchall()
+        # SQLite returns text; PostgreSQL an aware datetime already.
+        convert = getattr(ops, "convert_datetimefield_value", lambda at, *_: at)
+        return [(row_id, convert(at, None, connection), bool(gone)) for row_id, at, gone in found]
 
     def reconcile(self, stored: QuerySet) -> None:
         """Drop the rows that are gone, and read those that committed more than
@@ -325,6 +368,11 @@ class VectorQuery:
             index.sync()  # in the caller's thread: the database is its connection's
             self.count = index.size  # how many vectors the index held
         self.pending: Future[None] | None = product_thread().submit(self.compute_locked)
+
+    def exist(self, row_ids: Iterable[int]) -> None:
+        """Rows the caller read from the database for this question (the turn's
+        context): as hits they need no second look (`top`)."""
+        self.present.update(row_ids)
 
     def compute_locked(self) -> None:
         with self.index.lock:

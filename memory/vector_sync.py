@@ -10,7 +10,7 @@ hold with that very stamp: late commits and re-embedded rows alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
@@ -30,20 +30,24 @@ class StampWindow:
         # ...and these were read after it, with these stamps.
         self.stamps: dict[int, datetime] = {}
 
-    def unread(self, rows: QuerySet) -> Iterator[QuerySet]:
+    def unread(
+        self, rows: QuerySet, read: tuple[datetime, Iterable[tuple[int, datetime]]] | None = None
+    ) -> Iterator[QuerySet]:
         """`rows` (those with a vector) in batches, all of them the first time, then
-        those not read yet with their current stamp. The window moves on only once
+        those not read yet with their current stamp. `read`: when, and what (id,
+        stamp), the caller read of the rows stamped after the horizon, with a
+        question of its own in the same statement. The window moves on only once
         every batch has been taken: an index that fails half-way reads them again."""
-        started = timezone.now()
+        started = timezone.now() if read is None else read[0]
         if self.horizon is None:
             yield rows.order_by("embedded_at")
         else:
-            recent = rows.filter(embedded_at__gt=self.horizon).order_by()
-            fresh = [
-                row_id
-                for row_id, stamp in recent.values_list("id", "embedded_at")
-                if self.stamps.get(row_id) != stamp
-            ]
+            if read is None:
+                recent = rows.filter(embedded_at__gt=self.horizon).order_by()
+                stamps: Iterable[tuple[int, datetime]] = recent.values_list("id", "embedded_at")
+            else:
+                stamps = read[1]
+            fresh = [row_id for row_id, stamp in stamps if self.stamps.get(row_id) != stamp]
             for start in range(0, len(fresh), FETCH_BATCH):
                 yield rows.filter(pk__in=fresh[start : start + FETCH_BATCH]).order_by("pk")
         self.settle(started - SETTLE)

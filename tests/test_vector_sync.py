@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from memory import recording
 from memory.files.search import chunk_index_for, forget_chunk_indexes
-from memory.models import Event, MemoryChunk, MemoryFile
+from memory.models import Event, ForgottenEvent, MemoryChunk, MemoryFile
 from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
 from tests.support.profiles import in_process_vectors
@@ -200,3 +200,38 @@ def test_a_vector_stored_with_its_event_here_goes_into_the_loaded_index_unread(a
         assert index.search(axis(3), 1) == [(event.pk, pytest.approx(1.0))]
     # The sync saw its stamp and read no vector back.
     assert not [q for q in queries.captured_queries if '"events"."embedding"' in q["sql"]]
+
+
+def test_one_statement_reads_both_the_new_vectors_and_the_forgotten_rows(alice):
+    kept, doomed, late = (record(alice, text) for text in ("kept", "doomed", "late"))
+    store_vector(kept, axis(0), timezone.now())
+    store_vector(doomed, axis(1), timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    assert index.count() == 2
+    with CaptureQueriesContext(connection) as idle:
+        assert index.count() == 2
+    assert len(idle) == 1  # nothing new: the one question, nothing read back
+    # Another process forgets one row and a worker embeds another.
+    ForgottenEvent.objects.create(owner=alice, agent="main", event_id=doomed.pk)
+    doomed.delete()
+    store_vector(late, axis(2), timezone.now())
+    with CaptureQueriesContext(connection) as changed:
+        assert index.count() == 2
+    assert len(changed) == 2  # the one question, then the new vector's row
+    assert set(index.position) == {kept.pk, late.pk}
+
+
+def test_a_hit_the_caller_has_just_read_is_not_looked_up_again(alice):
+    read, other = record(alice, "in the context"), record(alice, "elsewhere")
+    store_vector(read, axis(0), timezone.now())
+    store_vector(other, blend(0, 1, 1.0), timezone.now())
+    index = NumpyIndex(alice.pk, "main")
+    query = index.query(axis(0))
+    query.exist([read.pk])
+    with CaptureQueriesContext(connection) as known:
+        assert [i for i, _ in query.top(1)] == [read.pk]
+    assert len(known) == 0
+    other.delete()  # a hit nobody read is still looked up, and dropped if gone
+    with CaptureQueriesContext(connection) as unknown:
+        assert [i for i, _ in query.top(2)] == [read.pk]
+    assert len(unknown) >= 1 and other.pk not in index.position
