@@ -12,6 +12,7 @@ from django_q.brokers import get_broker
 from django_q.models import Schedule
 
 from memory import recording, tasks
+from memory.fulltext import WORDS_TABLE
 from memory.models import Event
 from memory.vectors import unpack
 from tests.support.records import take_queued_tasks
@@ -149,13 +150,27 @@ def test_it_skips_a_corrupt_vector_in_search(alice, blob):
 def test_it_refreshes_the_planner_statistics(alice):
     from django.db import connection
 
+    def analyzed() -> dict[str, int]:  # times each table was analyzed by hand
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT relname, analyze_count FROM pg_stat_user_tables WHERE relname IN (%s, %s)",
+                ["events", WORDS_TABLE],
+            )
+            return dict(cursor.fetchall())
+
     record(alice, "something to count")
     assert Schedule.objects.filter(name=tasks.ANALYZE_SCHEDULE).exists()
+    before = analyzed() if connection.vendor == "postgresql" else {}
     tasks.analyze_database()
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'")
             assert cursor.fetchone()[0] > 0
+    else:  # the events and the full-text search's table
+        after = analyzed()
+        assert all(after[table] == before.get(table, 0) + 1 for table in after), (before, after)
+        assert set(after) == {"events", WORDS_TABLE}
 
 
 def test_a_vector_the_caller_has_is_stored_with_the_event_and_queues_no_job(alice):
