@@ -168,7 +168,8 @@ def erase(owner: Owner, events: list[Event], actor: Actor) -> Forgotten:
 def announce(owner: Owner, events: list[Event], agents: Iterable[str] = ()) -> None:
     """Let other apps drop their copies (`forgotten`), and clean up after the commit."""
     forgotten.send(sender=Forgotten, owner=owner, events=events)
-    after_commit(owner, agents)
+    indexed = any(event.event_type in EventType.RECALLABLE for event in events)
+    after_commit(owner, agents, fulltext=indexed)
 
 
 def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
@@ -358,6 +359,7 @@ class Housekeeping:
 
     def __init__(self) -> None:
         self.agents: set[tuple[int, str]] = set()
+        self.fulltext = False  # whether rows of the full-text index went
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Housekeeping)
@@ -366,7 +368,7 @@ class Housekeeping:
 
     def __call__(self) -> None:
         try:
-            compact_sqlite()
+            compact_sqlite(optimize=self.fulltext)
         except Exception:
             log.exception("compacting the SQLite database after a deletion failed")
         for owner_id, agent in sorted(self.agents):
@@ -376,7 +378,7 @@ class Housekeeping:
                 log.exception("compacting the LanceDB table of %s/%s failed", owner_id, agent)
 
 
-def after_commit(owner: Owner, agents: Iterable[str] = ()) -> None:
+def after_commit(owner: Owner, agents: Iterable[str] = (), *, fulltext: bool = False) -> None:
     """Register the housekeeping after the current transaction's commit (at once
     outside one), merged with what this transaction registered already."""
     pending = [
@@ -386,19 +388,25 @@ def after_commit(owner: Owner, agents: Iterable[str] = ()) -> None:
     ]
     job = pending[0] if pending else Housekeeping()
     job.agents.update((owner.pk, agent) for agent in agents)
+    job.fulltext |= fulltext
     if not pending:
         transaction.on_commit(job)
 
 
-def compact_sqlite() -> None:
-    """SQLite: rewrite the FTS5 index into one segment without the deleted rows'
-    words (a contentless index keeps them until segments are merged), then
-    checkpoint the WAL and truncate it (its frames hold the pages as they were)."""
+def compact_sqlite(*, optimize: bool) -> None:
+    """SQLite: with `optimize`, rewrite the FTS5 index into one segment without
+    the deleted rows' words (a contentless index keeps them until its segments
+    are merged: an incremental 'merge', even of 1000 pages, left them; FTS5's
+    own 'secure-delete' needs SQLite 3.44). It rewrites the whole index, holding
+    the write lock: 1.5-3 s at 100k events (docs/data.md), and only when indexed
+    rows went. Then checkpoint the WAL and truncate it (its frames hold the
+    pages as they were)."""
     if connection.vendor != "sqlite":
         return
-    with transaction.atomic(), connection.cursor() as cursor:
-        table = fulltext.SQLITE_TABLE
-        cursor.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+    if optimize:
+        with transaction.atomic(), connection.cursor() as cursor:
+            table = fulltext.SQLITE_TABLE
+            cursor.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
