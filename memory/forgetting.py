@@ -398,7 +398,7 @@ def compact_sqlite(*, optimize: bool) -> None:
     the deleted rows' words (a contentless index keeps them until its segments
     are merged: an incremental 'merge', even of 1000 pages, left them; FTS5's
     own 'secure-delete' needs SQLite 3.44). It rewrites the whole index, holding
-    the write lock: 1.5-3 s at 100k events (docs/data.md), and only when indexed
+    the write lock: ~0.6 s at 100k events (bench/fts_optimize.py), and only when indexed
     rows went. Then checkpoint the WAL and truncate it (its frames hold the
     pages as they were)."""
     if connection.vendor != "sqlite":
