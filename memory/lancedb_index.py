@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,10 @@ class LanceChunkIndex:
     def purge(self) -> None:
         """After a deletion: drop the deleted chunks' rows, then rewrite the table's
         fragments without them and remove the older versions that still hold them
-        (LanceDB deletes by marking rows; a version keeps its files until cleaned up)."""
-        with self.lock:
+        (LanceDB deletes by marking rows; a version keeps its files until cleaned up).
+        Another process reading an older version fails once, and rebuilds (`search`)."""
+        with self.lock, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "optimize.cleanup_older_than=0", UserWarning)
             self.sync()
             self.table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
 
