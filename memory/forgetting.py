@@ -299,6 +299,8 @@ def redact_origin(owner: Owner, call: Event) -> None:
         return
     owned = Event.objects.filter(owner=owner, session_id=call.session_id)
     results = owned.filter(event_type=EventType.TOOL_RESULT, data__tool_call_id=call.data.get("id"))
+    if not isinstance(call.data.get("id"), str):
+        results = results.none()
     redacted = [(call.pk, {k: call.data[k] for k in ("id", "name") if k in call.data})]
     for result in results.filter(pk__gt=call.pk).only("id", "data"):
         kept = {k: result.data[k] for k in ("tool_call_id", "name") if k in result.data}

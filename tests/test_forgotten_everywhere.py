@@ -15,6 +15,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 
 from agent.tools.facts import forget_fact
@@ -209,15 +210,18 @@ def alice_api(alice, client):
     return lambda url: client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
-def test_a_chat_is_named_again_when_its_first_message_goes(alice, alice_api):
+def test_a_chat_is_named_again_when_its_first_message_goes(alice, alice_api, alice_client):
     chat = start_chat(alice)
     first = say(alice, chat, FIRST)
     second = say(alice, chat, "What should I cook tonight?")
+    assert WORD in alice_client.get(reverse("chat-sidebar")).content.decode()
 
     forgetting.delete_message(alice, first.pk)
     assert Session.objects.get(pk=chat.pk).title == "What should I cook tonight?"
     listed = alice_api("/api/v1/sessions/").json()
     assert WORD not in str(listed) and "What should I cook tonight?" in str(listed)
+    sidebar = alice_client.get(reverse("chat-sidebar")).content.decode()
+    assert WORD not in sidebar and "What should I cook tonight?" in sidebar
 
     forgetting.delete_message(alice, second.pk)
     assert Session.objects.get(pk=chat.pk).title == ""  # as a new chat's, until it is used
