@@ -321,6 +321,11 @@ def redact_origin(owner: Owner, call: Event) -> None:
         ForgottenEvent.objects.bulk_create(
             [ForgottenEvent(owner=owner, agent=call.agent, event_id=pk) for pk, _ in redacted]
         )
+    # This process's recent history of the session is read again. (Another
+    # process's sees the same count and newest id: it keeps the old text until the
+    # session changes or leaves its cache; the chats of the embedded profile run here.)
+    session = call.session_id
+    transaction.on_commit(lambda: working_memory.forget(owner.pk, {session}))
 
 
 def forget_memory_file(owner: Owner, agent: str, path: str, actor: Actor) -> Forgotten:

@@ -28,6 +28,7 @@ from memory.files.search import forget_chunk_indexes, search_files
 from memory.forgetting import forget_facts, forget_memory_file
 from memory.models import Event, EventType, Fact
 from memory.search import SearchHit, search_memory
+from memory.working import working_memory
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from sessions_app import forgetting
@@ -284,13 +285,15 @@ def test_a_crashed_turns_partial_answer_goes_with_its_chat(alice, bob):
     assert ChatClaim.objects.get(owner=bob).partial == f"{WORD} too"
 
 
-def test_forgetting_a_fact_redacts_the_call_that_set_it(alice):
+def test_forgetting_a_fact_redacts_the_call_that_set_it(alice, django_capture_on_commit_callbacks):
     chat = start_chat(alice)
     say(alice, chat, "I have a parrot.")
     fact = remembered(alice, chat)
     say(alice, chat, "Noted.", EventType.ASSISTANT_RESPONSE)
+    assert WORD in str([event.data for event in working_memory.recent(alice, str(chat.pk), 10)])
 
-    forget_facts(alice, Fact.objects.filter(pk=fact.pk), Actor.user(alice))
+    with django_capture_on_commit_callbacks(execute=True):
+        forget_facts(alice, Fact.objects.filter(pk=fact.pk), Actor.user(alice))
 
     call, result = Event.objects.owned_by(alice).filter(
         event_type__in=[EventType.TOOL_CALL, EventType.TOOL_RESULT]
@@ -301,6 +304,7 @@ def test_forgetting_a_fact_redacts_the_call_that_set_it(alice):
     assert (result.search_key, result.embedding) == ("", None)
     assert not Fact.objects.filter(pk=fact.pk).exists()
     assert Event.objects.owned_by(alice).count() == 4  # the turn keeps its shape
+    assert WORD not in str([event.data for event in working_memory.recent(alice, str(chat.pk), 10)])
 
 
 def test_the_agents_forget_fact_takes_the_same_path(alice):
