@@ -321,9 +321,9 @@ def redact_origin(owner: Owner, call: Event) -> None:
         ForgottenEvent.objects.bulk_create(
             [ForgottenEvent(owner=owner, agent=call.agent, event_id=pk) for pk, _ in redacted]
         )
-    # This process's recent history of the session is read again. (Another
-    # process's sees the same count and newest id: it keeps the old text until the
-    # session changes or leaves its cache; the chats of the embedded profile run here.)
+    # This process's recent history of the session is read again. Another
+    # process's cache sees the same count and newest id, and keeps the old text
+    # until the session changes or leaves its cache.
     session = call.session_id
     transaction.on_commit(lambda: working_memory.forget(owner.pk, {session}))
 
