@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,16 @@ class LanceChunkIndex:
                 self.table.delete(f"id NOT IN ({', '.join(map(str, present))})")
             else:
                 self.table.delete("id >= 0")
+
+    def purge(self) -> None:
+        """After a deletion: drop the deleted chunks' rows, then rewrite the table's
+        fragments without them and remove the older versions that still hold them
+        (LanceDB deletes by marking rows; a version keeps its files until cleaned up).
+        Another process reading an older version fails once, and rebuilds (`search`)."""
+        with self.lock, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "optimize.cleanup_older_than=0", UserWarning)
+            self.sync()
+            self.table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
 
     def search(
         self, vector: np.ndarray, k: int, min_score: float = -1.0

@@ -28,7 +28,9 @@ from neotask_site.config import FALSE_WORDS, TRUE_WORDS, ConfigError
 SQLITE_OPTIONS = {
     "timeout": 20,
     "transaction_mode": "IMMEDIATE",
-    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    # secure_delete: a deleted row's bytes are zeroed, not left in its page or in
+    # the free list (memory.forgetting: forgotten means gone from the file too).
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON",
 }
 
 # Seconds a connection is kept. Channels runs every consumer's ORM call in one

@@ -2,6 +2,12 @@
 the admin: what a chat or a turn is lives here; the deleting itself is
 memory.forgetting's (events, their vectors everywhere, what was derived).
 
+What else of a chat holds its text goes with it (`drop_copies`, on
+memory.forgetting's `forgotten` signal): a chat named by a deleted first message
+is named again, by the first message left, or left untitled (the sidebar, the
+API, exports, backups and transcripts read the title from the row); a crashed
+turn's saved partial answer goes with its deleted session (`free_claims`).
+
 A session's token counters are what it spent, and stay; the next prompt's size
 is measured afresh on every turn, so no count of a deleted message remains.
 """
@@ -11,6 +17,8 @@ from __future__ import annotations
 import uuid
 
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from memory.forgetting import Forgotten, NothingToForget, forget_events, forget_sessions
 from memory.models import Event, EventType
@@ -21,6 +29,52 @@ from sessions_app.models import ChatClaim, ChatInput, Session
 
 class ChatBusy(Exception):
     """The chat is answering: what the turn writes next would outlive the deletion."""
+
+
+def drop_copies(sender: object, owner: Owner, events: list[Event], **kwargs: object) -> None:
+    """`forgotten`'s receiver: retitle the chats whose first message was deleted."""
+    firsts = [event for event in events if event.event_type == EventType.USER_MESSAGE]
+    if firsts:
+        retitle(owner, firsts)
+
+
+def retitle(owner: Owner, deleted: list[Event]) -> None:
+    """A chat is named by its first message (Session.note_message): if that was
+    deleted, by the first message left in the chat (its sessions, oldest first),
+    or no title (as a new chat has) if none is left. A title the user chose stays."""
+    sessions = Session.objects.owned_by(owner)
+    named = {
+        (Session.title_from(message_text(event)), uuid)
+        for event in deleted
+        if (uuid := session_uuid(event.session_id)) is not None
+    }
+    for title, session_id in named:
+        chat = sessions.filter(pk=session_id, title=title).values_list("key", flat=True).first()
+        if chat is None:
+            continue
+        chat_sessions = [str(pk) for pk in sessions.filter(key=chat).values_list("pk", flat=True)]
+        first = (
+            Event.objects.owned_by(owner)
+            .filter(session_id__in=chat_sessions, event_type=EventType.USER_MESSAGE)
+            .order_by("pk")
+            .first()
+        )
+        new = Session.title_from(message_text(first)) if first is not None else ""
+        sessions.filter(key=chat, title=title).update(title=new, updated_at=timezone.now())
+
+
+def message_text(event: Event) -> str:
+    """What the user wrote (from `data`: a deleted event's other fields are not loaded)."""
+    content = event.data.get("content") if isinstance(event.data, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def free_claims(owner: Owner, session_id: str) -> None:
+    """A deleted session's chat claim, if a crashed turn left it (expired, its
+    partial answer saved for the next holder to store): let go, the text cleared."""
+    ChatClaim.objects.owned_by(owner).filter(session_id=session_id).filter(
+        Q(token="") | Q(lease_until__lt=timezone.now())
+    ).update(token="", lease_until=None, session_id="", partial="")
 
 
 def check_idle(owner: Owner, key: str) -> None:

@@ -10,9 +10,9 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from agent.models import ApprovalRequest
-from memory.forgetting import forget_sessions
+from memory.forgetting import forget_sessions, forgotten
 from neotask_site.history import Actor
-from sessions_app import deactivation, quotas
+from sessions_app import deactivation, forgetting, quotas
 from sessions_app.models import GroupQuota, Session
 
 
@@ -30,6 +30,10 @@ def delete_session_events(
     forget_sessions(instance.owner, [str(instance.pk)], Actor.system("a session deleted"))
     # The commands the agent asked to run there quote the chat too.
     ApprovalRequest.objects.filter(owner_id=instance.owner_id, session_id=str(instance.pk)).delete()
+    forgetting.free_claims(instance.owner, str(instance.pk))
+
+
+forgotten.connect(forgetting.drop_copies, dispatch_uid="forgotten-chat-copies")
 
 
 post_save.connect(

@@ -22,6 +22,7 @@ from sessions_app.models import Session
 INDEX_NAME = "sessions.json"
 BATCH = 500
 TAIL_BLOCK = 64 * 1024
+REDACTED_MARK = b'"redacted": true'
 
 # Keys of `Event.data` that get a field of their own; the rest stay under "data".
 PROMOTED = ("content", "tool_calls", "tool_call_id", "is_error", "usage")
@@ -132,16 +133,23 @@ def exported_id(name: str) -> str | None:
 
 
 def without_deleted(index: dict[str, Any]) -> dict[str, Any]:
-    """The index without the entries of sessions deleted since (memory.forgetting)."""
+    """The index without the entries of sessions deleted since (memory.forgetting),
+    and with the others' titles as they are now (a chat whose first message was
+    deleted is named again)."""
     named = {
         key: session_id
         for key, entry in index.items()
         if isinstance(entry, dict) and (session_id := exported_id(str(entry.get("session_id"))))
     }
-    existing = {
-        str(pk) for pk in Session.objects.filter(pk__in=named.values()).values_list("pk", flat=True)
+    titles = {
+        str(pk): title
+        for pk, title in Session.objects.filter(pk__in=named.values()).values_list("pk", "title")
     }
-    return {key: entry for key, entry in index.items() if named.get(key) in existing}
+    return {
+        key: {**entry, "title": titles[session_id]}
+        for key, entry in index.items()
+        if (session_id := named.get(key)) in titles
+    }
 
 
 def remove_deleted(out_dir: Path) -> int:
@@ -212,10 +220,17 @@ class Export:
 
 def holds_deleted(path: Path, session: Session, after: int) -> bool:
     """Whether the transcript has more lines than the session has events up to
-    the last one it holds: some were deleted since they were exported."""
+    the last one it holds: some were deleted since they were exported; or fewer
+    redacted ones than the session has (memory.forgetting.redact_origin)."""
+    lines = redacted = 0
     with path.open("rb") as handle:
-        lines = sum(block.count(b"\n") for block in iter(lambda: handle.read(TAIL_BLOCK), b""))
-    return lines != session.events().filter(id__lte=after).count()
+        for block in iter(lambda: handle.read(TAIL_BLOCK), b""):
+            lines += block.count(b"\n")
+            # A key, never inside a string (where json.dumps escapes the quotes);
+            # counted per block: a match split by a block boundary only rewrites.
+            redacted += block.count(REDACTED_MARK)
+    events = session.events().filter(id__lte=after)
+    return lines != events.count() or redacted < events.filter(data__redacted=True).count()
 
 
 def export_session(session: Session, out_dir: Path) -> Export:

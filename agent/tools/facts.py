@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
+from memory import forgetting
 from memory.models import Event, EventType, Fact
 
 REMEMBERED_IMPORTANCE = 0.8
@@ -52,10 +53,10 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
 def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
     category = Fact.normalise(arguments["category"])
     key = Fact.normalise(arguments["key"])
-    fact = Fact.objects.owned_by(context.owner).filter(category=category, key=key).first()
-    if fact is None:
+    facts = Fact.objects.owned_by(context.owner).filter(category=category, key=key)
+    # The one forgetting path: the call that set it is redacted too.
+    if not forgetting.forget_facts(context.owner, facts, context.actor).facts:
         raise ToolError(f"There is no fact {category}/{key}.")
-    fact.forget(context.actor)
     return f"Forgot {category}/{key}."
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from django.db import transaction
 from django.utils import timezone
 
 from importers.archive.writing import export_user, total_steps
@@ -16,6 +17,7 @@ from neotask_site.ownership import Owner
 log = logging.getLogger(__name__)
 
 KEEP_EXPORTS = 3  # finished exports kept per user: a newer one replaces the oldest
+OUTDATED = "Something was deleted while this export ran: start another one."
 STOPPED = (
     "The export stopped without finishing: its worker was stopped (no heartbeat for "
     "{minutes} minutes). Start another one."
@@ -62,7 +64,7 @@ def run_export(job_id: str) -> None:
         shutil.rmtree(job.folder, ignore_errors=True)
         fail(job, f"The export stopped: {type(exc).__name__}: {exc}")
         return
-    ExportJob.objects.filter(pk=job.pk).update(
+    finished = ExportJob.objects.filter(pk=job.pk, status=ExportJob.Status.RUNNING).update(
         status=ExportJob.Status.DONE,
         filename=name,
         size=(job.folder / name).stat().st_size,
@@ -70,6 +72,9 @@ def run_export(job_id: str) -> None:
         progress_done=progress.done,
         finished_at=timezone.now(),
     )
+    if not finished:  # a deletion meanwhile refused it (drop_exports)
+        shutil.rmtree(job.folder, ignore_errors=True)
+        return
     prune(job.owner)
 
 
@@ -79,6 +84,23 @@ def prune(owner: Owner) -> None:
     old = done.order_by("-created_at").values_list("pk", flat=True)[KEEP_EXPORTS:]
     for stale in ExportJob.objects.filter(pk__in=list(old)):
         stale.delete()  # its archive goes with it (remove_archive)
+
+
+def drop_exports(sender: object, owner: Owner, **kwargs: object) -> None:
+    """memory.forgetting's `forgotten`: the owner's finished exports hold what was
+    just deleted, so they go (row and archive) once the deletion is committed.
+    An export running meanwhile is refused when it finishes (`run_export`)."""
+    cutoff = timezone.now()
+
+    def drop() -> None:
+        earlier = ExportJob.objects.owned_by(owner).filter(created_at__lte=cutoff)
+        for job in earlier.filter(status=ExportJob.Status.DONE):
+            job.delete()  # its archive goes with it (remove_archive)
+        earlier.filter(status=ExportJob.Status.RUNNING).update(
+            status=ExportJob.Status.FAILED, error=OUTDATED, finished_at=timezone.now()
+        )
+
+    transaction.on_commit(drop)
 
 
 def remove_archive(sender: type[ExportJob], instance: ExportJob, **kwargs: object) -> None:
