@@ -172,7 +172,7 @@ def get_context(
                 importance__gte=limits["relevance_min_importance"],
             )
             .exclude(pk__in=seen)
-            .order_by("-importance", "-created_at")[: limits["relevance_limit"]]
+            .order_by("-importance", "-created_at", "-id")[: limits["relevance_limit"]]
         )
         for event in important:
             context.items.append(ContextItem(event, "relevance", event.importance))
