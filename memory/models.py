@@ -153,7 +153,11 @@ class Event(OwnedModel):
             # check (count and newest id) read from this index alone.
             models.Index(fields=["owner", "session_id", "id"], name="event_session"),
             models.Index(fields=["owner", "created_at"], name="event_owner_time"),
-            models.Index(fields=["owner", "agent", "importance"], name="event_owner_importance"),
+            # get_context's relevance branch: the most important, newest first, read
+            # in this index's order and stopped at its limit (no sort of them all).
+            models.Index(
+                fields=["owner", "agent", "importance", "created_at"], name="event_relevance"
+            ),
             models.Index(fields=["owner", "agent", "embedded_at"], name="event_owner_embedded"),
             models.Index(
                 fields=["owner", "created_at"],

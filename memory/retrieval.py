@@ -22,7 +22,14 @@ import numpy as np
 from django.conf import settings
 
 from memory.models import Event, EventType
-from memory.search import MAX_QUERY_CHARS, SearchHit, best_events, lexical_finds, search_memory
+from memory.search import (
+    MAX_QUERY_CHARS,
+    SearchHit,
+    bears_on_query,
+    best_events,
+    lexical_finds,
+    search_memory,
+)
 from memory.vector_index import in_database, index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
@@ -172,7 +179,7 @@ def get_context(
                 importance__gte=limits["relevance_min_importance"],
             )
             .exclude(pk__in=seen)
-            .order_by("-importance", "-created_at")[: limits["relevance_limit"]]
+            .order_by("-importance", "-created_at", "-id")[: limits["relevance_limit"]]
         )
         for event in important:
             context.items.append(ContextItem(event, "relevance", event.importance))
@@ -194,6 +201,9 @@ def get_context(
             seen.add(event.pk)
 
     if searching:
+        # Of the search's best (as many more as the context holds), those new to
+        # it that bear on the query: only the rows of those shown are read.
+        floor = limits["search_min_similarity"]
         found_hits = search_memory(
             owner,
             text,
@@ -204,14 +214,12 @@ def get_context(
             known=[item.event for item in context.items],
             compared=compared,
             lexical=lexical,
+            wanted=lambda event_id, branches: (
+                event_id not in seen and bears_on_query(branches, floor)
+            ),
+            shown=limits["search_limit"],
         )
-        fresh = [
-            hit
-            for hit in found_hits
-            if isinstance(hit, SearchHit)  # files=False: events only
-            and hit.event.pk not in seen
-            and hit.bears_on_query(limits["search_min_similarity"])
-        ]
-        for hit in fresh[: limits["search_limit"]]:
-            context.items.append(ContextItem(hit.event, "search", hit.score))
+        for hit in found_hits:
+            if isinstance(hit, SearchHit):  # files=False: events only
+                context.items.append(ContextItem(hit.event, "search", hit.score))
     return context

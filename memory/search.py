@@ -23,7 +23,7 @@ their chunks with the events by cosine similarity, each hit citing its source.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +55,13 @@ class SearchHit:
         return f"session {self.event.session_id}, event {self.event.pk}"
 
     def bears_on_query(self, min_similarity: float) -> bool:
-        """Worth recalling: it shares a word with the query, or is close in meaning."""
-        return "lexical" in self.branches or self.branches.get("vector", -1.0) >= min_similarity
+        return bears_on_query(self.branches, min_similarity)
+
+
+def bears_on_query(branches: dict[str, float], min_similarity: float) -> bool:
+    """Worth recalling, by its branches' scores: it shares a word with the query,
+    or is close in meaning."""
+    return "lexical" in branches or branches.get("vector", -1.0) >= min_similarity
 
 
 def search_memory(
@@ -70,12 +75,16 @@ def search_memory(
     known: Iterable[Event] = (),
     compared: VectorQuery | PgQuery | None = None,
     lexical: dict[int, float] | None = None,
+    wanted: Callable[[int, dict[str, float]], bool] | None = None,
+    shown: int | None = None,
 ) -> list[SearchHit | FileHit]:
     """The `k` best memories for `query`; `known`, events the caller has already
     read, are not read again when they are among them. `compared`, the query's
     vector already compared with the index, and `lexical`, the full-text branch's
     finds (`lexical_finds`), are not asked again (get_context asks them first, and
-    its similarity branch reads the same comparison)."""
+    its similarity branch reads the same comparison). `wanted` (an event's id and
+    its branches' scores) and `shown`: only the first `shown` of the k that it
+    accepts, the others left unread (best_events)."""
     if branch not in BRANCHES:
         raise ValueError(f"branch must be one of {', '.join(BRANCHES)}")
     text = (query or "").strip()[:MAX_QUERY_CHARS]
@@ -119,13 +128,17 @@ def search_memory(
         and event.agent == agent
         and event.event_type in EventType.RECALLABLE
     }
-    for event in best_events(owned, scores, k, mine):
-        own = {
-            name: found[event.pk]
+
+    def branches(event_id: int) -> dict[str, float]:
+        return {
+            name: found[event_id]
             for name, found in (("vector", vector), ("lexical", lexical))
-            if event.pk in found
+            if event_id in found
         }
-        hits.append(SearchHit(event, scores[event.pk], own))
+
+    accepted = None if wanted is None else (lambda i: wanted(i, branches(i)))
+    for event in best_events(owned, scores, k, mine, accepted, shown):
+        hits.append(SearchHit(event, scores[event.pk], branches(event.pk)))
     if branch == "fused" and files and query_vector is not None:
         return merge_by_similarity(hits, search_files(owner, agent, query_vector, k), k)
     return [*hits]
@@ -142,24 +155,43 @@ def lexical_finds(
 
 
 def best_events(
-    owned: Any, scores: dict[int, float], k: int, known: dict[int, Event] | None = None
+    owned: Any,
+    scores: dict[int, float],
+    k: int,
+    known: dict[int, Event] | None = None,
+    wanted: Callable[[int], bool] | None = None,
+    shown: int | None = None,
 ) -> list[Event]:
     """The `k` best-scored events of `owned`, best first (ties keep the branches'
     order), fetched a few at a time: only what is shown is read, without its vector,
     and only if it is not `known` (events of `owned` already read).
-    `owned` drops the ids of other owners, agents or types."""
+    `owned` drops the ids of other owners, agents or types. With `wanted`, only
+    those of the k that it accepts, the first `shown` of them: the reading stops
+    there, and the others are read only if they are not `known` (they still count
+    among the k)."""
     known = known or {}
     ranked = sorted(scores, key=lambda i: -scores[i])
-    found: list[Event] = []
-    start, step = 0, max(k, 10)
-    while len(found) < k and start < len(ranked):
-        chunk = ranked[start : start + step]
+    shown = k if shown is None else min(k, shown)
+    found: list[Event] = []  # of the k best, those wanted
+    counted = start = 0  # the k best met so far; the next rank to read
+    while counted < k and len(found) < shown and start < len(ranked):
+        # Read up to the rank where, if every one of them exists, enough are wanted
+        # or the k are complete.
+        end, needed = start, shown - len(found)
+        while end < len(ranked) and needed and end - start < k - counted:
+            needed -= wanted is None or wanted(ranked[end])
+            end += 1
+        chunk = ranked[start:end]
         unread = [i for i in chunk if i not in known]
         events = owned.defer("embedding").in_bulk(unread) if unread else {}
         events.update((i, known[i]) for i in chunk if i in known)
-        found += [events[i] for i in chunk if i in events]
-        start += step
-    return found[:k]
+        for i in chunk:
+            if i in events and counted < k and len(found) < shown:
+                counted += 1
+                if wanted is None or wanted(i):
+                    found.append(events[i])
+        start = end
+    return found
 
 
 def fuse(vector: dict[int, float], lexical: dict[int, float]) -> dict[int, float]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -8,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from memory import recording, tasks
 from memory.models import Event
 from memory.retrieval import get_context
-from memory.search import search_memory
+from memory.search import best_events, search_memory
 from memory.working import working_memory
 from tests.support.profiles import in_process_vectors
 
@@ -126,6 +128,77 @@ def test_it_reads_no_event_again_that_the_caller_holds(alice, bob, history):
     assert [hit.event.pk for hit in hits] == [hit.event.pk for hit in plain]
     assert all(any(hit.event is event for event in held) for hit in hits)
     assert not [query for query in queries if '"events"."data"' in query["sql"]]
+
+
+def test_it_reads_only_the_wanted_of_the_k_best_and_only_as_many_as_are_shown(alice, bob):
+    events = [say(alice, f"note {n}") for n in range(6)]
+    gone = say(bob, "not alice's")  # among the scores, but not of `owned`
+    scores = {gone.pk: 1.0, **{e.pk: 0.9 - n / 10 for n, e in enumerate(events)}}
+    owned = Event.objects.filter(owner=alice)
+    skipped = {events[1].pk}
+
+    def wanted(event_id):
+        return event_id not in skipped
+
+    # As if the k best were read and then filtered: the unwanted still count among the k.
+    assert best_events(owned, scores, 3, wanted=wanted) == [events[0], events[2]]
+    with CaptureQueriesContext(connection) as queries:
+        shown = best_events(owned, scores, 5, wanted=wanted, shown=2)
+    assert shown == [events[0], events[2]]
+    asked = {
+        int(found)
+        for query in queries
+        for found in re.search(r'"id" IN \(([^)]*)\)', query["sql"]).group(1).split(",")
+    }
+    assert asked == {gone.pk, events[0].pk, events[1].pk, events[2].pk}  # not the rest
+    known = {events[0].pk: events[0], events[2].pk: events[2]}
+    with CaptureQueriesContext(connection) as queries:
+        assert best_events(owned, scores, 5, known, wanted, shown=2) == [events[0], events[2]]
+    assert len(queries) == 2  # the missing one and the unwanted one, then nothing more
+
+
+def test_its_search_branch_shows_what_filtering_the_search_would(alice, history, configure):
+    from memory.search import SearchHit
+
+    configure("memory", search_limit=2, search_min_similarity=0.2)
+    for query in ("When do we fly to Lisbon?", "golden retriever", "report due Friday cilantro"):
+        context = get_context(alice, "s1", query)
+        shown = context.branch("search")
+        before = [item for item in context.items if item.branch != "search"]
+        seen = {item.event.pk for item in before}
+        hits = search_memory(alice, query, k=2 + len(seen), files=False)
+        fresh = [
+            hit
+            for hit in hits
+            if isinstance(hit, SearchHit) and hit.event.pk not in seen and hit.bears_on_query(0.2)
+        ][:2]
+        assert [(i.event.pk, i.score) for i in shown] == [(h.event.pk, h.score) for h in fresh]
+
+
+def test_relevance_brings_the_most_important_then_the_newest(alice, configure):
+    configure("memory", relevance_limit=2, similarity_limit=0, search_limit=0)
+    older = say(alice, "older pinned", session="a", importance=0.9)
+    newer = say(alice, "newer pinned", session="b", importance=0.9)
+    say(alice, "less important", session="c", importance=0.85)
+    top = say(alice, "the most important", session="d", importance=1.0)
+    Event.objects.filter(pk__in=[older.pk, newer.pk]).update(created_at=newer.created_at)
+    relevant = [item.event for item in get_context(alice, "s1", "x").branch("relevance")]
+    assert relevant == [top, newer]  # a tie in date goes to the later event
+
+
+def test_relevance_reads_its_events_in_an_index_order_without_sorting_them(alice):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's plan")
+    important = (
+        Event.objects.filter(owner=alice, agent="main", importance__gte=0.8)
+        .exclude(pk__in=[1, 2])
+        .order_by("-importance", "-created_at", "-id")[:5]
+    )
+    sql, params = important.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = " ".join(row[-1] for row in cursor.fetchall())
+    assert "event_relevance" in plan and "TEMP B-TREE" not in plan
 
 
 def test_it_rebuilds_working_memory_when_another_process_wrote(alice):
