@@ -93,13 +93,16 @@ def fact_text(fact: Fact) -> str:
     return f"{fact.key.replace('_', ' ')}: {fact.value}"
 
 
+LABELS = {
+    EventType.USER_MESSAGE: "Your message",
+    EventType.ASSISTANT_RESPONSE: "The agent's answer",
+    EventType.SUMMARY: "Summary",
+    EventType.COMPACTION: "Compaction summary",
+}
+
+
 def describe(event: Event) -> str:
-    return {
-        EventType.USER_MESSAGE: "Your message",
-        EventType.ASSISTANT_RESPONSE: "The agent's answer",
-        EventType.SUMMARY: "Summary",
-        EventType.COMPACTION: "Compaction summary",
-    }.get(event.event_type, event.get_event_type_display())
+    return LABELS.get(event.event_type) or event.get_event_type_display()  # type: ignore[call-overload]
 
 
 def parse(subject: str) -> tuple[str, int]:
@@ -242,7 +245,7 @@ def forget_selected(owner: Owner, subject: str, refs: Iterable[str], actor: Acto
     `copies_of` lists now (CopyError otherwise, and nothing is deleted)."""
     chosen = set(refs)
     if not chosen:
-        raise CopyError("Nothing was selected: nothing was deleted.")
+        raise CopyError("Nothing was selected: tick what to forget.")
     offered = copies_of(owner, subject).refs()
     if not chosen <= offered:
         raise CopyError(
