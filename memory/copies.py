@@ -206,6 +206,8 @@ def by_meaning(owner: Owner, agent: str, text: str) -> dict[int, str]:
     """The owner's memories whose vector is at least SIMILAR to the text's."""
     from memory.embeddings import embed_text
 
+    if not text.strip():  # (a tool call's event has no text: its arguments are its words)
+        return {}
     vector = embed_text(text[:MAX_TEXT])
     if vector is None:
         return {}

@@ -94,6 +94,31 @@ def test_a_message_lists_the_fact_saved_from_it_and_a_paraphrase(alice):
     assert why[f"event:{again.pk}"].startswith("same meaning")
 
 
+def test_a_summary_that_repeats_it_is_listed_and_forgotten(alice):
+    fact, said, *_ = stated(alice)
+    chat = start_chat(alice)
+    summary = say(alice, chat, "The user has a peanut allergy.", EventType.SUMMARY)
+
+    found = copies_of(alice, f"fact:{fact.pk}")
+    assert f"event:{summary.pk}" in refs(found)
+    forget_selected(alice, f"fact:{fact.pk}", refs(found), Actor.user(alice))
+    assert not Event.objects.filter(pk=summary.pk).exists()
+
+
+def test_a_file_line_changed_since_it_was_offered_is_not_removed(alice):
+    fact, *_ = stated(alice)
+    workspace = workspace_dir(alice.pk, "main")
+    write(workspace, "MEMORY.md", "- Allergic to peanuts\n")
+    index_path(alice, "main", "MEMORY.md")
+    offered = refs(copies_of(alice, f"fact:{fact.pk}"))
+    write(workspace, "MEMORY.md", "- Allergic to peanuts and cashews\n")
+
+    with pytest.raises(CopyError):
+        forget_selected(alice, f"fact:{fact.pk}", offered, Actor.user(alice))
+    assert read_memory_file(workspace, "MEMORY.md")[0] == "- Allergic to peanuts and cashews\n"
+    assert Fact.objects.filter(pk=fact.pk).exists()
+
+
 def test_the_threshold_parts_paraphrases_from_unrelated_sentences(db):
     def cosine(a, b):
         return float(embed_text(a) @ embed_text(b))
