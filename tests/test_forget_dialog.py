@@ -95,7 +95,7 @@ def test_a_message_lists_the_fact_saved_from_it_and_a_paraphrase(alice):
 
 
 def test_a_summary_that_repeats_it_is_listed_and_forgotten(alice):
-    fact, said, *_ = stated(alice)
+    fact, _said, *_ = stated(alice)
     chat = start_chat(alice)
     summary = say(alice, chat, "The user has a peanut allergy.", EventType.SUMMARY)
 
