@@ -244,7 +244,8 @@ def file_lines(owner: Owner, agent: str, wanted: set[str]) -> list[Copy]:
 
 def forget_selected(owner: Owner, subject: str, refs: Iterable[str], actor: Actor) -> Forgotten:
     """Forget the chosen copies of `subject`: all of them must be among what
-    `copies_of` lists now (CopyError otherwise, and nothing is deleted)."""
+    `copies_of` lists now (CopyError otherwise), and no message of a chat that is
+    answering (forgetting.Busy); if either is raised, nothing is deleted."""
     chosen = set(refs)
     if not chosen:
         raise CopyError("Nothing was selected: tick what to forget.")
@@ -262,6 +263,7 @@ def forget_selected(owner: Owner, subject: str, refs: Iterable[str], actor: Acto
             _, agent, number, digest, path = ref.split(":", 4)
             lines.setdefault((agent, path), {})[int(number)] = digest
     report = Forgotten()
+    forgetting.check_not_busy(owner, list(Event.objects.owned_by(owner).filter(pk__in=events)))
     with transaction.atomic():
         if facts:
             report.facts += forgetting.forget_facts(

@@ -76,6 +76,22 @@ forgotten = Signal()
 REDACTED = "[forgotten]"
 
 
+class Busy(Exception):
+    """What would be deleted is in use right now (a chat that is answering): what
+    the turn writes next would outlive the deletion. Nothing was deleted."""
+
+
+# (owner, events) → None, or Busy: registered by the apps that know what is in use
+# (sessions_app: a chat answering), asked before events go from the forget dialog.
+BusyCheck = Callable[[Owner, list[Event]], None]
+busy_checks: list[BusyCheck] = []
+
+
+def check_not_busy(owner: Owner, events: list[Event]) -> None:
+    for check in busy_checks:
+        check(owner, events)
+
+
 class NothingToForget(LookupError):
     """The ids named nothing of the owner's (unknown, someone else's, or deleted already)."""
 

@@ -192,7 +192,12 @@ def forget(request: HtmxHttpRequest) -> HttpResponse:
             report = copies.forget_selected(
                 request.user, subject, request.POST.getlist("copy"), actor
             )
-        except (copies.CopyError, paths.MemoryPathError, paths.FileConflict) as exc:
+        except (
+            copies.CopyError,
+            forgetting.Busy,
+            paths.MemoryPathError,
+            paths.FileConflict,
+        ) as exc:
             error = str(exc) if not isinstance(exc, paths.FileConflict) else CHANGED
             if "nothing was deleted" not in error.lower():
                 error += " Nothing was deleted."

@@ -6,8 +6,11 @@ Nothing of another user's is ever listed or deleted."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from memory import recording
 from memory.copies import SIMILAR, CopyError, copies_of, forget_selected
@@ -19,6 +22,7 @@ from memory.search import search_memory
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from sessions_app.chat import start_chat
+from sessions_app.models import ChatClaim, Session
 from tests.support.files import write
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -117,6 +121,18 @@ def test_a_file_line_changed_since_it_was_offered_is_not_removed(alice):
         forget_selected(alice, f"fact:{fact.pk}", offered, Actor.user(alice))
     assert read_memory_file(workspace, "MEMORY.md")[0] == "- Allergic to peanuts and cashews\n"
     assert Fact.objects.filter(pk=fact.pk).exists()
+
+
+def test_nothing_is_forgotten_from_a_chat_that_is_answering(alice_client, alice):
+    fact, said, *_ = stated(alice)
+    chat = Session.objects.get(pk=said.session_id)
+    ChatClaim.objects.create(
+        owner=alice, key=chat.key, token="t", lease_until=timezone.now() + timedelta(seconds=20)
+    )
+    data = {"subject": f"fact:{fact.pk}", "copy": [f"fact:{fact.pk}", f"event:{said.pk}"]}
+    response = alice_client.post(reverse("forget"), data)
+    assert response.status_code == 400 and "answering" in response.content.decode()
+    assert Fact.objects.filter(pk=fact.pk).exists() and Event.objects.filter(pk=said.pk).exists()
 
 
 def test_the_threshold_parts_paraphrases_from_unrelated_sentences(db):
