@@ -121,12 +121,14 @@ def copies_of(owner: Owner, subject: str) -> Copies:
     facts = Fact.objects.owned_by(owner)
     items: dict[str, Copy] = {}
     chosen_facts: list[Fact] = []
-    chosen_events: list[Event] = []
+    chosen_events: list[Event] = []  # (a fact's: where it was said)
     if kind == "fact":
         fact = facts.select_related("origin_event").filter(pk=pk).first()
         if fact is None:
             raise CopyError("No such fact: it may have been forgotten already.")
-        text, wanted, agent = fact_text(fact), stems(fact.value) or stems(fact_text(fact)), None
+        text, agent = fact_text(fact), None
+        words = fact.value if stems(fact.value) else text  # the value is what it says
+        wanted = stems(words)
         chosen_facts.append(fact)
         add_fact(items, fact, "the fact")
         if (said := where_said(owner, fact)) is not None:
@@ -136,17 +138,20 @@ def copies_of(owner: Owner, subject: str) -> Copies:
         event = events.filter(pk=pk).first()
         if event is None:
             raise CopyError("No such message: it may have been deleted already.")
-        text, wanted, agent = event.text, stems(event.text), event.agent
+        text, words, agent = event.text, event.text, event.agent
+        wanted = stems(words)
         chosen_events.append(event)
         add_event(items, event, "what you chose")
     agent = agent or DEFAULT_AGENT
-    for event in chosen_events:  # facts the agent saved from it, or that it states
+    # Facts the agent saved in the chosen message's turn (a fact's own origin
+    # message may have told others too: those are not offered unless they say it).
+    for event in chosen_events if kind == "event" else []:
         for fact in facts.filter(origin_event__in=turn_of(event)):
             add_fact(items, fact, "saved from it")
     for fact in facts.exclude(pk__in=[f.pk for f in chosen_facts]):
         if says(stems(fact.value), text):
             add_fact(items, fact, "its value is in it")
-    found = by_words(owner, agent, text, wanted) | by_meaning(owner, agent, text)
+    found = by_words(owner, agent, words, wanted) | by_meaning(owner, agent, text)
     for event in events.filter(pk__in=found, event_type__in=EventType.RECALLABLE).order_by("pk"):
         add_event(items, event, found[event.pk])
     for line in file_lines(owner, agent, wanted):

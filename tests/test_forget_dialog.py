@@ -135,6 +135,23 @@ def test_nothing_is_forgotten_from_a_chat_that_is_answering(alice_client, alice)
     assert Fact.objects.filter(pk=fact.pk).exists() and Event.objects.filter(pk=said.pk).exists()
 
 
+def test_a_fact_does_not_offer_another_fact_saved_in_the_same_turn(alice):
+    fact, said, *_ = stated(alice)
+    city, _ = Fact.objects.remember(
+        alice,
+        "home",
+        "city",
+        "Porto",
+        actor=Actor.agent("main"),
+        source=Fact.Source.AGENT,
+        origin=Fact.Origin.TURN,
+        origin_event_id=fact.origin_event_id,
+        origin_session_id=said.session_id,
+    )
+    assert f"fact:{city.pk}" not in refs(copies_of(alice, f"fact:{fact.pk}"))
+    assert f"fact:{city.pk}" in refs(copies_of(alice, f"event:{said.pk}"))
+
+
 def test_the_threshold_parts_paraphrases_from_unrelated_sentences(db):
     def cosine(a, b):
         return float(embed_text(a) @ embed_text(b))
