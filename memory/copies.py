@@ -29,7 +29,7 @@ from memory import forgetting, fulltext
 from memory.files import paths
 from memory.forgetting import Forgotten
 from memory.models import Event, EventType, Fact, MemoryFile
-from memory.vector_index import index_for
+from memory.vector_index import in_database, index_for
 from memory.workspace import DEFAULT_AGENT, workspace_dir
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -202,7 +202,11 @@ def turn_of(event: Event) -> list[int]:
 def by_words(owner: Owner, agent: str, text: str, wanted: set[str]) -> dict[int, str]:
     """The owner's memories that have the words (the full-text index finds the
     candidates, `says` keeps those with enough of them)."""
-    ids = [pk for pk, _ in fulltext.search(owner.pk, agent, text[:MAX_TEXT], CANDIDATES)]
+    # As memory search does (fulltext.COMMON_SHARE): in a large memory the words
+    # common to most of it are left out of the query; a copy has the rarer ones too.
+    memories = None if in_database() else index_for(owner.pk, agent).count()
+    found = fulltext.search(owner.pk, agent, text[:MAX_TEXT], CANDIDATES, memories=memories)
+    ids = [pk for pk, _ in found]
     rows = Event.objects.owned_by(owner).filter(pk__in=ids).only("id", "text")
     return {event.pk: "same words" for event in rows if says(wanted, event.text)}
 
