@@ -74,3 +74,32 @@ def test_a_fact_forgotten_through_the_dialog_reaches_no_prompt_and_no_search(pag
     assert "peanut" not in sent and "allerg" not in sent
     for query in ("peanuts", "allergic to peanuts", PARAPHRASE):
         assert "peanut" not in search_texts(page, query), query
+
+
+def test_a_message_and_a_search_hit_are_forgotten_through_the_same_dialog(page, e2e_llm):
+    log_in(page)
+    new_chat(page)
+    chat_url = page.url
+    e2e_llm.script(Reply(text="Noted, the spare key."))
+    send(page, "The spare key is under the blue flowerpot")
+    page.locator(".bubble.assistant:has-text('Noted, the spare key.')").wait_for()
+
+    # The 🗑 of a message: the dialog lists it, and the answer that repeats it.
+    message = page.locator(".event.user_message", has_text="blue flowerpot")
+    message.hover()
+    message.locator("a.delete-event").click()
+    dialog = page.locator("dialog.forget-dialog")
+    dialog.wait_for()
+    listed = dialog.locator(".forget-copies li").all_inner_texts()
+    assert "blue flowerpot" in listed[0]
+    dialog.locator("button:has-text('Forget selected')").click()
+    page.wait_for_url(chat_url)
+    page.locator(".flash li:has-text('Deleted')").wait_for()
+    assert not any("blue flowerpot" in text for text in page.locator(".bubble").all_inner_texts())
+
+    # A memory search hit has its own Forget…
+    page.goto("/memory/?q=spare+key")
+    page.locator("ol.results li", has_text="Noted, the spare key.").locator("a.forget").click()
+    page.locator("dialog.forget-dialog button:has-text('Forget selected')").click()
+    page.locator(".flash li:has-text('Deleted')").wait_for()
+    assert "spare key" not in search_texts(page, "spare key")
