@@ -151,12 +151,25 @@ def copies_of(owner: Owner, subject: str) -> Copies:
     for fact in facts.exclude(pk__in=[f.pk for f in chosen_facts]):
         if says(stems(fact.value), text):
             add_fact(items, fact, "its value is in it")
-    found = by_words(owner, agent, words, wanted) | by_meaning(owner, agent, text)
+    # A fact is told to every agent, and a message may be repeated to another:
+    # every agent's memories and files are searched, the subject's first.
+    found: dict[int, str] = {}
+    lines: list[Copy] = []
+    for name in [agent, *sorted(agents_of(owner) - {agent})]:
+        found |= by_words(owner, name, words, wanted) | by_meaning(owner, name, text)
+        lines += file_lines(owner, name, wanted)
     for event in events.filter(pk__in=found, event_type__in=EventType.RECALLABLE).order_by("pk"):
         add_event(items, event, found[event.pk])
-    for line in file_lines(owner, agent, wanted):
+    for line in lines:
         items.setdefault(line.ref, line)
     return Copies(subject, text, list(items.values()))
+
+
+def agents_of(owner: Owner) -> set[str]:
+    """The agents with memories or memory files of the owner's."""
+    events = Event.objects.owned_by(owner).values_list("agent", flat=True).distinct()
+    files = MemoryFile.objects.owned_by(owner).values_list("agent", flat=True).distinct()
+    return {*events.order_by(), *files.order_by()}
 
 
 def add_fact(items: dict[str, Copy], fact: Fact, why: str) -> None:

@@ -152,6 +152,24 @@ def test_a_fact_does_not_offer_another_fact_saved_in_the_same_turn(alice):
     assert f"fact:{city.pk}" in refs(copies_of(alice, f"event:{said.pk}"))
 
 
+def test_another_agents_memories_and_files_are_searched_too(alice):
+    fact, *_ = stated(alice)
+    chat = start_chat(alice)
+    elsewhere = recording.record(
+        alice,
+        str(chat.pk),
+        EventType.USER_MESSAGE,
+        {"content": SAID},
+        agent="cook",
+        vector=embed_text(SAID),
+    )
+    write(workspace_dir(alice.pk, "cook"), "MEMORY.md", "- No peanuts in any dish\n")
+    index_path(alice, "cook", "MEMORY.md")
+    found = refs(copies_of(alice, f"fact:{fact.pk}"))
+    assert f"event:{elsewhere.pk}" in found
+    assert any(ref.startswith("line:cook:1:") for ref in found)
+
+
 def test_the_threshold_parts_paraphrases_from_unrelated_sentences(db):
     def cosine(a, b):
         return float(embed_text(a) @ embed_text(b))
