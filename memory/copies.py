@@ -286,6 +286,10 @@ def forget_selected(owner: Owner, subject: str, refs: Iterable[str], actor: Acto
             lines.setdefault((agent, path), {})[int(number)] = digest
     report = Forgotten()
     forgetting.check_not_busy(owner, list(Event.objects.owned_by(owner).filter(pk__in=events)))
+    # Files first: a line changed since the check (paths.FileConflict) stops the
+    # rest before any row goes.
+    for (agent, path), numbers in sorted(lines.items()):
+        report.lines += forgetting.forget_memory_lines(owner, agent, path, numbers, actor)
     with transaction.atomic():
         if facts:
             report.facts += forgetting.forget_facts(
@@ -298,6 +302,4 @@ def forget_selected(owner: Owner, subject: str, refs: Iterable[str], actor: Acto
             erased = forgetting.forget_events(owner, left, actor)
             for name, count in erased.as_dict().items():
                 setattr(report, name, getattr(report, name) + count)
-    for (agent, path), numbers in sorted(lines.items()):
-        report.lines += forgetting.forget_memory_lines(owner, agent, path, numbers, actor)
     return report

@@ -198,9 +198,14 @@ def forget(request: HtmxHttpRequest) -> HttpResponse:
             paths.MemoryPathError,
             paths.FileConflict,
         ) as exc:
-            error = str(exc) if not isinstance(exc, paths.FileConflict) else CHANGED
-            if "nothing was deleted" not in error.lower():
-                error += " Nothing was deleted."
+            if isinstance(exc, paths.FileConflict):
+                error = CHANGED
+            elif isinstance(exc, paths.MemoryPathError):  # e.g. the file is a link now
+                error = f"{exc} Nothing more was deleted."
+            else:
+                error = str(exc)
+                if "nothing was deleted" not in error.lower():
+                    error += " Nothing was deleted."
             return render_page(
                 request, "memory/forget.html", {**context, "error": error}, status=400
             )
@@ -215,6 +220,8 @@ def forget(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "memory/forget.html", context)
 
 
+# Files go first (memory.copies.forget_selected): a file that changed between the
+# check and the write stops the rest.
 CHANGED = "A memory file changed meanwhile: nothing more was deleted. Open the dialog again."
 
 

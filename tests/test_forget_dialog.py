@@ -16,7 +16,7 @@ from memory import recording
 from memory.copies import SIMILAR, CopyError, copies_of, forget_selected
 from memory.embeddings import embed_text
 from memory.files.indexing import index_path
-from memory.files.paths import read_memory_file
+from memory.files.paths import FileConflict, read_memory_file
 from memory.models import Event, EventType, Fact
 from memory.search import search_memory
 from memory.workspace import workspace_dir
@@ -168,6 +168,25 @@ def test_another_agents_memories_and_files_are_searched_too(alice):
     found = refs(copies_of(alice, f"fact:{fact.pk}"))
     assert f"event:{elsewhere.pk}" in found
     assert any(ref.startswith("line:cook:1:") for ref in found)
+
+
+def test_a_file_changed_while_forgetting_stops_before_any_row_goes(
+    alice_client, alice, monkeypatch
+):
+    fact, said, *_ = stated(alice)
+    workspace = workspace_dir(alice.pk, "main")
+    write(workspace, "MEMORY.md", "- Allergic to peanuts\n")
+    index_path(alice, "main", "MEMORY.md")
+    offered = refs(copies_of(alice, f"fact:{fact.pk}"))
+
+    def changed_meanwhile(*args, **kwargs):
+        raise FileConflict("- Allergic to peanuts, edited\n", "x")
+
+    monkeypatch.setattr("memory.forgetting.forget_memory_lines", changed_meanwhile)
+    data = {"subject": f"fact:{fact.pk}", "copy": sorted(offered)}
+    response = alice_client.post(reverse("forget"), data)
+    assert response.status_code == 400 and "changed meanwhile" in response.content.decode()
+    assert Fact.objects.filter(pk=fact.pk).exists() and Event.objects.filter(pk=said.pk).exists()
 
 
 def test_the_threshold_parts_paraphrases_from_unrelated_sentences(db):
