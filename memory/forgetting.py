@@ -39,6 +39,7 @@ raw bytes there are the database administrator's (and autovacuum's) concern.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -75,6 +76,22 @@ forgotten = Signal()
 REDACTED = "[forgotten]"
 
 
+class Busy(Exception):
+    """What would be deleted is in use right now (a chat that is answering): what
+    the turn writes next would outlive the deletion. Nothing was deleted."""
+
+
+# (owner, events) → None, or Busy: registered by the apps that know what is in use
+# (sessions_app: a chat answering), asked before events go from the forget dialog.
+BusyCheck = Callable[[Owner, list[Event]], None]
+busy_checks: list[BusyCheck] = []
+
+
+def check_not_busy(owner: Owner, events: list[Event]) -> None:
+    for check in busy_checks:
+        check(owner, events)
+
+
 class NothingToForget(LookupError):
     """The ids named nothing of the owner's (unknown, someone else's, or deleted already)."""
 
@@ -90,6 +107,7 @@ class Forgotten:
     facts: int = 0  # facts deleted: asked for, or proposed by a deleted summary
     recalls: int = 0  # recall events whose recalled items were removed
     files: int = 0
+    lines: int = 0  # lines removed from memory files
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +128,7 @@ class Forgotten:
                 (self.compactions, "compaction summary", "compaction summaries"),
                 (self.facts, "fact", "facts"),
                 (self.files, "memory file", "memory files"),
+                (self.lines, "memory file line", "memory file lines"),
             )
             if count
         ]
@@ -358,6 +377,58 @@ def forget_memory_file(owner: Owner, agent: str, path: str, actor: Actor) -> For
             lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),
         )
     return Forgotten(files=1, recalls=recalls)
+
+
+def line_digest(line: str) -> str:
+    """Names a line's text, so that a line changed since it was offered is not removed."""
+    return hashlib.sha256(line.encode()).hexdigest()[:12]
+
+
+def forget_memory_lines(
+    owner: Owner, agent: str, path: str, lines: dict[int, str], actor: Actor
+) -> int:
+    """Remove lines of a memory file of `owner`'s `agent`: `lines` maps 1-based
+    line numbers to the `line_digest` of the text they had when offered. The file
+    is written only if every such line still has that text (paths.FileConflict
+    otherwise), then re-indexed (its chunks, and the LanceDB table, as a file
+    edit does). Its history's values are erased (they hold the lines), and the
+    change is recorded with the text left. Returns how many lines went."""
+    shown = paths.memory_path(path)
+    workspace = workspace_dir(owner.pk, agent, create=False)
+    before, sha = paths.read_memory_file(workspace, shown)
+    kept, removed = [], 0
+    for number, line in enumerate(before.splitlines(keepends=True), start=1):
+        if number in lines:
+            if line_digest((line.splitlines() or [""])[0]) != lines[number]:
+                raise paths.FileConflict(before, sha)
+            removed += 1
+        else:
+            kept.append(line)
+    if removed != len(lines):  # a line past the end: the file is shorter now
+        raise paths.FileConflict(before, sha)
+    after = "".join(kept)
+    paths.save_if_unchanged(workspace, shown, after, sha)
+    indexing.index_path(owner, agent, shown)
+    subject = f"{agent}:{shown}"
+    with transaction.atomic():
+        announce(owner, [], agents=[agent])
+        Change.objects.forget_values(owner.pk, Change.Subject.MEMORY_FILE, subject)
+        record_change(
+            owner,
+            actor,
+            Change.Subject.MEMORY_FILE,
+            subject,
+            subject,
+            Change.Action.CHANGED,
+            None,
+            {"text": after},
+        )
+        quoted = f"{shown}:"
+        scrub_recalls(
+            owner,
+            lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),
+        )
+    return removed
 
 
 class Housekeeping:

@@ -4,6 +4,7 @@ from memory import views
 
 urlpatterns = [
     path("", views.memory_search, name="memory-search"),
+    path("forget/", views.forget, name="forget"),
     path("files/", views.memory_files, name="memory-files"),
     path("files/view/", views.memory_file, name="memory-file"),
     path("files/new/", views.memory_file_new, name="memory-file-new"),

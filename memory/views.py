@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from memory import documents, forgetting
+from memory import copies, documents, forgetting
 from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
@@ -170,6 +170,59 @@ def memory_file_delete(request: HtmxHttpRequest) -> HttpResponse:
             messages.success(request, f"Deleted {shown}.")
         return redirect(files_url(agent))
     return render(request, "memory/file_delete.html", {"agent": agent, "path": shown})
+
+
+def forget(request: HtmxHttpRequest) -> HttpResponse:
+    """The forget dialog: everything that still states a fact or a message
+    (`?subject=fact:<id>` or `event:<id>`), each with a checkbox; its POST
+    forgets the ones ticked (memory.copies). For htmx, the dialog alone."""
+    subject = request.POST.get("subject") or request.GET.get("subject", "")
+    back = (
+        request.POST.get("next")
+        or request.GET.get("next")
+        or (request.htmx.current_url if request.htmx else request.META.get("HTTP_REFERER"))
+        or ""
+    )
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = reverse("fact-list") if subject.startswith("fact:") else reverse("memory-search")
+    context: dict[str, Any] = {"subject": subject, "next": back}
+    if request.method == "POST":
+        actor = Actor.user(request.user)
+        try:
+            report = copies.forget_selected(
+                request.user, subject, request.POST.getlist("copy"), actor
+            )
+        except (
+            copies.CopyError,
+            forgetting.Busy,
+            paths.MemoryPathError,
+            paths.FileConflict,
+        ) as exc:
+            if isinstance(exc, paths.FileConflict):
+                error = CHANGED
+            elif isinstance(exc, paths.MemoryPathError):  # e.g. the file is a link now
+                error = f"{exc} Nothing more was deleted."
+            else:
+                error = str(exc)
+                if "nothing was deleted" not in error.lower():
+                    error += " Nothing was deleted."
+            return render_page(
+                request, "memory/forget.html", {**context, "error": error}, status=400
+            )
+        messages.success(request, report.describe())
+        return redirect(back)
+    try:
+        context["copies"] = found = copies.copies_of(request.user, subject)
+    except copies.CopyError as exc:
+        raise Http404(str(exc)) from None
+    if subject.startswith("event:"):  # the chat's other choice: the message or its turn
+        context["event_delete"] = reverse("event-delete", args=[int(found.subject[6:])])
+    return render_page(request, "memory/forget.html", context)
+
+
+# Files go first (memory.copies.forget_selected): a file that changed between the
+# check and the write stops the rest.
+CHANGED = "A memory file changed meanwhile: nothing more was deleted. Open the dialog again."
 
 
 # Facts and macros: the user's view of what the agent learned -------------------

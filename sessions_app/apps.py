@@ -7,10 +7,14 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Sessions"
 
     def ready(self) -> None:
-        from memory import provenance
+        from memory import forgetting, provenance
         from sessions_app import cleanup, signals  # noqa: F401
+        from sessions_app.forgetting import check_chats_idle
         from sessions_app.models import Session
 
         # Memory tells where a fact came from by its chat's title, which is kept here.
         provenance.name_chats_with(Session.objects.titles)
+        # The forget dialog deletes no message of a chat that is answering.
+        if check_chats_idle not in forgetting.busy_checks:
+            forgetting.busy_checks.append(check_chats_idle)
         post_migrate.connect(cleanup.install_schedule, sender=self)

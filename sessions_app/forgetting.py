@@ -20,15 +20,23 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.forgetting import Forgotten, NothingToForget, forget_events, forget_sessions
+from memory.forgetting import Busy, Forgotten, NothingToForget, forget_events, forget_sessions
 from memory.models import Event, EventType
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
 from sessions_app.models import ChatClaim, ChatInput, Session
 
 
-class ChatBusy(Exception):
+class ChatBusy(Busy):
     """The chat is answering: what the turn writes next would outlive the deletion."""
+
+
+def check_chats_idle(owner: Owner, events: list[Event]) -> None:
+    """memory.forgetting's busy check: ChatBusy if one of the events' chats is answering."""
+    sessions = {uuid for event in events if (uuid := session_uuid(event.session_id))}
+    keys = Session.objects.owned_by(owner).filter(pk__in=sessions).values_list("key", flat=True)
+    for key in set(keys):
+        check_idle(owner, key)
 
 
 def drop_copies(sender: object, owner: Owner, events: list[Event], **kwargs: object) -> None:

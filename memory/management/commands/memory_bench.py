@@ -41,6 +41,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from memory import fulltext
+from memory.copies import copies_of
 from memory.embeddings import embed_text, embed_texts, get_model
 from memory.evaluation import DatasetError, load_dataset, throwaway_user
 from memory.models import Event, EventType
@@ -62,6 +63,7 @@ STAGES = (  # what is timed, in the order printed
     "search_without_embedding",
     "vector_branch",
     "lexical_branch",
+    "forget_dialog",  # what the forget dialog lists for a message (memory.copies)
 )
 SAMPLES = 200
 REFERENCE_TOP = 50  # the numpy reference's top-k (memory search's candidates per branch)
@@ -296,7 +298,11 @@ class Command(BaseCommand):
                 "search_without_embedding": lambda n: search_memory(
                     user, queries[n % len(queries)], query_vector=vectors[n % len(queries)]
                 ),
+                "forget_dialog": lambda n: copies_of(user, f"event:{said[n % len(said)]}"),
             }
+            said = list(
+                Event.objects.filter(owner=user).order_by("?").values_list("pk", flat=True)[:50]
+            )
             if "get_context" in stages:
                 report.update(against_numpy(user, context, vectors, samples))
             if "get_context_without_search" in stages:
