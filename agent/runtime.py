@@ -49,9 +49,6 @@ from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 
-# Seconds a streamed frame waits for the deltas that follow it (docs/chat-runtime.md).
-DELTA_TICK = 0.03
-
 
 class CallWritten(Exception):
     """The model wrote a whole tool call as text and goes on writing (the call is `call`)."""
@@ -188,10 +185,9 @@ class Turn:
             request.before.text if request.before is not None else UNKNOWN
         )
         self.closed = False  # the turn's usage is kept with its message
-        # Deltas not sent yet, the task sending them and when it last sent.
+        # Deltas not sent yet, and the task sending them.
         self.unsent = ""
         self.sender: asyncio.Task | None = None
-        self.sent_at = -DELTA_TICK
         self.offered: list[Tool] = []  # the tools of the round being answered
         self.carried = Usage()  # a resumed turn's usage before it handed calls to the client
         # Text from outside the person and the agent entered the turn (a tool's answer,
@@ -410,17 +406,10 @@ class Turn:
             self.sender = asyncio.create_task(self.send_deltas())
 
     async def send_deltas(self) -> None:
-        """Send what is unsent, a frame per tick at most: the first delta goes at
-        once, those that follow within the tick go together at its end. A frame
-        costs the server far more than a delta (the channel layer, a consumer
-        dispatch, a websocket write per tab), so the frame rate must not be the
-        token rate: at 100 chats x 50 tokens/s it saturated a worker."""
-        loop = asyncio.get_running_loop()
+        """Send what is unsent; deltas that arrive while a frame is on its way
+        go out together in the next one (no delay when the server keeps up)."""
         while self.unsent:
-            if (wait := self.sent_at + DELTA_TICK - loop.time()) > 0:
-                await asyncio.sleep(wait)
             text, self.unsent = self.unsent, ""
-            self.sent_at = loop.time()
             await self.emit(Delta(text))
 
     async def deltas_sent(self) -> None:
