@@ -1,9 +1,9 @@
 """The web server: daphne, on uvloop's event loop instead of asyncio's own.
 
-Every streamed frame is a few event-loop callbacks on the way in (the LLM's
+Every streamed delta is a few event-loop callbacks on the way in (the LLM's
 socket) and out (the channel layer, the websocket); uvloop runs them in C. At
 100 chats streaming 50 tokens/s through Redis on one process, the p95 a delta
-waits went from 311 to 89-113 ms (bench/chat_latency.py, docs/performance.md).
+waits went from 705 to 55-79 ms (bench/chat_latency.py, docs/performance.md).
 
     python -m neotask_site.web_server [daphne's options] neotask_site.asgi:application
 """
