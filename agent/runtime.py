@@ -49,6 +49,11 @@ from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 
+# Streamed frames when the event loop falls behind: a sender that starts this
+# many seconds late sends a frame per DELTA_TICK at most (Turn.send_deltas).
+BEHIND = 0.005
+DELTA_TICK = 0.03
+
 
 class CallWritten(Exception):
     """The model wrote a whole tool call as text and goes on writing (the call is `call`)."""
@@ -185,9 +190,11 @@ class Turn:
             request.before.text if request.before is not None else UNKNOWN
         )
         self.closed = False  # the turn's usage is kept with its message
-        # Deltas not sent yet, and the task sending them.
+        # Deltas not sent yet, the task sending them, when it was asked to and
+        # when it last sent a frame (event loop times).
         self.unsent = ""
         self.sender: asyncio.Task | None = None
+        self.asked_at = self.sent_at = -DELTA_TICK
         self.offered: list[Tool] = []  # the tools of the round being answered
         self.carried = Usage()  # a resumed turn's usage before it handed calls to the client
         # Text from outside the person and the agent entered the turn (a tool's answer,
@@ -403,13 +410,23 @@ class Turn:
             raise CallWritten(call)
         self.unsent += text
         if self.sender is None or self.sender.done():
+            self.asked_at = asyncio.get_running_loop().time()
             self.sender = asyncio.create_task(self.send_deltas())
 
     async def send_deltas(self) -> None:
-        """Send what is unsent; deltas that arrive while a frame is on its way
-        go out together in the next one (no delay when the server keeps up)."""
+        """Send what is unsent, at once while the process keeps up. When the
+        event loop is behind (the sender started over BEHIND after it was asked
+        for), a frame per tick at most: the deltas of that tick go together, so
+        the frames to write stop growing with the token rate just when the
+        process cannot write them all (100 chats x 50 tokens/s on one worker);
+        a fixed tick would add its wait to every delta of a quiet server."""
+        loop = asyncio.get_running_loop()
+        behind = loop.time() - self.asked_at > BEHIND
         while self.unsent:
+            if behind and (wait := self.sent_at + DELTA_TICK - loop.time()) > 0:
+                await asyncio.sleep(wait)
             text, self.unsent = self.unsent, ""
+            self.sent_at = loop.time()
             await self.emit(Delta(text))
 
     async def deltas_sent(self) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from typing import Any
 
@@ -8,6 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
+from agent import runtime
 from agent.approvals import decide
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.runtime import TurnRequest, run_turn
@@ -283,3 +285,34 @@ async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monk
         "cache_read": 0,
         "cache_write": 0,
     }
+
+
+@pytest.mark.parametrize("behind", [False, True])
+async def test_deltas_go_at_once_unless_the_loop_is_behind_then_a_frame_per_tick(
+    owner, llm, monkeypatch, behind
+):
+    # BEHIND is how late a sender may start before the process counts as behind.
+    monkeypatch.setattr(runtime, "BEHIND", -1.0 if behind else 60.0)
+    words = [f"word{n} " for n in range(30)]
+    llm.script(Reply(deltas=words, delay=0.003))
+    loop = asyncio.get_running_loop()
+    sent_at: list[float] = []
+
+    class Timed(Frames):
+        async def __call__(self, typed: Any) -> None:
+            if typed.as_json()["type"] == "delta":
+                sent_at.append(loop.time())
+            await super().__call__(typed)
+
+    frames = Timed(owner)
+    result = await run_turn(request_for(owner), "Stream me something", frames)
+
+    texts = [f["text"] for f in frames.of("delta")]
+    assert "".join(texts) == result.answer == "".join(words)  # none lost or reordered
+    assert texts[0] == words[0]  # the first delta does not wait
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sent_at)]
+    if not behind:  # keeping up: frames as the deltas come, none held for a tick
+        assert min(gaps) < runtime.DELTA_TICK / 2, gaps
+    else:  # behind: the deltas of a tick go together
+        assert len(texts) < len(words)
+        assert min(gaps) >= runtime.DELTA_TICK * 0.99, gaps
