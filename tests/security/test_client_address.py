@@ -182,7 +182,8 @@ def test_it_still_changes_a_password(alice, alice_client):
 def documented_daphne(port: int) -> list[str]:
     """The web worker's command line from docs/deploy.md's systemd unit, on `port`."""
     docs = re.sub(r"\\\n\s*", " ", (ROOT / "docs" / "deploy.md").read_text())  # joined lines
-    [line] = re.findall(r"^ExecStart=\S*/(daphne .*)$", docs, re.MULTILINE)
+    command = r"^ExecStart=\S*/python -m (neotask_site\.web_server .*)$"
+    [line] = re.findall(command, docs, re.MULTILINE)
     return [sys.executable, "-m", *shlex.split(line.replace("%i", str(port)))]
 
 

@@ -215,6 +215,13 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get(pk("fact-delete", w.fact.pk), 405),
         *post(pk("fact-delete", w.fact.pk), 404),
     ],
+    # The forget dialog: alice's fact or message is neither listed nor forgotten.
+    "forget": lambda w, bob: [
+        *get("/memory/forget/", 404, subject=f"fact:{w.fact.pk}"),
+        *get("/memory/forget/", 404, subject=f"event:{w.answer.pk}"),
+        *post("/memory/forget/", 400, subject=f"fact:{w.fact.pk}", copy=f"fact:{w.fact.pk}"),
+        *post("/memory/forget/", 400, subject=f"event:{w.answer.pk}", copy=f"event:{w.answer.pk}"),
+    ],
     "macro-list": lambda w, bob: get("/memory/macros/", 200),
     "macro-disable": lambda w, bob: post(pk("macro-disable", w.macro.pk), 404),
     "macro-enable": lambda w, bob: post(pk("macro-enable", w.macro.pk), 404),

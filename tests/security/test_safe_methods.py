@@ -53,6 +53,10 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "fact-row": lambda w: [reverse("fact-row", args=[w.fact.pk])],
     "fact-edit": lambda w: [reverse("fact-edit", args=[w.fact.pk])],
     "fact-delete": lambda w: [],
+    "forget": lambda w: [
+        f"/memory/forget/?subject=fact:{w.fact.pk}",
+        f"/memory/forget/?subject=event:{w.answer.pk}",
+    ],
     "macro-list": lambda w: ["/memory/macros/"],
     "macro-disable": lambda w: [],
     "macro-enable": lambda w: [],
