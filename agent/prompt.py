@@ -56,6 +56,12 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(message_tokens(m) for m in messages)
 
 
+def estimate_request_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """What the model reads in a round: the prompt and the tools' schemas, which a
+    chat template puts after the instructions (the chat's "reading N tokens")."""
+    return estimate_prompt_tokens(messages) + (estimate_tokens(json.dumps(tools)) if tools else 0)
+
+
 def message_tokens(message: dict[str, Any]) -> int:
     text = message.get("content") or ""
     if message.get("tool_calls"):
@@ -182,6 +188,12 @@ def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
             close_open_calls()
             messages.append({"role": "user", "content": event.text})
         elif event.event_type == EventType.ASSISTANT_RESPONSE:
+            if data.get("confirmation"):
+                # Neotask's words, not the model's ("Saved: …" after a turn that ended
+                # on tool calls): shown as its answer, it would teach the model to
+                # answer so; shown as the empty answer the model gave, to answer
+                # nothing. The exchange goes on from the tool results.
+                continue
             close_open_calls()
             message: dict[str, Any] = {"role": "assistant", "content": data.get("content") or ""}
             calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]

@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from agent import approvals, macros, mcp_tools
-from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
+from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame, Status
 from agent.llm import (
     Completion,
     Endpoint,
@@ -30,9 +30,10 @@ from agent.llm import (
     Usage,
     configured_endpoint,
 )
-from agent.prompt import TurnPrompt, start_turn
+from agent.prompt import TurnPrompt, estimate_request_tokens, start_turn
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import (
+    Ran,
     Tool,
     ToolContext,
     ToolError,
@@ -40,6 +41,7 @@ from agent.tools import (
     brings_outside_text,
     call_tool,
 )
+from agent.tools.confirmation import confirmation
 from agent.tools.registry import JSON_TYPES
 from memory import recording
 from memory.models import UNKNOWN, Event, EventType, Unknown
@@ -200,6 +202,7 @@ class Turn:
         # Text from outside the person and the agent entered the turn (a tool's answer,
         # a recalled document): from then on a lasting change asks (call_tool).
         self.outside_text = False
+        self.ran: list[Ran] = []  # the calls run, for a turn that ends without words
 
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
@@ -265,7 +268,8 @@ class Turn:
 
     async def embed(self, text: str) -> None:
         """The message's vector. Once per turn: every round of tool calls recalls
-        by the same question."""
+        by the same question. The turn's first sign of life goes out before it."""
+        await self.emit(Status.memory())
         self.query_vector = await query_vector(text)
         self.query = text if self.query_vector is not None else ""
 
@@ -340,6 +344,7 @@ class Turn:
             if round_number:  # memory once per turn; later rounds re-read the exchange
                 messages = await database_sync_to_async(prompt.messages)()
             self.partial = ""
+            await self.emit(Status.model(estimate_request_tokens(messages, schemas)))
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
             except LLMError as exc:
@@ -356,8 +361,10 @@ class Turn:
                 # Stored as the call it is, so the next round's prompt shows a call made.
                 completion.tool_calls, completion.content = [call], ""
                 if same_call(call) in previous:
-                    return await self.repeated(call)
+                    return await self.repeated(call, completion, messages)
             previous = {same_call(call) for call in completion.tool_calls}
+            if not completion.tool_calls and self.ran and not completion.content.strip():
+                return await self.confirm(completion, messages)
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
                 {
@@ -395,14 +402,38 @@ class Turn:
         )
         return TurnResult("max_iterations", self.usage, error=note)
 
-    async def repeated(self, call: ToolCall) -> TurnResult:
+    async def repeated(
+        self, call: ToolCall, completion: Completion, messages: list[dict[str, Any]]
+    ) -> TurnResult:
         """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by writing the
         same call again, round after round until max_iterations: it is not run
-        twice, and the turn ends there. (A model that makes real tool calls may
-        repeat one on purpose, to poll: those run.)"""
+        twice, and the turn ends there, on what its calls did. (A model that makes
+        real tool calls may repeat one on purpose, to poll: those run.) The note is
+        for the curious, in the tool fold (_event.html)."""
         note = f"The model asked for {call.name} again with the same arguments; it ran once."
-        await self.store(EventType.SYSTEM, {"content": note, "kind": "repeated_call"}, closing=True)
-        return TurnResult("completed", self.usage)
+        data = {"content": note, "kind": "repeated_call", "name": call.name}
+        if not self.ran:  # (the calls before were the client's: nothing to confirm)
+            await self.store(EventType.SYSTEM, data, closing=True)
+            return TurnResult("completed", self.usage)
+        await self.store(EventType.SYSTEM, data)
+        return await self.confirm(completion, messages)
+
+    async def confirm(self, completion: Completion, messages: list[dict[str, Any]]) -> TurnResult:
+        """The end of a turn whose model wrote nothing after its tool calls: what
+        they did, in a plain sentence (agent.tools.confirmation), as its answer.
+        Stored without a text of its own, so memory search and recall never bring
+        it back as the model's words, and marked, so the model is not shown it as
+        its answer (agent.prompt.history_messages)."""
+        said = confirmation(self.ran)
+        data = {
+            "content": said,
+            "confirmation": True,
+            "tool_calls": [],
+            "usage": completion.usage.as_dict(),
+            "finish_reason": completion.finish_reason,
+        }
+        await self.store(EventType.ASSISTANT_RESPONSE, data, closing=True, text="")
+        return TurnResult("completed", self.usage, answer=said, next_prompt=messages)
 
     async def on_delta(self, text: str) -> None:
         self.partial += text
@@ -473,6 +504,7 @@ class Turn:
         )
 
     async def execute(self, call: ToolCall) -> None:
+        await self.emit(Status.running(call.name))
         recorded = await self.store(
             EventType.TOOL_CALL,
             {"id": call.id, "name": call.name, "arguments": call.arguments},
@@ -490,6 +522,7 @@ class Turn:
         )
         if output.ran and brings_outside_text(call.name):
             self.outside_text = True  # its answer is in the next round's prompt
+        self.ran.append(Ran(call.name, output.arguments or {}, output.text, output.error))
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools.registry import Tool, ToolContext, ToolError, register
+from agent.tools.confirmation import listing
+from agent.tools.registry import Ran, Tool, ToolContext, ToolError, register
 from memory import forgetting
 from memory.models import Event, EventType, Fact
 
@@ -77,6 +78,20 @@ def list_facts(context: ToolContext, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def named(key: str) -> str:
+    return key.replace("_", " ").strip()
+
+
+def saved(calls: list[Ran]) -> str:
+    return listing(
+        "Saved", "fact", [f"{named(c.arguments['key'])} — {c.arguments['value']}" for c in calls]
+    )
+
+
+def forgot(calls: list[Ran]) -> str:
+    return listing("Forgot", "fact", [named(c.arguments["key"]) for c in calls])
+
+
 FACT_KEY = {
     "category": {"type": "string", "maxLength": 100, "description": "e.g. preference, person"},
     "key": {"type": "string", "maxLength": 255, "description": "e.g. favourite_color"},
@@ -97,6 +112,7 @@ register(
         run=remember_fact,
         outside_text=False,
         lasting=True,
+        confirm=saved,
     )
 )
 register(
@@ -107,6 +123,7 @@ register(
         run=forget_fact,
         outside_text=False,
         lasting=True,
+        confirm=forgot,
     )
 )
 register(
@@ -115,6 +132,7 @@ register(
         description="List the saved facts (category/key: value), optionally of one category.",
         parameters={"type": "object", "properties": {"category": FACT_KEY["category"]}},
         run=list_facts,
+        confirm=lambda calls: "Listed your facts",
         outside_text=False,  # the facts the prompt shows anyway, marked as it marks them
     )
 )

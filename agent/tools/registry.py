@@ -78,6 +78,17 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """A call a turn ran, with its checked arguments: what it did, for the person
+    (agent.tools.confirmation)."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
@@ -94,6 +105,9 @@ class Tool:
     # It makes a change that outlasts the turn (memory, facts, the schedule): asked
     # for, once outside text is in the turn (agent.tools.call_tool).
     lasting: bool = False
+    # What its calls did, in a few words for the person, when a turn ends on them
+    # without an answer (agent.tools.confirmation); None: "Ran <name>".
+    confirm: Callable[[list[Ran]], str] | None = None
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -17,6 +17,7 @@
   let socket = null;
   let retries = 0;
   let streaming = null;
+  let ticking = null;  // the placeholder's status and its seconds counter
   const pending = [];
   const started = new Set();  // inputs that ran: a late "queued" for one is stale
 
@@ -34,11 +35,17 @@
   function addEvent(element) {
     if (!element || document.getElementById(element.id)) return false;  // never twice
     events.querySelector(".empty-chat")?.remove();
-    events.appendChild(element);
+    place(element);
     pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
     scrollDown();
     return true;
+  }
+
+  // Above the answer being written (or its placeholder), which stays last.
+  function place(element) {
+    if (streaming && streaming.parentNode === events) events.insertBefore(element, streaming);
+    else events.appendChild(element);
   }
 
   function ensureStreaming() {
@@ -52,8 +59,35 @@
   }
 
   function dropStreaming() {
+    stopTicking();
     streaming?.remove();
     streaming = null;
+  }
+
+  // The answer's placeholder: shown as soon as a message is sent, then saying what
+  // the turn does (its "status" frames), the seconds ticking, until the first delta.
+  function showStatus(text) {
+    if (streaming && !streaming.classList.contains("pending")) return;  // words are streaming
+    const bubble = ensureStreaming();
+    streaming.classList.add("pending");
+    stopTicking();
+    const since = performance.now();
+    const show = () => {
+      const seconds = Math.floor((performance.now() - since) / 1000);
+      bubble.textContent = seconds ? `${text} ${seconds} s` : text;
+    };
+    show();
+    ticking = setInterval(show, 1000);
+    scrollDown();
+  }
+
+  function stopTicking() {
+    clearInterval(ticking);
+    ticking = null;
+  }
+
+  function dropPlaceholder() {
+    if (streaming?.classList.contains("pending")) dropStreaming();
   }
 
   function setBusy(busy) {
@@ -65,7 +99,7 @@
     const item = document.createElement("li");
     item.className = `note transient ${kind}`;
     item.textContent = text;
-    events.appendChild(item);
+    place(item);
     announce(text);
     scrollDown();
   }
@@ -147,10 +181,20 @@
 
   function handle(frame) {
     switch (frame.type) {
-      case "delta":
-        ensureStreaming().textContent += frame.text;
+      case "delta": {
+        const bubble = ensureStreaming();
+        if (streaming.classList.contains("pending")) {  // the first words replace the status
+          stopTicking();
+          streaming.classList.remove("pending");
+          bubble.textContent = "";
+        }
+        bubble.textContent += frame.text;
         setBusy(true);
         scrollDown();
+        break;
+      }
+      case "status":
+        showStatus(frame.text);
         break;
       case "event": {
         if (frame.event.event_type === "assistant_response") dropStreaming();
@@ -194,6 +238,7 @@
         returnFocus();
         break;
       case "error":
+        dropPlaceholder();
         note(frame.message, "error");
         // A message refused by a quota was not stored: back into the box, to send later.
         if (frame.limit && frame.text) giveBack(frame.text);
@@ -273,6 +318,8 @@
     const text = input.value;
     if (!text.trim()) return;
     if (send({ type: "message", text })) {
+      // A sign of life at once; a command answers for itself, a busy chat queues it.
+      if (!text.trim().startsWith("/") && !chat.classList.contains("busy")) showStatus("Sending…");
       input.value = "";
       autosize();
       input.focus();  // after a click on Send, too
