@@ -1,4 +1,4 @@
-// The chat page: one websocket per page, frames as in DESIGN.md §6.
+// The chat page: one websocket per page, frames as in docs/api.md ("The websocket protocol").
 // Server-rendered HTML arrives inside "event" frames; this file only places it.
 (() => {
   "use strict";
