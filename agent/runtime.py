@@ -428,6 +428,7 @@ class Turn:
         data = {
             "content": said,
             "confirmation": True,
+            "confirms": [call.event_id for call in self.ran],  # forgetting one redacts it
             "tool_calls": [],
             "usage": completion.usage.as_dict(),
             "finish_reason": completion.finish_reason,
@@ -522,7 +523,9 @@ class Turn:
         )
         if output.ran and brings_outside_text(call.name):
             self.outside_text = True  # its answer is in the next round's prompt
-        self.ran.append(Ran(call.name, output.arguments or {}, output.text, output.error))
+        self.ran.append(
+            Ran(call.name, output.arguments or {}, output.text, output.error, recorded.pk)
+        )
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)

@@ -324,6 +324,11 @@ def redact_origin(owner: Owner, call: Event) -> None:
     for result in results.filter(pk__gt=call.pk).only("id", "data"):
         kept = {k: result.data[k] for k in ("tool_call_id", "name") if k in result.data}
         redacted.append((result.pk, {**kept, "content": REDACTED}))
+    # The answer that said what the call did ("Saved: …", agent.tools.confirmation).
+    answers = owned.filter(event_type=EventType.ASSISTANT_RESPONSE, data__confirmation=True)
+    for said in answers.filter(pk__gt=call.pk).only("id", "data"):
+        if call.pk in said.data.get("confirms", []):
+            redacted.append((said.pk, {**said.data, "content": REDACTED}))
     for pk, data in redacted:
         if "arguments" not in data and pk == call.pk:
             data["arguments"] = {}

@@ -456,3 +456,26 @@ async def test_a_repeated_call_ends_on_what_it_did_with_the_note_in_the_fold(own
     assert '<p class="note">' not in html
     shown = await sync_to_async(render_event)(answer)
     assert '<div class="bubble assistant markdown"><p>Saved: drink — tea</p>' in shown
+
+
+async def test_forgetting_the_fact_forgets_what_the_turn_said_it_saved(owner, llm):
+    from memory.forgetting import forget_facts
+    from neotask_site.history import Actor
+
+    peanuts = {"category": "health", "key": "allergy", "value": "peanuts"}
+    tea = {"category": "pref", "key": "drink", "value": "tea"}
+    llm.script(
+        Reply(
+            tool_calls=[
+                {"name": "remember_fact", "arguments": json.dumps(peanuts)},
+                {"name": "remember_fact", "arguments": json.dumps(tea)},
+            ]
+        ),
+        Reply(text=""),
+    )
+    await run_turn(request_for(owner), "Peanuts, no; tea, yes.", Frames())
+
+    facts = Fact.objects.filter(owner=owner, key="allergy")
+    await sync_to_async(forget_facts)(owner, facts, Actor.user(owner))
+    answer = (await sync_to_async(stored)(owner))[-1]
+    assert answer.data["confirmation"] and "peanuts" not in str(answer.data)

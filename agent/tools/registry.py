@@ -86,6 +86,7 @@ class Ran:
     arguments: dict[str, Any]
     result: str = ""
     error: str = ""
+    event_id: int | None = None  # its tool_call event
 
 
 @dataclass(frozen=True)
