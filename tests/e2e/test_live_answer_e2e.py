@@ -45,6 +45,10 @@ def test_the_answer_shows_a_sign_of_life_until_it_streams(page, e2e_llm):
     classes = page.locator("#events > li").evaluate_all("items => items.map(i => i.className)")
     assert "user_message" in classes[-2] and "streaming" in classes[-1]
     page.screenshot(path=str(ARTIFACTS / "answer-placeholder.png"))
+    page.set_viewport_size({"width": 390, "height": 800})  # a phone: the placeholder fits
+    box = placeholder.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    page.screenshot(path=str(ARTIFACTS / "answer-placeholder-phone.png"))
     release.set()
 
     answer = page.locator(".assistant_response .bubble.markdown").last
