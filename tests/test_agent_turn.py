@@ -479,3 +479,21 @@ async def test_forgetting_the_fact_forgets_what_the_turn_said_it_saved(owner, ll
     await sync_to_async(forget_facts)(owner, facts, Actor.user(owner))
     answer = (await sync_to_async(stored)(owner))[-1]
     assert answer.data["confirmation"] and "peanuts" not in str(answer.data)
+
+
+def test_a_confirmation_names_any_tool_and_what_failed():
+    from agent.tools import Ran
+    from agent.tools.confirmation import confirmation
+
+    said = confirmation(
+        [
+            Ran("weather", {"city": "Porto"}, "sunny"),
+            Ran("remember_fact", {}, error="The user denied this call."),
+            Ran("weather", {"city": "Lisbon"}, "rain"),
+            Ran("append_memory_file", {"path": "MEMORY.md", "text": "x"}, "Appended"),
+        ]
+    )
+    assert said == (
+        "Ran weather 2 times\n\nAdded to MEMORY.md\n\n"
+        "remember_fact failed: The user denied this call."
+    )
