@@ -497,3 +497,6 @@ def test_a_confirmation_names_any_tool_and_what_failed():
         "Ran weather 2 times\n\nAdded to MEMORY.md\n\n"
         "remember_fact failed: The user denied this call."
     )
+    # A value that holds its key is said once (the embedded Qwen's key "Pixel").
+    pixel = {"category": "phone", "key": "Pixel", "value": "Pixel 8"}
+    assert confirmation([Ran("remember_fact", pixel, "Remembered")]) == "Saved: Pixel 8"

@@ -84,8 +84,15 @@ def named(key: str) -> str:
 
 def saved(calls: list[Ran]) -> str:
     return listing(
-        "Saved", "fact", [f"{named(c.arguments['key'])} — {c.arguments['value']}" for c in calls]
+        "Saved", "fact", [fact_said(c.arguments["key"], c.arguments["value"]) for c in calls]
     )
+
+
+def fact_said(key: str, value: str) -> str:
+    """A fact as a confirmation names it, "allergy — peanuts"; the value alone when it
+    holds the key (a small model's key "Pixel" for the value "Pixel")."""
+    key, value = named(key), value.strip()
+    return value if key.lower() in value.lower() else f"{key} — {value}"
 
 
 def forgot(calls: list[Ran]) -> str:
