@@ -30,7 +30,7 @@ def test_it_adds_a_pdf_from_the_chat_and_cites_its_page(page, e2e_llm):
     send(page, "What is the marketing budget for 2027?")
     page.locator(".bubble.assistant:has-text('48,000 euros')").wait_for()
     recall = page.locator("details.recall")
-    recall.locator("summary").click()
+    recall.locator("> summary").click()
     assert "memory/docs/Q3 report.md" in recall.inner_text()
     assert "Page 3" in recall.inner_text()
     page.screenshot(path=str(ARTIFACTS / "documents.png"), full_page=True)
