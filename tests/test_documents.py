@@ -432,6 +432,13 @@ def test_the_paperclip_gets_why_a_file_was_refused(
     assert missing.status_code == 400 and b"Choose a file to add to memory." in missing.content
 
 
+def test_the_paperclips_note_escapes_the_files_name(alice, alice_client):
+    for name in ("<img src=x onerror=alert(1)>.md", "<b>bold.exe"):
+        note = paperclip(alice_client, "main", name, b"# Hi\n\nThere.").content.decode()
+        assert "<img" not in note and "<b>" not in note
+        assert "&lt;img src=x onerror=alert(1)&gt;" in note or "&lt;b&gt;bold" in note
+
+
 def test_the_paperclip_cannot_reach_another_users_agent(alice, bob, alice_client):
     response = paperclip(alice_client, f"../{bob.pk}/main", "note.md", b"Alice's note.")
 
