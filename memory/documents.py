@@ -39,6 +39,7 @@ from memory.files.paths import (
     memory_file_exists,
     write_memory_file,
 )
+from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -195,3 +196,8 @@ def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor
         indexing.index_path(owner, agent, shown)
         raise
     return shown
+
+
+def passages(owner: Owner, agent: str, path: str) -> int:
+    """How many passages (chunks) of a memory file memory search can find."""
+    return MemoryChunk.objects.owned_by(owner).filter(agent=agent, file__path=path).count()
