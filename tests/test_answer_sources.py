@@ -18,10 +18,11 @@ from memory.sources import (
     cited,
     content_words,
     prompt_chunks,
+    shared_words,
 )
 from neotask_site.history import Actor
 from sessions_app.transcripts import event_record
-from tests.support.documents import BUDGET_PDF, make_pdf
+from tests.support.documents import BUDGET_PDF, ORION_PDF
 from tests.support.scripted_llm import Reply
 from tests.support.websocket import ignore
 
@@ -35,6 +36,11 @@ ORION = PromptChunk(
     "Page 2",
     "## Page 2 Milestones The Orion prototype ships to the Lisbon lab in March; "
     "Dana Reyes leads the field tests.",
+)
+VACATION = PromptChunk(
+    "memory/docs/Employee handbook.md",
+    "Page 4",
+    "## Page 4 Vacation Employees get 25 days of paid vacation a year.",
 )
 QUESTION = "What is the marketing budget for 2027?"
 
@@ -61,9 +67,30 @@ def test_words_only_the_question_or_filler_share_are_no_use():
     # The question echoed back ("marketing", "budget", "2027") is not the chunk used.
     echo = "I don't know the marketing budget for 2027."
     assert cited(echo, [BUDGET], QUESTION) == []
-    # One word in common by chance is below the bar.
-    assert MIN_SHARED_WORDS == 2
-    assert cited("The prototype is nice.", [ORION], "Tell me something") == []
+
+
+def test_a_few_words_shared_by_chance_in_a_long_answer_are_below_the_bar():
+    # The embedded model's answer to a nearby question (bench/answer_sources.py).
+    manual = PromptChunk(
+        "memory/docs/Car manual.md",
+        "Page 12",
+        "## Page 12 Tyres Tyre pressure: 2.4 bar front, 2.2 bar rear. Check it monthly, "
+        "when the tyres are cold.",
+    )
+    answer = (
+        "To keep your bike in good shape, follow these steps: 1. **Regular Maintenance**: "
+        "Keep your bike in good condition by regularly checking for wear and tear, replacing "
+        "worn parts. 2. **Check the tire pressure**: inflate the tires before each ride. "
+        "3. **Clean the chain**: wipe and oil it every few weeks."
+    )
+    question = "How do I keep my bike in good shape?"
+    assert shared_words(answer, manual.text, question) == {"check", "pressure"}
+    assert MIN_SHARED_WORDS == 3
+    assert cited(answer, [manual], question) == []
+    # A short answer made of the chunk's words is the chunk, however few they are.
+    assert cited("25 days", [VACATION], "How many vacation days do I get?") == [
+        Cited(VACATION.path, pages=(4,))
+    ]
 
 
 def test_the_model_naming_the_file_cites_it():
@@ -114,14 +141,6 @@ def test_a_document_is_named_by_its_uploaded_file(alice, bob):
 # Through a turn: stored on the answer, shown under it
 
 
-ORION_PDF = make_pdf(
-    [
-        ["Project Orion", "An overview of the project."],
-        ["Milestones", "The Orion prototype ships to the Lisbon lab in March."],
-    ]
-)
-
-
 @pytest.mark.django_db(transaction=True)
 async def test_a_turn_keeps_and_shows_the_sources_its_answer_used(alice, bob, llm):
     await sync_to_async(add_document)(
@@ -163,3 +182,19 @@ async def test_a_turn_keeps_and_shows_the_sources_its_answer_used(alice, bob, ll
     )
     # A transcript line carries them as a field of their own.
     assert event_record(answers[0])["sources"][0]["label"] == "Project Orion plan.pdf, p. 2"
+
+
+def test_a_file_name_is_shown_as_text(alice):
+    from memory.recording import record
+
+    answer = record(
+        alice,
+        "s1",
+        EventType.ASSISTANT_RESPONSE,
+        {
+            "content": "Done.",
+            "sources": [{"path": "memory/docs/x.md", "label": "<img src=x>.pdf", "pages": []}],
+        },
+    )
+    html = render_to_string("sessions_app/_event.html", {"event": answer})
+    assert "&lt;img src=x&gt;.pdf</a>" in html and "<img" not in html
