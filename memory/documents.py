@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Iterable
 
 from memory.conversion import (
     MB,
@@ -169,6 +170,27 @@ def front_line(name: str, converted: Converted) -> str:
         f"Converted from the {converted.kind} file “{name}”"
         f"{pages if converted.pages is not None else ''}.\n\n"
     )
+
+
+FRONT_LINE = re.compile(r"^Converted from the \w+ file “(?P<name>[^”\n]+)”")
+
+
+def original_names(owner: Owner, agent: str, paths: Iterable[str]) -> dict[str, str]:
+    """The uploaded file's name of each of these paths that is a document, as its
+    front line says (a document whose line was edited away is not named)."""
+    documents = [path for path in paths if path.startswith(f"{DOCS_DIR}/")]
+    if not documents:
+        return {}
+    first_chunks = (
+        MemoryChunk.objects.owned_by(owner)
+        .filter(agent=agent, file__path__in=documents, position=0)
+        .values_list("file__path", "text")
+    )
+    return {
+        path: found["name"]
+        for path, text in first_chunks
+        if (found := FRONT_LINE.match(text)) is not None
+    }
 
 
 def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor) -> str:
