@@ -46,6 +46,7 @@ from agent.tools.registry import JSON_TYPES
 from memory import recording
 from memory.models import UNKNOWN, Event, EventType, Unknown
 from memory.recall import record_recall
+from memory.sources import answer_sources
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -372,6 +373,7 @@ class Turn:
                     "tool_calls": [call.as_openai() for call in completion.tool_calls],
                     "usage": completion.usage.as_dict(),
                     "finish_reason": completion.finish_reason,
+                    **(await self.sources(prompt, completion)),
                 },
                 closing=not completion.tool_calls,
             )
@@ -401,6 +403,21 @@ class Turn:
             EventType.SYSTEM, {"content": note, "kind": "max_iterations"}, closing=True
         )
         return TurnResult("max_iterations", self.usage, error=note)
+
+    async def sources(self, prompt: TurnPrompt, completion: Completion) -> dict[str, Any]:
+        """The memory files a closing answer drew on, of those its prompt carried
+        (memory.sources), for its event to keep; nothing if none."""
+        if completion.tool_calls or not prompt.chunks:
+            return {}
+        request = self.request
+        found = await database_sync_to_async(answer_sources)(
+            request.owner,
+            request.agent_name,
+            completion.content,
+            prompt.chunks,
+            self.user_event.text,
+        )
+        return {"sources": found} if found else {}
 
     async def repeated(
         self, call: ToolCall, completion: Completion, messages: list[dict[str, Any]]

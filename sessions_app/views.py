@@ -21,6 +21,7 @@ from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
 from memory.models import Event
+from memory.recall import name_recalled_chats
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
@@ -75,7 +76,9 @@ def open_chat(request: HtmxHttpRequest, key: str) -> Session:
 
 def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -> list[Event]:
     events = Event.objects.owned_by(session.owner).filter(session_id=str(session.pk), id__gt=after)
-    return list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    shown = list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    name_recalled_chats(shown)
+    return shown
 
 
 def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
@@ -200,6 +203,8 @@ def session_detail(request: HtmxHttpRequest, pk: str) -> HttpResponse:
     session = get_owned_or_404(Session, request.user, pk=session_uuid(pk))
     events = Event.objects.owned_by(request.user).filter(session_id=str(session.pk))
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)  # the events named below are those shown
+    name_recalled_chats(page.object_list)
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
 
 
