@@ -86,6 +86,7 @@ class TurnRequest:
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
+    edited: bool = False  # ...with new text (an edit)
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
     endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
     client: ClientTurn | None = None  # what an OpenAI-compatible client sent with the input
@@ -207,6 +208,8 @@ class Turn:
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
             message["retry_of"] = self.request.retry_of
+            if self.request.edited:
+                message["edited"] = True
         try:
             # For recall; also the message's own vector, stored with it.
             await self.embed(text)

@@ -18,6 +18,7 @@ from agent import providers
 from agent.approvals import ApprovalError
 from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
+from agent.prompt import superseded
 from agent.models import ApprovalRequest
 from memory.forgetting import NothingToForget
 from memory.models import Event
@@ -74,8 +75,16 @@ def open_chat(request: HtmxHttpRequest, key: str) -> Session:
 
 
 def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -> list[Event]:
+    """The events to show, those of a branch a retry or an edit replaced marked
+    (`replaced`, _event.html): "edited" for the message edited, else "earlier"."""
     events = Event.objects.owned_by(session.owner).filter(session_id=str(session.pk), id__gt=after)
-    return list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    shown = list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    replaced = superseded(shown)
+    for event in shown:
+        if (by := replaced.get(event.pk)) is not None:
+            edited = by.data.get("edited") and by.data.get("retry_of") == event.pk
+            event.replaced = "edited" if edited else "earlier"  # type: ignore[attr-defined]
+    return shown
 
 
 def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
