@@ -92,7 +92,9 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
     context = {
         "session": session,
         "events": session_events(session),
-        "chats": chat.sidebar_chats(request.user),
+        # ?q=: the chat list's search, sent as a plain form without JavaScript.
+        "chats": chat.sidebar_chats(request.user, query=request.GET.get("q", "")),
+        "query": request.GET.get("q", ""),
         "agents": own_agents(request),
         "meter": meter(session).as_dict(),
         "approvals": ApprovalRequest.objects.owned_by(request.user).filter(
@@ -170,13 +172,13 @@ def chat_events(request: HtmxHttpRequest, key: str) -> HttpResponse:
 def sidebar(request: HtmxHttpRequest) -> HttpResponse:
     """The chat list; for the chat page that asks, its title too (out of band): a
     chat is named by its first message after the page was drawn."""
-    current = request.GET.get("current", "")
-    chats = chat.sidebar_chats(request.user)
+    current, query = request.GET.get("current", ""), request.GET.get("q", "")
+    chats = chat.sidebar_chats(request.user, query=query)
     current_chat = next((session for session in chats if session.key == current), None)
     return render(
         request,
         "sessions_app/_sidebar.html",
-        {"chats": chats, "current_key": current, "current_chat": current_chat},
+        {"chats": chats, "current_key": current, "current_chat": current_chat, "query": query},
     )
 
 

@@ -280,6 +280,9 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),
         *get("/chat/sidebar/", 200, current=w.chat.key),
+        # Searching her titles and her messages' words finds none of hers.
+        *get("/chat/sidebar/", 200, q=MARK),
+        *get("/chat/sidebar/", 200, q="title", current=w.chat.key),
     ],
     "chat": lambda w, bob: [
         *get(pk("chat", w.chat.key), 404),

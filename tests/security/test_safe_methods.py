@@ -81,7 +81,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "agent-list": lambda w: ["/agents/"],
     "agent-edit": lambda w: [reverse("agent-edit", args=[w.agent.pk])],
     "agent-rename": lambda w: [],
-    "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}"],
+    "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}", "/chat/sidebar/?q=lake"],
     "chat": lambda w: [reverse("chat", args=[w.chat.key]), reverse("chat", args=[w.cron.key])],
     "chat-approval": lambda w: [],
     "chat-events": lambda w: [reverse("chat-events", args=[w.chat.key]) + "?after=0"],
