@@ -41,7 +41,7 @@ from agent.tools import (
     call_tool,
 )
 from agent.tools.registry import JSON_TYPES
-from memory import recording
+from memory import recording, undo
 from memory.models import UNKNOWN, Event, EventType, Unknown
 from memory.recall import record_recall
 from memory.workspace import DEFAULT_AGENT
@@ -496,16 +496,20 @@ class Turn:
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
-        await self.store(
-            EventType.TOOL_RESULT,
-            {
-                "tool_call_id": call.id,
-                "name": call.name,
-                "content": text,
-                "is_error": bool(output.error),
-            },
-            tool_name=call.name,
-        )
+        result = {
+            "tool_call_id": call.id,
+            "name": call.name,
+            "content": text,
+            "is_error": bool(output.error),
+        }
+        if call.name in undo.NOTED_TOOLS and output.ran and not output.error and output.arguments:
+            # What it changed in memory: the chat's notice, with its Undo (memory.undo).
+            noted = await database_sync_to_async(undo.noted)(
+                self.request.owner, call.name, recorded, output.arguments
+            )
+            if noted is not None:
+                result["memory"] = noted
+        await self.store(EventType.TOOL_RESULT, result, tool_name=call.name)
 
     async def hand_over(self, call: ToolCall) -> None:
         """A call of one of the client's tools: stored (`client`: it waits for the

@@ -172,11 +172,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def on_retry(self, frame: dict[str, Any]) -> None:
         """Retry, Regenerate and Edit: the turn of `event_id` runs again, queued like
         a message — with `text`, the user message `event_id` edited (a new branch)."""
-        event_id, text = frame.get("event_id"), frame.get("text")
-        edit = text is not None
+        event_id, edit = frame.get("event_id"), frame.get("text") is not None
+        text = ""
         if edit:
             try:
-                text = chat.check_message(text)
+                text = chat.check_message(frame["text"])
             except ValueError as exc:
                 return await self.error(str(exc))
         try:
@@ -189,7 +189,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         try:
             await runner.retry(self.owner, self.key, event_id, text if edit else message.text)
         except quotas.QuotaExceeded as exc:
-            await self.reply(exc.frame(text or ""))
+            await self.reply(exc.frame(text))
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         await runner.submit(self.owner, self.key, "/stop", self.reply)

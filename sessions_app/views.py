@@ -18,8 +18,9 @@ from agent import providers
 from agent.approvals import ApprovalError
 from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
-from agent.prompt import superseded
 from agent.models import ApprovalRequest
+from agent.prompt import superseded
+from memory import undo
 from memory.forgetting import NothingToForget
 from memory.models import Event
 from neotask_site.history import Actor
@@ -83,7 +84,7 @@ def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -
     for event in shown:
         if (by := replaced.get(event.pk)) is not None:
             edited = by.data.get("edited") and by.data.get("retry_of") == event.pk
-            event.replaced = "edited" if edited else "earlier"  # type: ignore[attr-defined]
+            event.replaced = "edited" if edited else "earlier"
     return shown
 
 
@@ -294,6 +295,13 @@ def cleanup_delete(request: HtmxHttpRequest) -> HttpResponse:
         cleanup.configured_days(),
     )
     return cleanup_step(request, "sessions_app/_cleanup_done.html", {"selection": selection})
+
+
+@require_POST
+def event_undo(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Undo what the tool result `pk` changed in memory (its notice's Undo, memory.undo)."""
+    said = undo.undo(request.user, pk)
+    return render(request, "sessions_app/_memory_undone.html", {"said": said})
 
 
 @require_POST

@@ -88,7 +88,12 @@ async def test_it_regenerates_a_completed_answer_keeping_the_old_one(owner, sess
     assert again["data"]["retry_of"] < answer["id"] and "edited" not in again["data"]
     # The model was sent the message once, without the first answer.
     assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["hi"]
-    assert [text for _, text in await turn_texts(session)] == ["hi", "First try.", "hi", "Second try."]
+    assert [text for _, text in await turn_texts(session)] == [
+        "hi",
+        "First try.",
+        "hi",
+        "Second try.",
+    ]
     # Only the latest turn regenerates: the first answer's turn is not the latest any more.
     await send(ws, type="retry", event_id=answer["id"])
     assert await receive(ws) == {"type": "error", "message": NOT_LATEST}

@@ -362,6 +362,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post(pk("event-pin", w.answer.pk), 404),
         *post(pk("event-pin", w.pinned.pk), 404),
     ],
+    # (a memory notice's Undo on her real tool result: tests/test_memory_notice.py)
+    "event-undo": lambda w, bob: [
+        *get(pk("event-undo", w.answer.pk), 405),
+        *post(pk("event-undo", w.answer.pk), 404),
+    ],
     # Imports.
     "import": lambda w, bob: [
         *get("/import/", 200),

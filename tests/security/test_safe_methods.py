@@ -92,6 +92,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "session-cleanup-confirm": lambda w: [],
     "session-cleanup-delete": lambda w: [],
     "event-pin": lambda w: [],
+    "event-undo": lambda w: [],
     "chat-delete": lambda w: [reverse("chat-delete", args=[w.chat.key])],
     "chat-rename": lambda w: [reverse("chat-rename", args=[w.chat.key])],
     "chat-model": lambda w: [],
