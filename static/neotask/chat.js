@@ -308,7 +308,7 @@
       const mark = document.createElement("p");
       mark.className = "note earlier";
       mark.textContent = text;
-      element.querySelector(".bubble")?.after(mark);
+      (element.querySelector(".bubble") || element.querySelector(".note"))?.after(mark);
     };
     for (const first = item; item; item = item.nextElementSibling) {
       if (!item.matches("li.event[data-event-id]") || item.classList.contains("superseded")) continue;
