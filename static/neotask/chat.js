@@ -34,6 +34,8 @@
   function addEvent(element) {
     if (!element || document.getElementById(element.id)) return false;  // never twice
     events.querySelector(".empty-chat")?.remove();
+    // A retry or an edit (live, or caught up after a reconnect) replaces a branch.
+    if (element.dataset.retryOf) markReplaced(Number(element.dataset.retryOf), "edited" in element.dataset);
     events.appendChild(element);
     pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
@@ -155,8 +157,6 @@
       case "event": {
         if (frame.event.event_type === "assistant_response") dropStreaming();
         if (frame.event.event_type === "user_message") setBusy(true);
-        const data = frame.event.data || {};
-        if (frame.event.event_type === "user_message" && data.retry_of) markReplaced(data.retry_of, data.edited);
         const element = fromHTML(frame.event.html).firstElementChild;
         if (addEvent(element) && frame.event.event_type === "assistant_response") {
           announce(spoken(element));

@@ -28,9 +28,7 @@ def test_edit_regenerate_search_and_undo(page, e2e_llm, browser, live_app):
     page.locator(".bubble.assistant:has-text('Beavers build dams.')").wait_for()
     page.locator("#chat:not(.busy)").wait_for()
     # The model was sent the new branch only.
-    assert [m["content"] for m in e2e_llm.requests[-1]["messages"][1:]] == [
-        "Tell me about beavers"
-    ]
+    assert [m["content"] for m in e2e_llm.requests[-1]["messages"][1:]] == ["Tell me about beavers"]
     old = page.locator(".event.superseded")
     expect(old).to_have_count(2)  # the otter question and its answer, kept
     expect(old.first).to_contain_text("Edited: earlier version")
@@ -43,9 +41,7 @@ def test_edit_regenerate_search_and_undo(page, e2e_llm, browser, live_app):
     page.locator("button.regenerate").click()
     page.locator(".bubble.assistant:has-text('Beavers are rodents.')").wait_for()
     page.locator("#chat:not(.busy)").wait_for()
-    assert [m["content"] for m in e2e_llm.requests[-1]["messages"][1:]] == [
-        "Tell me about beavers"
-    ]
+    assert [m["content"] for m in e2e_llm.requests[-1]["messages"][1:]] == ["Tell me about beavers"]
     expect(page.locator(".event.superseded:has-text('Beavers build dams.')")).to_contain_text(
         "Earlier answer"
     )
