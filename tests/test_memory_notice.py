@@ -116,6 +116,18 @@ async def test_a_forgotten_fact_is_told_without_undo(owner, session, llm):
     assert "Forgot: health/allergy" in result["html"] and "Undo" not in result["html"]
 
 
+async def test_a_memory_file_write_is_told_without_undo(owner, session, llm):
+    llm.script(
+        reply_with_tool("write_memory_file", {"path": "MEMORY.md", "text": "Likes tea.\n"}),
+        Reply(text="Saved."),
+    )
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text="note that I like tea")
+    result = stored(await until(ws), "tool_result")
+    await ws.disconnect()
+    assert "Saved to memory: MEMORY.md" in result["html"] and "Undo" not in result["html"]
+
+
 async def test_undo_is_the_owners_posted_with_csrf(owner, session, llm):
     result = await remembered(owner, session, llm)
     bob = await User.objects.acreate_user("bob", password="bob-password")
