@@ -31,6 +31,7 @@ from memory.retrieval import (
     get_context,
     recent_exchange,
 )
+from memory.sources import PromptChunk, prompt_chunks
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 from neotask_site.process_cache import ProcessCache
@@ -272,6 +273,8 @@ class TurnPrompt:
     # What memory brought in holds outside text (agent.runtime: lasting changes ask).
     outside_text: bool = False
     facts_version: Any = None  # the owner's facts' version, read with the session
+    # The memory files' chunks `memory` carries, for the answer's sources (memory.sources).
+    chunks: tuple[PromptChunk, ...] = ()
 
     def system(self) -> list[dict[str, Any]]:
         """Two system messages. The instructions come first, the same in every turn,
@@ -346,7 +349,15 @@ def start_turn(
     now = timezone.localtime()
     outside = holds_outside_text(context)
     prompt = TurnPrompt(
-        owner, session_id, agent_prompt, now, memory, client_system, outside, facts_version
+        owner,
+        session_id,
+        agent_prompt,
+        now,
+        memory,
+        client_system,
+        outside,
+        facts_version,
+        prompt_chunks(context.session_recall),
     )
     return prompt, prompt.with_history(context.recent)
 

@@ -44,6 +44,7 @@ from agent.tools.registry import JSON_TYPES
 from memory import recording, undo
 from memory.models import UNKNOWN, Event, EventType, Unknown
 from memory.recall import record_recall
+from memory.sources import answer_sources
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -368,6 +369,7 @@ class Turn:
                     "tool_calls": [call.as_openai() for call in completion.tool_calls],
                     "usage": completion.usage.as_dict(),
                     "finish_reason": completion.finish_reason,
+                    **(await self.sources(prompt, completion)),
                 },
                 closing=not completion.tool_calls,
             )
@@ -397,6 +399,21 @@ class Turn:
             EventType.SYSTEM, {"content": note, "kind": "max_iterations"}, closing=True
         )
         return TurnResult("max_iterations", self.usage, error=note)
+
+    async def sources(self, prompt: TurnPrompt, completion: Completion) -> dict[str, Any]:
+        """The memory files a closing answer drew on, of those its prompt carried
+        (memory.sources), for its event to keep; nothing if none."""
+        if completion.tool_calls or not prompt.chunks:
+            return {}
+        request = self.request
+        found = await database_sync_to_async(answer_sources)(
+            request.owner,
+            request.agent_name,
+            completion.content,
+            prompt.chunks,
+            self.user_event.text,
+        )
+        return {"sources": found} if found else {}
 
     async def repeated(self, call: ToolCall) -> TurnResult:
         """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by writing the

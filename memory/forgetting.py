@@ -53,6 +53,7 @@ from django.utils import timezone
 
 from memory import fulltext
 from memory.files import indexing, paths
+from memory.files.history import record_file_change
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
 from memory.vector_index import in_database
 from memory.working import working_memory
@@ -413,16 +414,7 @@ def forget_memory_lines(
     with transaction.atomic():
         announce(owner, [], agents=[agent])
         Change.objects.forget_values(owner.pk, Change.Subject.MEMORY_FILE, subject)
-        record_change(
-            owner,
-            actor,
-            Change.Subject.MEMORY_FILE,
-            subject,
-            subject,
-            Change.Action.CHANGED,
-            None,
-            {"text": after},
-        )
+        record_file_change(owner, agent, shown, actor, before, after, forgotten=True)
         quoted = f"{shown}:"
         scrub_recalls(
             owner,

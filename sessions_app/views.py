@@ -23,6 +23,7 @@ from agent.prompt import superseded
 from memory import undo
 from memory.forgetting import NothingToForget
 from memory.models import Event
+from memory.recall import name_recalled_chats
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
@@ -85,6 +86,7 @@ def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -
         if (by := replaced.get(event.pk)) is not None:
             edited = by.data.get("edited") and by.data.get("retry_of") == event.pk
             event.replaced = "edited" if edited else "earlier"
+    name_recalled_chats(shown)
     return shown
 
 
@@ -212,6 +214,8 @@ def session_detail(request: HtmxHttpRequest, pk: str) -> HttpResponse:
     session = get_owned_or_404(Session, request.user, pk=session_uuid(pk))
     events = Event.objects.owned_by(request.user).filter(session_id=str(session.pk))
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)  # the events named below are those shown
+    name_recalled_chats(page.object_list)
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
 
 

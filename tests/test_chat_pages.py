@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.utils import timezone
 
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
@@ -191,7 +192,9 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     from memory.tasks import embed_missing
 
     session = chat.start_chat(alice)
-    recording.record(
+    session.title = "Dog food"
+    session.save()
+    said = recording.record(
         alice, str(session.pk), "user_message", {"content": "My dog Biscuit loves <b>beef</b>"}
     )
     recording.record(
@@ -202,7 +205,11 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     assert page.status_code == 200
     content = page.content.decode()
     assert "<html" in content and "&lt;b&gt;beef&lt;/b&gt;" in content
-    assert f"/sessions/{session.pk}/#event-" in content
+    # Where each was said, by its chat's title and day, linked to its place in the chat;
+    # an imported session's (no chat of Neotask's) unlinked.
+    day = f"{timezone.localtime(said.created_at):%-d %b %Y}"
+    assert f'<a href="/events/{said.pk}/">from “Dog food”, {day}</a>' in content
+    assert f"from a chat, {day}" in content
     partial = alice_client.get("/memory/", {"q": "dog Biscuit"}, HTTP_HX_REQUEST="true")
     assert b"<html" not in partial.content and b"Biscuit" in partial.content
     foreign = bob_client.get("/memory/", {"q": "dog Biscuit"}).content

@@ -174,9 +174,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/memory/files/new/", 404, htmx=False, name="x", agent=f"../{w.user.pk}/main"),
     ],
     "memory-document-upload": lambda w, bob: [
-        # No file: back to his own files page; alice's workspace is no agent of his.
+        # No file: back to his own files page (the paperclip's htmx request: a note
+        # saying so); alice's workspace is no agent of his, asked either way.
         *post("/memory/files/upload/", 302, htmx=False),
-        *post("/memory/files/upload/", 404, htmx=False, agent=f"../{w.user.pk}/main"),
+        Attempt("POST", "/memory/files/upload/", (400,), data={}, headers=HTMX),
+        *post("/memory/files/upload/", 404, agent=f"../{w.user.pk}/main"),
         *get("/memory/files/upload/", 405),
     ],
     "memory-file-delete": lambda w, bob: [
