@@ -207,17 +207,26 @@ def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 
 def without_retried(events: list[Event]) -> list[Event]:
-    """Without the turns that were retried: from a message to the retry that
-    repeats it (its `retry_of`), the model sees only the retry."""
+    """Without the turns that were retried or edited: from a message to the retry
+    that repeats it (its `retry_of`), the model sees only the retry."""
+    replaced = superseded(events)
+    return [event for event in events if event.pk not in replaced]
+
+
+def superseded(events: list[Event]) -> dict[int, Event]:
+    """The events a later retry or edit replaced (a branch the model is no longer
+    shown), each with the message that replaced it."""
     kept: list[Event] = []
+    replaced: dict[int, Event] = {}
     for event in events:
         retried = (event.data or {}).get("retry_of")
         if event.event_type == EventType.USER_MESSAGE and retried is not None:
             start = next((i for i, e in enumerate(kept) if e.pk == retried), None)
             if start is not None:
+                replaced.update((e.pk, event) for e in kept[start:])
                 del kept[start:]
         kept.append(event)
-    return kept
+    return replaced
 
 
 def fit_to_window(

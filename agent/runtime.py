@@ -43,7 +43,7 @@ from agent.tools import (
 )
 from agent.tools.confirmation import confirmation
 from agent.tools.registry import JSON_TYPES
-from memory import recording
+from memory import recording, undo
 from memory.models import UNKNOWN, Event, EventType, Unknown
 from memory.recall import record_recall
 from memory.sources import answer_sources
@@ -89,6 +89,7 @@ class TurnRequest:
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
+    edited: bool = False  # ...with new text (an edit)
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
     endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
     client: ClientTurn | None = None  # what an OpenAI-compatible client sent with the input
@@ -211,6 +212,8 @@ class Turn:
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
             message["retry_of"] = self.request.retry_of
+            if self.request.edited:
+                message["edited"] = True
         try:
             # For recall; also the message's own vector, stored with it.
             await self.embed(text)
@@ -546,16 +549,20 @@ class Turn:
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
-        await self.store(
-            EventType.TOOL_RESULT,
-            {
-                "tool_call_id": call.id,
-                "name": call.name,
-                "content": text,
-                "is_error": bool(output.error),
-            },
-            tool_name=call.name,
-        )
+        result = {
+            "tool_call_id": call.id,
+            "name": call.name,
+            "content": text,
+            "is_error": bool(output.error),
+        }
+        if call.name in undo.NOTED_TOOLS and output.ran and not output.error and output.arguments:
+            # What it changed in memory: the chat's notice, with its Undo (memory.undo).
+            noted = await database_sync_to_async(undo.noted)(
+                self.request.owner, call.name, recorded, output.arguments
+            )
+            if noted is not None:
+                result["memory"] = noted
+        await self.store(EventType.TOOL_RESULT, result, tool_name=call.name)
 
     async def hand_over(self, call: ToolCall) -> None:
         """A call of one of the client's tools: stored (`client`: it waits for the

@@ -35,6 +35,8 @@
   function addEvent(element) {
     if (!element || document.getElementById(element.id)) return false;  // never twice
     events.querySelector(".empty-chat")?.remove();
+    // A retry or an edit (live, or caught up after a reconnect) replaces a branch.
+    if (element.dataset.retryOf) markReplaced(Number(element.dataset.retryOf), "edited" in element.dataset);
     place(element);
     pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
@@ -333,18 +335,71 @@
   });
   input.addEventListener("input", autosize);
   stopButton.addEventListener("click", () => send({ type: "stop" }));
-  // Retry on a failed or stopped answer: only the latest turn can run again.
+  // Retry (a failed or stopped turn) and Regenerate (an answer): only the latest
+  // turn can run again, so only the last such button stays.
   function pruneRetries() {
     const messages = events.querySelectorAll("li.user_message");
     const latest = messages[messages.length - 1];
-    if (!latest) return;
-    events.querySelectorAll("button.retry").forEach((button) => {
-      if (button.compareDocumentPosition(latest) & Node.DOCUMENT_POSITION_FOLLOWING) button.remove();
+    const buttons = [...events.querySelectorAll("button.retry, button.regenerate")];
+    buttons.forEach((button, index) => {
+      const before = latest && button.compareDocumentPosition(latest) & Node.DOCUMENT_POSITION_FOLLOWING;
+      if (before || (button.matches(".regenerate") && index < buttons.length - 1)) button.remove();
     });
   }
+  // A retry or an edit of message `from` arrived: the branch from it on is kept,
+  // marked, and left out of the conversation (as the server draws it on a reload).
+  function markReplaced(from, edited) {
+    let item = document.getElementById(`event-${from}`);
+    if (!item) return;
+    const noteOn = (element, text) => {
+      const mark = document.createElement("p");
+      mark.className = "note earlier";
+      mark.textContent = text;
+      (element.querySelector(".bubble") || element.querySelector(".note"))?.after(mark);
+    };
+    for (const first = item; item; item = item.nextElementSibling) {
+      if (!item.matches("li.event[data-event-id]") || item.classList.contains("superseded")) continue;
+      item.classList.add("superseded");
+      item.querySelectorAll("button.edit-message, button.regenerate").forEach((b) => b.remove());
+      if (item === first && edited) noteOn(item, "Edited: earlier version");
+      else if (item.matches(".assistant_response")) noteOn(item, "Earlier answer: not part of the conversation any more");
+    }
+  }
+  // Edit: the message's text in an editor in its place; sending it runs the
+  // conversation again from there, as a new branch.
+  function openEditor(button) {
+    const item = button.closest("li.event");
+    if (item.querySelector("form.edit-box")) return;
+    const box = document.createElement("form");
+    box.className = "edit-box";
+    box.innerHTML = '<textarea rows="3" aria-label="Edited message"></textarea>' +
+      '<div class="edit-actions"><button type="button" class="small cancel">Cancel</button>' +
+      '<button type="submit" class="primary small">Send</button></div>';
+    const area = box.querySelector("textarea");
+    area.value = button.dataset.text;
+    box.addEventListener("submit", (submitted) => {
+      submitted.preventDefault();
+      if (!area.value.trim()) return;
+      if (send({ type: "retry", event_id: Number(button.dataset.edit), text: area.value })) box.remove();
+    });
+    area.addEventListener("keydown", (key) => {
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        box.requestSubmit();
+      } else if (key.key === "Escape") {
+        key.stopPropagation();
+        box.remove();
+      }
+    });
+    box.querySelector(".cancel").addEventListener("click", () => box.remove());
+    item.appendChild(box);
+    area.focus();
+  }
   events.addEventListener("click", (clicked) => {
-    const button = clicked.target.closest("button.retry");
+    const button = clicked.target.closest("button.retry, button.regenerate");
     if (button) send({ type: "retry", event_id: Number(button.dataset.retry) });
+    const edit = clicked.target.closest("button.edit-message");
+    if (edit) openEditor(edit);
   });
   pruneRetries();
   document.addEventListener("keydown", (key) => {

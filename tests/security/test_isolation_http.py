@@ -282,6 +282,9 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),
         *get("/chat/sidebar/", 200, current=w.chat.key),
+        # Searching her titles and her messages' words finds none of hers.
+        *get("/chat/sidebar/", 200, q=MARK),
+        *get("/chat/sidebar/", 200, q="title", current=w.chat.key),
     ],
     "chat": lambda w, bob: [
         *get(pk("chat", w.chat.key), 404),
@@ -360,6 +363,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get(pk("event-pin", w.answer.pk), 405),
         *post(pk("event-pin", w.answer.pk), 404),
         *post(pk("event-pin", w.pinned.pk), 404),
+    ],
+    # (a memory notice's Undo on her real tool result: tests/test_memory_notice.py)
+    "event-undo": lambda w, bob: [
+        *get(pk("event-undo", w.answer.pk), 405),
+        *post(pk("event-undo", w.answer.pk), 404),
     ],
     # Imports.
     "import": lambda w, bob: [
