@@ -7,6 +7,7 @@ from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
 from agent.runtime import embed_query
 from memory import recording
+from neotask_site.markdown import render_markdown
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.meter import meter, status_text
@@ -232,6 +233,9 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
     embed_missing()
     vector = embed_query("What kind of dog is Biscuit?")  # as meter.status does, off this thread
     status = status_text(session, meter(session), vector)
-    assert "Recalled memories (why each is in the context):" in status
-    assert "- relevance 1.00: [" in status and "allergic to peanuts" in status
+    assert "**Recalled memories (why each is in the context):**" in status
+    assert "- relevance 1.00: " in status and "allergic to peanuts" in status
     assert "- similarity 0." in status and "golden retriever" in status
+    # Laid out: each memory an item of a list, not one run-on line.
+    html = render_markdown(status)
+    assert "<li>relevance 1.00: " in html and "<li>similarity 0." in html

@@ -61,12 +61,17 @@
     chat.classList.toggle("busy", busy);
   }
 
-  function note(text, kind) {
+  function note(text, kind, html) {
     const item = document.createElement("li");
     item.className = `note transient ${kind}`;
-    item.textContent = text;
+    if (html) {  // laid out (/help, /status): safe HTML the server rendered
+      item.classList.add("markdown", "laid-out");
+      item.append(fromHTML(html));
+    } else {
+      item.textContent = text;
+    }
     events.appendChild(item);
-    announce(text);
+    announce(item.textContent);
     scrollDown();
   }
 
@@ -202,7 +207,7 @@
         renderMeter(frame.meter);
         break;
       case "notice":
-        note(frame.text, "notice");
+        note(frame.text, "notice", frame.html);
         break;
       case "session": {
         // The chat moved to a fresh session: its download link follows.
