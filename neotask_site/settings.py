@@ -168,4 +168,4 @@ STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-LOGGING = logs.logging_config(NEOTASK["server"]["log_format"])
+LOGGING = logs.logging_config(NEOTASK["server"]["log_format"], NEOTASK["server"]["verbose"])
