@@ -16,10 +16,16 @@ from tests.support.records import allow_terminal
 from tests.support.web import HTMX, client_for, text
 
 
-def test_it_opens_the_latest_chat_or_offers_to_start_one(alice, alice_client):
+def test_it_opens_the_latest_chat_or_one_not_started_yet(alice, alice_client):
     page = alice_client.get("/")
-    assert page.status_code == 200 and b'action="/chat/new/"' in page.content
     assert not Session.objects.exists()  # a GET creates nothing
+    # Not a card with a button: the message box, focused, whose first message starts the chat.
+    assert page.status_code == 200 and b"No chats yet" not in page.content
+    content = page.content.decode()
+    composer = content[content.index('<form id="composer"') :]
+    composer = composer[: composer.index("</form>")]
+    assert 'method="post" action="/chat/new/" data-starts-chat' in composer
+    assert '<textarea id="input" name="message" rows="1" autofocus' in composer
     session = Session.objects.get(
         owner=alice, key=alice_client.post("/chat/new/")["Location"][6:-1]
     )

@@ -2,6 +2,35 @@
 // Server-rendered HTML arrives inside "event" frames; this file only places it.
 (() => {
   "use strict";
+  // A chat not started yet (sessions_app/start.html): its first message starts it
+  // (a POST), then the new chat's page sends the message, as if typed there.
+  const firstMessage = (path) => `neotask:first-message:${path}`;
+  const starter = document.querySelector("form[data-starts-chat]");
+  if (starter) {
+    const text = starter.elements.message;
+    starter.addEventListener("submit", async (submitted) => {
+      submitted.preventDefault();
+      if (!text.value.trim() || starter.classList.contains("busy")) return;
+      starter.classList.add("busy");
+      try {
+        const response = await fetch(starter.action, { method: "POST", body: new FormData(starter) });
+        if (!response.ok || !response.redirected) throw new Error(`status ${response.status}`);
+        const page = new URL(response.url);
+        sessionStorage.setItem(firstMessage(page.pathname), text.value);
+        location.replace(page.href);
+      } catch {
+        starter.classList.remove("busy");
+        starter.submit();  // the server's own answer: the chat, or what went wrong
+      }
+    });
+    text.addEventListener("keydown", (key) => {
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        starter.requestSubmit();
+      }
+    });
+    return;
+  }
   const chat = document.getElementById("chat");
   if (!chat) return;
   const events = document.getElementById("events");
@@ -314,5 +343,10 @@
   });
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
+  const first = sessionStorage.getItem(firstMessage(location.pathname));
+  if (first !== null) {  // typed on the page that started this chat
+    sessionStorage.removeItem(firstMessage(location.pathname));
+    pending.push({ type: "message", text: first });  // sent when the socket opens
+  }
   connect();
 })();

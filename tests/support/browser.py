@@ -35,7 +35,7 @@ def log_in(page: Any) -> None:
     page.fill("input[name=username]", "tester")
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
-    page.wait_for_selector("#new-chat")  # a chat, or the button that starts the first
+    page.wait_for_selector("#new-chat")  # the latest chat, or one not started yet
 
 
 def new_chat(page: Any) -> None:
