@@ -52,7 +52,7 @@ def test_staff_adds_a_staff_member_with_an_email(staff_client):
     ("fields", "error"),
     [
         ({"username": "sam"}, "A user with that username already exists."),
-        ({"password2": "another passphrase 42"}, "The two password fields didn’t match."),
+        ({"password2": "another passphrase 42"}, "The two password fields didn\u2019t match."),
         ({"password1": "12345678", "password2": "12345678"}, "This password is too common."),
         ({"username": "no spaces please"}, "Enter a valid username."),
         ({"email": "not an address"}, "Enter a valid email address."),
