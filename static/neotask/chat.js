@@ -14,8 +14,8 @@
       starter.classList.add("busy");
       try {
         const response = await fetch(starter.action, { method: "POST", body: new FormData(starter) });
-        if (!response.ok || !response.redirected) throw new Error(`status ${response.status}`);
         const page = new URL(response.url);
+        if (!response.ok || !page.pathname.startsWith("/chat/")) throw new Error(`${response.status} ${page.pathname}`);
         sessionStorage.setItem(firstMessage(page.pathname), text.value);
         location.replace(page.href);
       } catch {
