@@ -9,6 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,20 @@ def current_path(path: str, links: list[tuple[Link, str]]) -> str:
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
-    """The context processor: `navigation`, for a signed-in user, with the page's link marked."""
+    """The context processor: `navigation`, for a signed-in user, with the page's
+    link marked; lazy, as htmx fragments are rendered with it too and draw none."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
+    return {"navigation": SimpleLazyObject(lambda: shown_to(request, user.is_staff))}
+
+
+def shown_to(request: HttpRequest, staff: bool) -> list[Shown]:
     visible = [
         (link, reverse(link.url_name))
         for item in NAVIGATION
         for link in (item.links if isinstance(item, Group) else (item,))
-        if user.is_staff or not link.staff
+        if staff or not link.staff
     ]
     found = current_path(request.path, visible)
     shown = {
@@ -100,4 +106,4 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             continue
         links = [shown[link] for link in item.links if link in shown]
         items.append(Shown(item.label, current=any(link.current for link in links), links=links))
-    return {"navigation": items}
+    return items
