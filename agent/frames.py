@@ -153,6 +153,12 @@ class Refused(Frame):
 class Notice(Frame):
     type: ClassVar[str] = "notice"
     text: str
+    # A notice with structure (/help, /status): `text` is Markdown, this its safe HTML.
+    html: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        laid_out = {"html": self.html} if self.html else {}
+        return {"type": self.type, "text": self.text, **laid_out}
 
 
 @dataclass(frozen=True)

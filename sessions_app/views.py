@@ -45,7 +45,8 @@ CHAT_EVENTS = 200
 
 
 def chat_home(request: HtmxHttpRequest) -> HttpResponse:
-    """The latest chat; without one, a button that starts it (a GET creates nothing)."""
+    """The latest chat; without one, a chat not started yet: its message box,
+    whose first message starts it (a GET creates nothing)."""
     session = chat.latest_chat(request.user)
     if session is None:
         return render(request, "sessions_app/start.html", {"agents": own_agents(request)})

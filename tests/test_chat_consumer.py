@@ -150,10 +150,15 @@ async def test_it_rejects_binary_frames(owner, session):
 async def test_it_answers_help_status_and_compact(owner, session, llm):
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="/help")
-    assert "/reset" in (await receive(ws))["text"]
+    help_frame = await receive(ws)
+    assert "/reset" in help_frame["text"]
+    assert "<table>" in help_frame["html"]
     await send(ws, type="message", text="/status")
-    status = (await receive(ws))["text"]
-    assert "Model: scripted" in status and "Tokens: 0 in" in status and "Context:" in status
+    status = await receive(ws)
+    assert "**Model:** scripted" in status["text"] and "**Tokens:** 0 in" in status["text"]
+    # Laid out as a list, each reading an item of its own.
+    assert "<li><strong>Model:</strong> scripted</li>" in status["html"]
+    assert "<li><strong>Context:</strong> about " in status["html"]
     await send(ws, type="message", text="/compact")
     frames = await until(ws)
     assert kinds(frames) == ["started", "notice", "error", "done"]

@@ -2,6 +2,35 @@
 // Server-rendered HTML arrives inside "event" frames; this file only places it.
 (() => {
   "use strict";
+  // A chat not started yet (sessions_app/start.html): its first message starts it
+  // (a POST), then the new chat's page sends the message, as if typed there.
+  const firstMessage = (path) => `neotask:first-message:${path}`;
+  const starter = document.querySelector("form[data-starts-chat]");
+  if (starter) {
+    const text = starter.elements.message;
+    starter.addEventListener("submit", async (submitted) => {
+      submitted.preventDefault();
+      if (!text.value.trim() || starter.classList.contains("busy")) return;
+      starter.classList.add("busy");
+      try {
+        const response = await fetch(starter.action, { method: "POST", body: new FormData(starter) });
+        const page = new URL(response.url);
+        if (!response.ok || !page.pathname.startsWith("/chat/")) throw new Error(`${response.status} ${page.pathname}`);
+        sessionStorage.setItem(firstMessage(page.pathname), text.value);
+        location.replace(page.href);
+      } catch {
+        starter.classList.remove("busy");
+        starter.submit();  // the server's own answer: the chat, or what went wrong
+      }
+    });
+    text.addEventListener("keydown", (key) => {
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        starter.requestSubmit();
+      }
+    });
+    return;
+  }
   const chat = document.getElementById("chat");
   if (!chat) return;
   const events = document.getElementById("events");
@@ -97,12 +126,17 @@
     chat.classList.toggle("busy", busy);
   }
 
-  function note(text, kind) {
+  function note(text, kind, html) {
     const item = document.createElement("li");
     item.className = `note transient ${kind}`;
-    item.textContent = text;
+    if (html) {  // laid out (/help, /status): safe HTML the server rendered
+      item.classList.add("markdown", "laid-out");
+      item.append(fromHTML(html));
+    } else {
+      item.textContent = text;
+    }
     place(item);
-    announce(text);
+    announce(item.textContent);
     scrollDown();
   }
 
@@ -249,7 +283,7 @@
         renderMeter(frame.meter);
         break;
       case "notice":
-        note(frame.text, "notice");
+        note(frame.text, "notice", frame.html);
         break;
       case "session": {
         // The chat moved to a fresh session: its download link follows.
@@ -411,5 +445,10 @@
   });
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
+  const first = sessionStorage.getItem(firstMessage(location.pathname));
+  if (first !== null) {  // typed on the page that started this chat
+    sessionStorage.removeItem(firstMessage(location.pathname));
+    pending.push({ type: "message", text: first });  // sent when the socket opens
+  }
   connect();
 })();

@@ -262,7 +262,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "mcp-server-delete": lambda w, bob: post(pk("mcp-server-delete", w.mcp_server.pk), 404),
     "mcp-call-revoke": lambda w, bob: post(pk("mcp-call-revoke", w.mcp_call.pk), 404),
     # Chats and sessions.
-    "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
+    "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a new one
     "chat-new": lambda w, bob: [
         *post("/chat/new/", 302, htmx=False),
         *post("/chat/new/", 404, htmx=False, agent=str(w.agent.pk)),
@@ -330,6 +330,18 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ],
     # The site's model providers: its staff's, never another user's (bob is not staff).
     "model-providers": lambda w, bob: get("/settings/models/", 403),
+    # Adding users is the staff's too: bob can neither see the form nor add anyone.
+    "user-add": lambda w, bob: [
+        *get("/settings/users/add/", 403),
+        *post(
+            "/settings/users/add/",
+            403,
+            username="bobs-friend",
+            password1="a long passphrase 42",
+            password2="a long passphrase 42",
+            is_staff="on",
+        ),
+    ],
     "model-provider-add": lambda w, bob: [
         *get("/settings/models/add/", 403),
         *post(

@@ -77,6 +77,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "mcp-server-delete": lambda w: [],
     "mcp-call-revoke": lambda w: [],
     "home": lambda w: ["/"],
+    "user-add": lambda w: ["/settings/users/add/"],
     "chat-new": lambda w: [],
     "agent-list": lambda w: ["/agents/"],
     "agent-edit": lambda w: [reverse("agent-edit", args=[w.agent.pk])],
@@ -199,7 +200,8 @@ def test_it_creates_nothing_when_a_new_user_looks_around(world, db):
     assert files() - before_files == set()
     home = client.get("/")
     assert home.status_code == 200
-    assert b'id="new-chat"' in home.content  # a button, which POSTs, starts her first chat
+    # A chat not started yet: its message box, whose first message POSTs to start it.
+    assert b'<form id="composer" class="composer" method="post" action="/chat/new/"' in home.content
 
 
 @pytest.mark.django_db(transaction=True)
