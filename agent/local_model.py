@@ -9,7 +9,7 @@ import fcntl
 import importlib.util
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,29 +272,29 @@ async def serving(name: str) -> AsyncIterator[str]:
     handle = await asyncio.to_thread(_lock, False)
     try:
         address, loaded = served()
-        if loaded != name:
-            # Only when no turn is on the model: never cut an answer off.
+        while loaded != name:
+            # Only when no turn is on the model: never cut an answer off. (flock
+            # converts a lock by dropping it first: look again once it is shared.)
             fcntl.flock(handle, fcntl.LOCK_UN)
             await asyncio.to_thread(fcntl.flock, handle, fcntl.LOCK_EX)
-            address = await switch_to(name)
-            fcntl.flock(handle, fcntl.LOCK_SH)
+            await switch_to(name)
+            await asyncio.to_thread(fcntl.flock, handle, fcntl.LOCK_SH)
+            address, loaded = served()
         await wait_while(lambda: state_file("warming").exists(), WARM_WAIT_SECONDS)
         yield address
     finally:
         os.close(handle)
 
 
-async def switch_to(name: str) -> str:
-    address, loaded = served()
-    if loaded == name:
-        return address
+async def switch_to(name: str) -> None:
+    """Ask `manage.py local_llm` for `name` and wait until it serves it."""
+    if served()[1] == name:
+        return
     asked = time.time()
     write_whole(state_file("wanted"), name)
     await wait_while(lambda: served()[1] != name and not failed_since(asked), SWITCH_SECONDS)
-    address, loaded = served()
-    if loaded != name:
+    if served()[1] != name:
         raise SwitchFailed(last_failure() or f"The embedded model {name} did not load in time.")
-    return address
 
 
 def failed_since(moment: float) -> bool:
@@ -303,7 +303,7 @@ def failed_since(moment: float) -> bool:
     return False
 
 
-async def wait_while(condition: Any, seconds: float) -> None:
+async def wait_while(condition: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while condition() and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
