@@ -119,11 +119,11 @@ class Command(BaseCommand):
         self.address_file = address_file
         wanted = state_file("wanted")
         wanted.unlink(missing_ok=True)  # a previous run's
+        name = default_model(settings.NEOTASK["llm"])
+        server = self.load(name)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        name = default_model(settings.NEOTASK["llm"])
-        server = self.load(name)
         try:
             while not stop.wait(POLL_SECONDS):
                 try:
