@@ -10,13 +10,14 @@ take in between.
 It is the one process that loads embedded models, one at a time: it starts with
 [llm]'s, and when a turn asks for another (agent.local_model.serving, through the
 data dir's local_llm.wanted) it stops the model it serves and loads that one.
-After each load it evaluates the fixed prefix every turn starts with
-(instructions and tool schemas) in the background, so that llama.cpp's prompt
-cache holds it before the first turn.
+After each load it puts the fixed prefix every turn starts with (instructions and
+tool schemas) into llama.cpp's prompt cache, in the background: restored from
+what a previous start saved, or evaluated once and saved (docs/models.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -95,8 +96,9 @@ def warm_quietly(address: str, api_key: str, name: str, path: Path, warming: Pat
     except (httpx.HTTPError, OSError):
         pass  # a cold cache only costs the first turn its time
     finally:
-        if warming.exists() and warming.read_text() == name:  # not the next model's
-            warming.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if warming.read_text() == name:  # not the next model's
+                warming.unlink()
 
 
 class Command(BaseCommand):
