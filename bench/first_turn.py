@@ -12,7 +12,8 @@ llama.cpp took from its cache. The embedding model is left out (no vector:
 recall by recency), so the figure is the model's. With `--restart`, the server
 is stopped and started again on the same data dir and a new chat runs as many
 turns. Repeated `--repeat` times, each with a new data dir; prints one JSON line
-per run and the medians.
+per run and the medians. After the turns, one turn of another new chat: the
+first turn of a chat without a start before it.
 
     NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py
     NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py --restart
@@ -138,18 +139,20 @@ async def turns(count: int, chat: str) -> list[dict[str, Any]]:
     Timed = timed_client()
     owner, _ = await sync_to_async(get_user_model().objects.get_or_create)(username="bench")
     rows = []
-    for number in range(count):
+    # The chat's turns, then the first turn of another new chat: what a chat's first
+    # turn costs without a start before it.
+    for number in range(count + 1):
         client = Timed(configured_endpoint())
 
         async def emit(frame: Any) -> None:
             pass
 
-        request = TurnRequest(owner=owner, session_id=chat)
+        request = TurnRequest(owner=owner, session_id=chat if number < count else f"{chat}-new")
         started = time.perf_counter()
         result = await run_turn(request, MESSAGES[number % len(MESSAGES)], emit, client)
         rows.append(
             {
-                "turn": number + 1,
+                "turn": number + 1 if number < count else "new chat",
                 "first_token_ms": round((client.marks["first"] - client.marks["sent"]) * 1000),
                 "turn_ms": round((time.perf_counter() - started) * 1000),
                 "prompt_tokens": client.tokens[0][0],
@@ -225,12 +228,14 @@ def main() -> None:
             continue
         firsts = [run[start]["turns"][0]["first_token_ms"] for run in runs]
         fifths = [run[start]["turns"][fifth]["first_token_ms"] for run in runs]
+        others = [run[start]["turns"][-1]["first_token_ms"] for run in runs]
         summary = {
             "start": start,
             "runs": len(runs),
             "first_turn_ms": [min(firsts), statistics.median(firsts), max(firsts)],
             f"turn_{fifth + 1}_ms": [min(fifths), statistics.median(fifths), max(fifths)],
             "first_over_fifth": round(statistics.median(firsts) / statistics.median(fifths), 2),
+            "new_chat_first_ms": [min(others), statistics.median(others), max(others)],
         }
         print(json.dumps(summary))
 
