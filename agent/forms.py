@@ -145,23 +145,44 @@ class ProviderForm(forms.ModelForm):
 
 
 class ModelChoiceField(forms.ChoiceField):
-    """A model choice among those `owner` may use; "" is the default."""
+    """A model choice among those `owner` may use, each once. The default's
+    (`default_key`, e.g. the chat's agent's) is "", marked "(default)": choosing
+    it follows the default wherever it goes later."""
 
-    def __init__(self, owner: Owner, default_label: str, **kwargs: Any) -> None:
+    def __init__(self, owner: Owner, default_key: str, **kwargs: Any) -> None:
         groups: dict[str, list[tuple[str, str]]] = {}
+        self.default_key = default_key
         for choice in providers.offered(owner):
-            groups.setdefault(choice.group, []).append((choice.key, choice.label))
-        options: list[Any] = [("", default_label), *groups.items()]
+            key, label = choice.key, choice.label
+            if key == default_key:
+                key, label = "", f"{label} (default)"
+            groups.setdefault(choice.group, []).append((key, label))
+        options: list[Any] = list(groups.items())
+        if not any(key == "" for entries in groups.values() for key, _ in entries):
+            options.insert(0, ("", "Default"))
         super().__init__(choices=options, required=False, **kwargs)
         self.error_messages["invalid_choice"] = "That model is not offered to you (any more)."
 
+    def valid_value(self, value: Any) -> bool:
+        return value == self.default_key or super().valid_value(value)
+
+    def clean(self, value: Any) -> str:
+        key = super().clean(value)
+        return "" if key == self.default_key else key
+
+    def initial_for(self, owner: Owner, key: str) -> str:
+        """What the select shows for a stored `key`: "" for the default's, or for
+        one no longer offered (it answers with the default)."""
+        effective = providers.effective_key(owner, key)
+        return "" if not key or effective != key or key == self.default_key else key
+
 
 class ChatModelForm(forms.Form):
-    def __init__(self, owner: Owner, default_label: str, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, owner: Owner, default_key: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["model"] = ModelChoiceField(
             owner,
-            default_label,
+            default_key,
             label="Model",
             widget=forms.Select(
                 attrs={"id": "chat-model", "title": "The model that answers in this chat"}

@@ -13,7 +13,7 @@ import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -119,6 +119,8 @@ class Endpoint:
     where: str = CONFIG_FILE  # where a person fixes it, for error messages
     # agent.outbound's policy for a URL a person set; None: the operator's, not checked.
     policy: Policy | None = None
+    # The embedded model to serve the request (agent.local_model.serving); "": as it is.
+    local_model: str = ""
 
     @property
     def is_local(self) -> bool:
@@ -142,11 +144,14 @@ def configured_endpoint(fast: bool = False) -> Endpoint:
             label=CONFIG_LABEL,  # every user reads its errors: not the URL (inside the network)
             **common,
         )
+    from agent.local_model import default_model
+
     return Endpoint(
         base_url=os.environ.get(LOCAL_URL_VARIABLE, "").rstrip("/"),
         api_key=os.environ.get(LOCAL_KEY_VARIABLE, ""),
         model=model or "local",
         label=LOCAL_MODEL_LABEL,
+        local_model=default_model(llm),
         **common,
     )
 
@@ -178,14 +183,18 @@ class LLMClient:
         """The prompt's tokens by the model's own tokenizer: the embedded llama.cpp
         server's /tokenize; None for other endpoints, or when it does not answer."""
         endpoint = self.endpoint
-        if not (endpoint.is_local and endpoint.base_url):
+        from agent.local_model import served
+
+        address = served()[0] if endpoint.is_local else ""  # where the model is now
+        base_url = f"{address}/v1" if address else endpoint.base_url
+        if not (endpoint.is_local and base_url):
             return None
         text = "\n".join(
             (m.get("content") or "") + json.dumps(m.get("tool_calls") or "") for m in messages
         )
         try:
             response = await http_client().post(
-                endpoint.base_url.removesuffix("/v1") + "/tokenize",
+                base_url.removesuffix("/v1") + "/tokenize",
                 json={"content": text},
                 headers={"Authorization": f"Bearer {endpoint.api_key}"},
                 timeout=2,
@@ -207,6 +216,26 @@ class LLMClient:
         At most `max_tokens` (default: the endpoint's max_answer_tokens) are
         written; an answer cut there ends with finish_reason "length"."""
         endpoint = self.endpoint
+        if endpoint.is_local and endpoint.local_model:
+            from agent.local_model import SwitchFailed, serving
+
+            try:
+                async with serving(endpoint.local_model) as address:
+                    if address:  # the address of the model asked for, which may have moved
+                        endpoint = replace(endpoint, base_url=f"{address}/v1")
+                    return await self.request(endpoint, messages, tools, on_delta, max_tokens)
+            except SwitchFailed as exc:
+                raise LLMError("unavailable", str(exc)) from None
+        return await self.request(endpoint, messages, tools, on_delta, max_tokens)
+
+    async def request(
+        self,
+        endpoint: Endpoint,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        on_delta: OnDelta | None,
+        max_tokens: int | None,
+    ) -> Completion:
         if not endpoint.base_url:
             raise LLMError("not_configured", not_running_message(endpoint))
         body: dict[str, Any] = {

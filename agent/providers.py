@@ -3,7 +3,8 @@
 A choice is a short key kept on a chat (Session.model) and an agent
 (Agent.model):
   ""                 no choice: the chat falls back to its agent's, the agent to the site's
-  "embedded"         the embedded local model (agent.local_model)
+  "embedded:<name>"  an embedded model installed here (agent.local_model.installed_models);
+                     "embedded" alone (kept by earlier versions): the default embedded one
   "config"           [llm] base_url / model in config.toml or NEOTASK_LLM_*
   "<provider id>:<model>"   a model of a ModelProvider the admins connected
 
@@ -16,7 +17,7 @@ back to the default rather than failing the turn.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import httpx
@@ -25,6 +26,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from agent.llm import Endpoint, LLMClient, LLMError, configured_endpoint
+from agent.local_model import default_model, installed_models
 from agent.models import ModelProvider
 from agent.outbound import Refused, policy_of
 from neotask_site.ownership import Owner
@@ -60,13 +62,22 @@ def config_model_label() -> str:
     return settings.NEOTASK["llm"]["model"] or "the configured model"
 
 
+def embedded_key(name: str) -> str:
+    return f"{EMBEDDED}:{name}"
+
+
 def offered(owner: Owner) -> list[Choice]:
-    """The models `owner` may choose, in the picker's order."""
+    """The models `owner` may choose, each once, in the picker's order: those that
+    can answer now. The embedded ones are those installed (`manage.py local_llm`
+    loads the one a turn asks for); none when config.toml names an endpoint, as
+    the embedded model is then not started."""
     if config_sets_endpoint():
         choices = [Choice(CONFIG, config_model_label(), "config.toml")]
     else:
-        local = settings.NEOTASK["llm"]["local_model"]
-        choices = [Choice(EMBEDDED, f"Embedded ({local})", "Embedded")]
+        choices = [
+            Choice(embedded_key(model.name), model.title, "Embedded")
+            for model in installed_models(settings.NEOTASK["llm"])
+        ]
     for provider in providers_for(owner):
         for name in provider.model_names:
             choices.append(
@@ -91,28 +102,24 @@ def default_key() -> str:
     provider = ModelProvider.objects.filter(is_default=True, enabled=True).first()
     if provider is not None and provider.model_names:
         return f"{provider.pk}:{provider.model_names[0]}"
-    return EMBEDDED
+    return embedded_key(default_model(settings.NEOTASK["llm"]))
+
+
+def is_embedded(key: str) -> bool:
+    return key == EMBEDDED or key.startswith(f"{EMBEDDED}:")
 
 
 def effective_key(owner: Owner, *keys: str) -> str:
     """The first of `keys` (chat's, agent's) that `owner` may still use, else the default."""
+    keys = tuple(
+        embedded_key(default_model(settings.NEOTASK["llm"])) if key == EMBEDDED else key
+        for key in keys
+    )
     allowed = {choice.key for choice in offered(owner)} if any(keys) else set()
     for key in keys:
         if key and key in allowed:
             return key
     return default_key()
-
-
-def label(owner: Owner, key: str) -> str:
-    for choice in offered(owner):
-        if choice.key == key:
-            return choice.label
-    return "the default model"
-
-
-def default_label(owner: Owner, agent_model: str = "") -> str:
-    """What "Default" means for a chat of an agent whose choice is `agent_model`."""
-    return f"Default: {label(owner, effective_key(owner, agent_model))}"
 
 
 def chat_endpoint(session: Session, fast: bool = False) -> Endpoint:
@@ -136,7 +143,10 @@ def endpoint_for(key: str, fast: bool = False) -> Endpoint:
         if provider is not None and model in provider.model_names:
             return provider_endpoint(provider, model)
     # config.toml's endpoint, or the embedded model where it sets none.
-    return configured_endpoint(fast=fast)
+    endpoint = configured_endpoint(fast=fast)
+    if provider_id == EMBEDDED and model and endpoint.is_local:
+        return replace(endpoint, local_model=model)
+    return endpoint
 
 
 def provider_endpoint(provider: ModelProvider, model: str, api_key: str | None = None) -> Endpoint:

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from agent import cgroups, mcp_tools, providers
 from agent.approvals import has_terminal_permission
 from agent.forms import McpServerForm, ProviderForm
+from agent.local_model import installed_models
 from agent.models import McpAllowedCall, McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
 from neotask_site.history import Actor
@@ -88,6 +89,8 @@ def model_providers(request: HtmxHttpRequest) -> HttpResponse:
         "config_label": providers.config_label(),
         "llm": settings.NEOTASK["llm"],
         "default_key": providers.default_key(),
+        "embedded_default": providers.is_embedded(providers.default_key()),
+        "embedded_models": installed_models(settings.NEOTASK["llm"]),
         "ollama_models": providers.detect_ollama(),
         "ollama_url": providers.OLLAMA_URL,
     }

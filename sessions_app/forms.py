@@ -89,10 +89,12 @@ class AgentPromptForm(forms.ModelForm):
         self.owner = owner
         self.fields["model"] = ModelChoiceField(
             owner,
-            providers.default_label(owner),
+            providers.default_key(),
             label="Model",
             help_text="Its chats use it unless they choose another in their header.",
         )
+        field = self.fields["model"]
+        self.initial["model"] = field.initial_for(owner, self.instance.model)  # type: ignore[attr-defined]
 
 
 class NewAgentForm(AgentPromptForm):

@@ -114,8 +114,12 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
 
 
 def chat_model_form(session: Session, data: Any = None) -> ChatModelForm:
-    default = providers.default_label(session.owner, session.agent.model)
-    return ChatModelForm(session.owner, default, data, initial={"model": session.model})
+    """The picker: each model the owner can use now once, its agent's default marked."""
+    default = providers.effective_key(session.owner, session.agent.model)
+    form = ChatModelForm(session.owner, default, data)
+    field = form.fields["model"]
+    form.initial["model"] = field.initial_for(session.owner, session.model)  # type: ignore[attr-defined]
+    return form
 
 
 @require_POST

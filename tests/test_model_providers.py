@@ -169,7 +169,7 @@ def test_a_chat_switches_to_another_providers_model_and_keeps_it(staff_client, o
     provider = add(staff_client, other)
     session = chat.start_chat(owner)
     page = text(staff_client.get(f"/chat/{session.key}/"))
-    assert "Default: scripted" in page and "Other · m-small" in page
+    assert "scripted (default)" in page and "Other · m-small" in page
     assert llm.url not in page  # the picker names models, not where they are
 
     key = f"{provider.pk}:m-small"
@@ -234,7 +234,7 @@ def test_an_agents_model_is_its_chats_default(staff_client, owner, llm, other):
     assert response.status_code == 302
     assert Agent.objects.get(pk=agent.pk).model == key
     session = chat.start_chat(owner)
-    assert "Default: Other · m-large" in text(staff_client.get(f"/chat/{session.key}/"))
+    assert "Other · m-large (default)" in text(staff_client.get(f"/chat/{session.key}/"))
     other.script(Reply("agent's model"))
     answer(session)
     assert [r["model"] for r in other.requests] == ["m-large"] and not llm.requests

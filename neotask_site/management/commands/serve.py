@@ -161,7 +161,8 @@ class Command(BaseCommand):
         warn_at = time.monotonic() + MODEL_START_SECONDS
         while child.poll() is None:
             with contextlib.suppress(FileNotFoundError):
-                return address_file.read_text().strip()
+                # "<address>\n<model>" (agent.local_model.served)
+                return address_file.read_text().strip().partition("\n")[0]
             if warn_at and time.monotonic() > warn_at:
                 self.stderr.write(
                     f"The embedded model is still loading after {MODEL_START_SECONDS} s."

@@ -1,0 +1,69 @@
+"""The chat header's model picker in Chromium, on the embedded profile (issue 42):
+each installed embedded model once (Qwen 0.5B as fetched, the bundled SmolLM2),
+the default marked, "Connect a model…" for the staff; choosing SmolLM2 makes the
+next answer come from it. The embedded model server is played by scripted
+servers, one per model (tests/support/embedded.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.browser import ARTIFACTS, PASSWORD, add_tester, log_in, new_chat, send
+from tests.support.embedded import QWEN, FakeModelServer, fetched
+from tests.support.processes import app_env, free_port, start_daphne
+from tests.support.scripted_llm import Reply, ScriptedLLM
+
+KEY = "embedded-e2e-key-0123456789"
+
+
+def test_the_picker_offers_each_model_once_and_a_choice_answers_next(browser, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    fetched(data)
+    with ScriptedLLM(api_key=KEY) as qwen, ScriptedLLM(api_key=KEY) as smol:
+        env = app_env(
+            data,
+            DJANGO_SUPERUSER_PASSWORD=PASSWORD,
+            NEOTASK_LLM_LOCAL_MODEL=QWEN,
+            NEOTASK_LOCAL_LLM_KEY=KEY,
+            NEOTASK_LOCAL_LLM_URL=qwen.url,
+        )
+        env.pop("NEOTASK_LLM_BASE_URL", None)
+        add_tester(env)
+        model_server = FakeModelServer(Path(data), {QWEN: qwen, "smollm2": smol}, QWEN)
+        port = free_port()
+        log = (tmp_path / "daphne.log").open("w")
+        server = start_daphne(env, port, log)
+        context = browser.new_context(
+            base_url=f"http://127.0.0.1:{port}", viewport={"width": 1280, "height": 800}
+        )
+        try:
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            log_in(page)
+            new_chat(page)
+            options = page.locator("#chat-model option").all_inner_texts()
+            assert options == ["Qwen2.5-Coder-0.5B (default)", "SmolLM2-135M"]
+            connect = page.locator("#chat-model-form a.connect-model")
+            assert connect.is_visible() and connect.get_attribute("href") == "/settings/models/"
+
+            page.select_option("#chat-model", label="SmolLM2-135M")
+            page.locator("#chat-model option[selected]:has-text('SmolLM2')").wait_for(
+                state="attached"
+            )
+            smol.script(Reply("SmolLM2 answers."))
+            send(page, "Who answers?")
+            page.locator(".assistant_response .bubble:has-text('SmolLM2 answers')").wait_for()
+            assert len(smol.requests) == 1 and not qwen.requests
+            assert model_server.loads == [QWEN, "smollm2"]
+            page.screenshot(path=str(ARTIFACTS / "model-picker.png"))
+
+            page.reload()
+            assert page.locator("#chat-model option[selected]").inner_text() == "SmolLM2-135M"
+            assert page.locator("#chat-model option").all_inner_texts() == options
+        finally:
+            context.close()
+            model_server.close()
+            server.terminate()
+            server.wait(timeout=15)
+            log.close()
