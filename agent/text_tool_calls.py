@@ -44,6 +44,8 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
         return None
     tool = next((tool for tool in tools if tool.name == value["name"]), None)
     arguments = value["arguments"]
+    if tool is not None and isinstance(arguments, list) and (name := sole_list(tool)):
+        arguments = {name: arguments}
     if tool is None or not isinstance(arguments, dict | str):
         return None
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
@@ -52,6 +54,14 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
     except ToolError:
         return None
     return ToolCall(id=call_id, name=tool.name, arguments=raw)
+
+
+def sole_list(tool: Tool) -> str | None:
+    """The tool's one array argument, if it has exactly one: the 0.5B, asked to list
+    several facts in remember_fact's `facts`, writes the list as the arguments."""
+    properties = tool.parameters.get("properties") or {}
+    lists = [name for name, spec in properties.items() if spec.get("type") == "array"]
+    return lists[0] if len(lists) == 1 else None
 
 
 def call_written_so_far(partial: str, tools: Sequence[Tool]) -> str | None:

@@ -11,6 +11,8 @@ from django.contrib.auth.models import User
 
 from agent.frames import Frame
 from agent.runtime import TurnRequest, run_turn
+from agent.text_tool_calls import tool_call_in_text
+from agent.tools import available_tools
 from memory.models import Event, Fact
 from tests.support.scripted_llm import Reply
 
@@ -120,3 +122,18 @@ async def test_it_runs_a_call_written_again_in_the_next_round_once(owner, llm):
     assert events[-1].data["kind"] == "repeated_call"
     assert "asked for remember_fact again" in events[-1].data["content"]
     assert len(llm.requests) == 2
+
+
+def test_a_list_written_as_the_arguments_is_the_tools_one_list():
+    """The 0.5B writes remember_fact's `facts` as the arguments themselves."""
+    facts = [
+        {"category": "person", "key": "name", "value": "Tom Becker"},
+        {"category": "place", "key": "home", "value": "Leeds"},
+    ]
+    text = json.dumps({"name": "remember_fact", "arguments": facts}, indent=4)
+    call = tool_call_in_text(text, available_tools(), "c1")
+    assert call is not None
+    assert json.loads(call.arguments) == {"facts": facts}
+    # A tool without exactly one list argument gets no such reading.
+    listed = json.dumps({"name": "forget_fact", "arguments": [{"category": "a", "key": "b"}]})
+    assert tool_call_in_text(listed, available_tools(), "c2") is None
