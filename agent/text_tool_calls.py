@@ -42,8 +42,9 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
     value = _object(content.strip())
     if value is None or set(value) != {"name", "arguments"}:
         return None
-    tool = next((tool for tool in tools if tool.name == value["name"]), None)
     arguments = value["arguments"]
+    tool = next((tool for tool in tools if tool.name == value["name"]), None)
+    tool = tool or only_taker(arguments, tools)
     if tool is not None and isinstance(arguments, list) and (name := sole_list(tool)):
         arguments = {name: arguments}
     if tool is None or not isinstance(arguments, dict | str):
@@ -54,6 +55,19 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
     except ToolError:
         return None
     return ToolCall(id=call_id, name=tool.name, arguments=raw)
+
+
+def only_taker(arguments: Any, tools: Sequence[Tool]) -> Tool | None:
+    """The one tool on offer whose arguments these are, when the call names none: the
+    0.5B sometimes puts a word of the message where the tool's name goes
+    (`{"name": "Aiko", "arguments": {"facts": [...]}}`). Only when exactly one tool
+    takes all these arguments; the schema check follows."""
+    if not isinstance(arguments, dict) or not arguments:
+        return None
+    takers = [
+        tool for tool in tools if set(arguments) <= set(tool.parameters.get("properties") or {})
+    ]
+    return takers[0] if len(takers) == 1 else None
 
 
 def sole_list(tool: Tool) -> str | None:

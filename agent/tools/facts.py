@@ -161,6 +161,7 @@ register(
         run=remember_fact,
         outside_text=False,
         lasting=True,
+        check=facts_given,
     )
 )
 register(
