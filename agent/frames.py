@@ -37,6 +37,32 @@ class Delta(Frame):
 
 
 @dataclass(frozen=True)
+class Status(Frame):
+    """What a turn is doing while nothing streams: reading memory, the model reading
+    its prompt, a tool running. The chat shows it in the answer's placeholder (and
+    ticks the seconds) until the first delta; whoever shows no progress (the API,
+    the OpenAI-compatible stream, the scheduler) ignores it."""
+
+    type: ClassVar[str] = "status"
+    stage: str  # memory | model | tool
+    text: str
+    tokens: int | None = None  # stage "model": the prompt's estimated size
+    tool: str | None = None  # stage "tool": the tool's name
+
+    @classmethod
+    def memory(cls) -> Status:
+        return cls("memory", "Reading memory…")
+
+    @classmethod
+    def model(cls, tokens: int) -> Status:
+        return cls("model", f"The model is reading {tokens:,} tokens…", tokens=tokens)
+
+    @classmethod
+    def running(cls, tool: str) -> Status:
+        return cls("tool", f"Running {tool}…", tool=tool)
+
+
+@dataclass(frozen=True)
 class EventFrame(Frame):
     """A stored event; the websocket adds `event.html`, its rendering in the chat page."""
 
@@ -127,6 +153,12 @@ class Refused(Frame):
 class Notice(Frame):
     type: ClassVar[str] = "notice"
     text: str
+    # A notice with structure (/help, /status): `text` is Markdown, this its safe HTML.
+    html: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        laid_out = {"html": self.html} if self.html else {}
+        return {"type": self.type, "text": self.text, **laid_out}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from memory.retrieval import (
     get_context,
     recent_exchange,
 )
+from memory.sources import PromptChunk, prompt_chunks
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 from neotask_site.process_cache import ProcessCache
@@ -64,6 +65,12 @@ async def prompt_tokens(messages: list[dict[str, Any]], endpoint: Endpoint) -> i
 
 def estimate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(message_tokens(m) for m in messages)
+
+
+def estimate_request_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """What the model reads in a round: the prompt and the tools' schemas, which a
+    chat template puts after the instructions (the chat's "reading N tokens")."""
+    return estimate_prompt_tokens(messages) + (estimate_tokens(json.dumps(tools)) if tools else 0)
 
 
 def message_tokens(message: dict[str, Any]) -> int:
@@ -222,6 +229,12 @@ def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
             close_open_calls()
             messages.append({"role": "user", "content": event.text})
         elif event.event_type == EventType.ASSISTANT_RESPONSE:
+            if data.get("confirmation"):
+                # Neotask's words, not the model's ("Saved: …" after a turn that ended
+                # on tool calls): shown as its answer, it would teach the model to
+                # answer so; shown as the empty answer the model gave, to answer
+                # nothing. The exchange goes on from the tool results.
+                continue
             close_open_calls()
             message: dict[str, Any] = {"role": "assistant", "content": data.get("content") or ""}
             calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
@@ -234,17 +247,26 @@ def history_messages(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 
 def without_retried(events: list[Event]) -> list[Event]:
-    """Without the turns that were retried: from a message to the retry that
-    repeats it (its `retry_of`), the model sees only the retry."""
+    """Without the turns that were retried or edited: from a message to the retry
+    that repeats it (its `retry_of`), the model sees only the retry."""
+    replaced = superseded(events)
+    return [event for event in events if event.pk not in replaced]
+
+
+def superseded(events: list[Event]) -> dict[int, Event]:
+    """The events a later retry or edit replaced (a branch the model is no longer
+    shown), each with the message that replaced it."""
     kept: list[Event] = []
+    replaced: dict[int, Event] = {}
     for event in events:
         retried = (event.data or {}).get("retry_of")
         if event.event_type == EventType.USER_MESSAGE and retried is not None:
             start = next((i for i, e in enumerate(kept) if e.pk == retried), None)
             if start is not None:
+                replaced.update((e.pk, event) for e in kept[start:])
                 del kept[start:]
         kept.append(event)
-    return kept
+    return replaced
 
 
 def fit_to_window(
@@ -303,6 +325,8 @@ class TurnPrompt:
     # What memory brought in holds outside text (agent.runtime: lasting changes ask).
     outside_text: bool = False
     facts_version: Any = None  # the owner's facts' version, read with the session
+    # The memory files' chunks `memory` carries, for the answer's sources (memory.sources).
+    chunks: tuple[PromptChunk, ...] = ()
 
     def system(self) -> list[dict[str, Any]]:
         """Two system messages. The instructions come first, the same in every turn,
@@ -377,7 +401,15 @@ def start_turn(
     now = timezone.localtime()
     outside = holds_outside_text(context)
     prompt = TurnPrompt(
-        owner, session_id, agent_prompt, now, memory, client_system, outside, facts_version
+        owner,
+        session_id,
+        agent_prompt,
+        now,
+        memory,
+        client_system,
+        outside,
+        facts_version,
+        prompt_chunks(context.session_recall),
     )
     return prompt, prompt.with_history(context.recent)
 

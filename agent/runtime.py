@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from agent import approvals, macros, mcp_tools
-from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame
+from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame, Status
 from agent.llm import (
     Completion,
     Endpoint,
@@ -30,10 +30,11 @@ from agent.llm import (
     Usage,
     configured_endpoint,
 )
-from agent.prompt import TurnPrompt, start_turn
+from agent.prompt import TurnPrompt, estimate_request_tokens, start_turn
 from agent.repetition import Loop, RepetitionWatch
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import (
+    Ran,
     Tool,
     ToolContext,
     ToolError,
@@ -41,10 +42,12 @@ from agent.tools import (
     brings_outside_text,
     call_tool,
 )
+from agent.tools.confirmation import confirmation
 from agent.tools.registry import JSON_TYPES
-from memory import recording
+from memory import recording, undo
 from memory.models import UNKNOWN, UNRECALLED_IMPORTANCE, Event, EventType, Unknown
 from memory.recall import record_recall
+from memory.sources import answer_sources
 from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 
@@ -103,6 +106,7 @@ class TurnRequest:
     trusted: bool = False
     approval_timeout: float | None = None  # None: [terminal] approval_timeout_seconds
     retry_of: int | None = None  # the user message this turn runs again (sessions_app.turns)
+    edited: bool = False  # ...with new text (an edit)
     task: str = ""  # the scheduled task this turn is a run of: what its tools change is the task's
     endpoint: Endpoint | None = None  # the chat's model (agent.providers); None: config.toml's
     client: ClientTurn | None = None  # what an OpenAI-compatible client sent with the input
@@ -218,6 +222,7 @@ class Turn:
         # Text from outside the person and the agent entered the turn (a tool's answer,
         # a recalled document): from then on a lasting change asks (call_tool).
         self.outside_text = False
+        self.ran: list[Ran] = []  # the calls run, for a turn that ends without words
 
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
@@ -225,6 +230,8 @@ class Turn:
         message: dict[str, Any] = {"content": text}
         if self.request.retry_of is not None:
             message["retry_of"] = self.request.retry_of
+            if self.request.edited:
+                message["edited"] = True
         try:
             # For recall; also the message's own vector, stored with it.
             await self.embed(text)
@@ -283,7 +290,8 @@ class Turn:
 
     async def embed(self, text: str) -> None:
         """The message's vector. Once per turn: every round of tool calls recalls
-        by the same question."""
+        by the same question. The turn's first sign of life goes out before it."""
+        await self.emit(Status.memory())
         self.query_vector = await query_vector(text)
         self.query = text if self.query_vector is not None else ""
 
@@ -359,6 +367,7 @@ class Turn:
                 messages = await database_sync_to_async(prompt.messages)()
             self.partial = ""
             self.watch = RepetitionWatch()
+            await self.emit(Status.model(estimate_request_tokens(messages, schemas)))
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
             except LLMError as exc:
@@ -377,8 +386,10 @@ class Turn:
                 # Stored as the call it is, so the next round's prompt shows a call made.
                 completion.tool_calls, completion.content = [call], ""
                 if same_call(call) in previous:
-                    return await self.repeated(call)
+                    return await self.repeated(call, completion, messages)
             previous = {same_call(call) for call in completion.tool_calls}
+            if not completion.tool_calls and self.ran and not completion.content.strip():
+                return await self.confirm(completion, messages)
             await self.store(
                 EventType.ASSISTANT_RESPONSE,
                 {
@@ -386,6 +397,7 @@ class Turn:
                     "tool_calls": [call.as_openai() for call in completion.tool_calls],
                     "usage": completion.usage.as_dict(),
                     "finish_reason": completion.finish_reason,
+                    **(await self.sources(prompt, completion)),
                 },
                 closing=not completion.tool_calls and completion.finish_reason != REPEATED,
                 **unrecalled(completion),
@@ -420,14 +432,54 @@ class Turn:
         )
         return TurnResult("max_iterations", self.usage, error=note)
 
-    async def repeated(self, call: ToolCall) -> TurnResult:
+    async def sources(self, prompt: TurnPrompt, completion: Completion) -> dict[str, Any]:
+        """The memory files a closing answer drew on, of those its prompt carried
+        (memory.sources), for its event to keep; nothing if none."""
+        if completion.tool_calls or not prompt.chunks:
+            return {}
+        request = self.request
+        found = await database_sync_to_async(answer_sources)(
+            request.owner,
+            request.agent_name,
+            completion.content,
+            prompt.chunks,
+            self.user_event.text,
+        )
+        return {"sources": found} if found else {}
+
+    async def repeated(
+        self, call: ToolCall, completion: Completion, messages: list[dict[str, Any]]
+    ) -> TurnResult:
         """A small model (Qwen2.5-Coder-0.5B) answers a tool's result by writing the
         same call again, round after round until max_iterations: it is not run
-        twice, and the turn ends there. (A model that makes real tool calls may
-        repeat one on purpose, to poll: those run.)"""
+        twice, and the turn ends there, on what its calls did. (A model that makes
+        real tool calls may repeat one on purpose, to poll: those run.) The note is
+        for the curious, in the tool fold (_event.html)."""
         note = f"The model asked for {call.name} again with the same arguments; it ran once."
-        await self.store(EventType.SYSTEM, {"content": note, "kind": "repeated_call"}, closing=True)
-        return TurnResult("completed", self.usage)
+        data = {"content": note, "kind": "repeated_call", "name": call.name}
+        if not self.ran:  # (the calls before were the client's: nothing to confirm)
+            await self.store(EventType.SYSTEM, data, closing=True)
+            return TurnResult("completed", self.usage)
+        await self.store(EventType.SYSTEM, data)
+        return await self.confirm(completion, messages)
+
+    async def confirm(self, completion: Completion, messages: list[dict[str, Any]]) -> TurnResult:
+        """The end of a turn whose model wrote nothing after its tool calls: what
+        they did, in a plain sentence (agent.tools.confirmation), as its answer.
+        Stored without a text of its own, so memory search and recall never bring
+        it back as the model's words, and marked, so the model is not shown it as
+        its answer (agent.prompt.history_messages)."""
+        said = confirmation(self.ran)
+        data = {
+            "content": said,
+            "confirmation": True,
+            "confirms": [call.event_id for call in self.ran],  # forgetting one redacts it
+            "tool_calls": [],
+            "usage": completion.usage.as_dict(),
+            "finish_reason": completion.finish_reason,
+        }
+        await self.store(EventType.ASSISTANT_RESPONSE, data, closing=True, text="")
+        return TurnResult("completed", self.usage, answer=said, next_prompt=messages)
 
     async def on_delta(self, text: str) -> None:
         self.partial += text
@@ -500,6 +552,7 @@ class Turn:
         )
 
     async def execute(self, call: ToolCall) -> None:
+        await self.emit(Status.running(call.name))
         recorded = await self.store(
             EventType.TOOL_CALL,
             {"id": call.id, "name": call.name, "arguments": call.arguments},
@@ -517,19 +570,26 @@ class Turn:
         )
         if output.ran and brings_outside_text(call.name):
             self.outside_text = True  # its answer is in the next round's prompt
+        self.ran.append(
+            Ran(call.name, output.arguments or {}, output.text, output.error, recorded.pk)
+        )
         text = output.for_model
         if output.arguments is not None:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
-        await self.store(
-            EventType.TOOL_RESULT,
-            {
-                "tool_call_id": call.id,
-                "name": call.name,
-                "content": text,
-                "is_error": bool(output.error),
-            },
-            tool_name=call.name,
-        )
+        result = {
+            "tool_call_id": call.id,
+            "name": call.name,
+            "content": text,
+            "is_error": bool(output.error),
+        }
+        if call.name in undo.NOTED_TOOLS and output.ran and not output.error and output.arguments:
+            # What it changed in memory: the chat's notice, with its Undo (memory.undo).
+            noted = await database_sync_to_async(undo.noted)(
+                self.request.owner, call.name, recorded, output.arguments
+            )
+            if noted is not None:
+                result["memory"] = noted
+        await self.store(EventType.TOOL_RESULT, result, tool_name=call.name)
 
     async def hand_over(self, call: ToolCall) -> None:
         """A call of one of the client's tools: stored (`client`: it waits for the

@@ -4,6 +4,8 @@ The scripted LLM stamps each of its 200 deltas with the time it sent it; the
 websocket clients subtract that from the time the frame reached them. The
 difference is what Neotask adds: reading the LLM stream, the agent turn, the
 channel layer and the websocket. Loopback only; bounded in count and time.
+`status ms` is the sign of life: from sending the message to its turn's first
+`status` frame (sent before the message is embedded).
 
 With `--workers N` (REDIS_URL set) the chats are spread over N daphne
 processes, each warmed up by a turn of its own (the first loads the embedding
@@ -74,14 +76,20 @@ async def joined(socket) -> None:
         pass
 
 
-async def read_stream(socket, deltas: int) -> tuple[list[float], int, int]:
+Read = tuple[list[float], int, int, float]
+
+
+async def read_stream(socket, deltas: int, sent: float) -> Read:
     latencies: list[float] = []
     expected = 0
     problems = 0
+    status_ms = float("nan")
     while True:
         frame = json.loads(await asyncio.wait_for(socket.recv(), timeout=120))
         now = time.time_ns()
-        if frame["type"] == "delta":
+        if frame["type"] == "status" and status_ms != status_ms:  # the first (nan != nan)
+            status_ms = (time.monotonic() - sent) * 1000
+        elif frame["type"] == "delta":
             # Deltas that arrived together come as one frame: every stamp counts.
             for match in STAMP.finditer(frame["text"]):
                 number, sent = int(match[1]), int(match[2])
@@ -93,19 +101,18 @@ async def read_stream(socket, deltas: int) -> tuple[list[float], int, int]:
             print("error frame:", frame["message"], file=sys.stderr)
         elif frame["type"] == "done":
             break
-    return latencies, deltas - expected, problems
+    return latencies, deltas - expected, problems, status_ms
 
 
-async def one_chat(
-    urls: list[str], cookie: str, key: str, deltas: int
-) -> list[tuple[list[float], int, int]]:
+async def one_chat(urls: list[str], cookie: str, key: str, deltas: int) -> list[Read]:
     """The chat's stream as each of its tabs saw it; the first tab asks."""
     tabs = [await open_tab(url, cookie, key) for url in urls]
     try:
         if len(tabs) > 1:
             await asyncio.gather(*map(joined, tabs))
+        sent = time.monotonic()
         await tabs[0].send(json.dumps({"type": "message", "text": "stream please"}))
-        return await asyncio.gather(*(read_stream(tab, deltas) for tab in tabs))
+        return await asyncio.gather(*(read_stream(tab, deltas, sent) for tab in tabs))
     finally:
         await asyncio.gather(*(tab.close() for tab in tabs))
 
@@ -119,7 +126,8 @@ async def run(urls: list[str], cookie: str, keys: list[str], deltas: int, tabs: 
         *(one_chat(tabs_of(number), cookie, key, deltas) for number, key in enumerate(keys))
     )
     results = [tab for chat in chats for tab in chat]
-    latencies = sorted(x for lat, _, _ in results for x in lat)
+    latencies = sorted(x for lat, _, _, _ in results for x in lat)
+    signs = sorted(status for _, _, _, status in results)
     return {
         "chats": len(keys),
         "workers": len(urls),
@@ -128,8 +136,10 @@ async def run(urls: list[str], cookie: str, keys: list[str], deltas: int, tabs: 
         "p50_ms": round(statistics.median(latencies), 2),
         "p95_ms": round(latencies[int(len(latencies) * 0.95) - 1], 2),
         "max_ms": round(latencies[-1], 2),
-        "lost": sum(missing for _, missing, _ in results),
-        "reordered": sum(problems for _, _, problems in results),
+        "lost": sum(missing for _, missing, _, _ in results),
+        "reordered": sum(problems for _, _, problems, _ in results),
+        "status_p50_ms": round(statistics.median(signs), 1),
+        "status_max_ms": round(signs[-1], 1),
         "seconds": round(time.monotonic() - started, 1),
     }
 
@@ -235,13 +245,14 @@ def main() -> None:
         return
     print(
         "chats  workers  tabs  deltas  p50 ms  p95 ms  max ms  lost  reordered  seconds  cpu/delta"
+        "  status ms (p50/max)"
     )
     for row in rows:
         print(
             f"{row['chats']:>5}  {row['workers']:>7}  {row['tabs']:>4}  "
             f"{row['deltas']:>6}  {row['p50_ms']:>6}  {row['p95_ms']:>6}  "
             f"{row['max_ms']:>6}  {row['lost']:>4}  {row['reordered']:>9}  {row['seconds']:>7}  "
-            f"{row['cpu_ms_per_delta']:>6} ms"
+            f"{row['cpu_ms_per_delta']:>6} ms  {row['status_p50_ms']}/{row['status_max_ms']}"
         )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Iterable
 
 from memory.conversion import (
     MB,
@@ -39,6 +40,7 @@ from memory.files.paths import (
     memory_file_exists,
     write_memory_file,
 )
+from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -170,6 +172,27 @@ def front_line(name: str, converted: Converted) -> str:
     )
 
 
+FRONT_LINE = re.compile(r"^Converted from the \w+ file “(?P<name>[^”\n]+)”")
+
+
+def original_names(owner: Owner, agent: str, paths: Iterable[str]) -> dict[str, str]:
+    """The uploaded file's name of each of these paths that is a document, as its
+    front line says (a document whose line was edited away is not named)."""
+    documents = [path for path in paths if path.startswith(f"{DOCS_DIR}/")]
+    if not documents:
+        return {}
+    first_chunks = (
+        MemoryChunk.objects.owned_by(owner)
+        .filter(agent=agent, file__path__in=documents, position=0)
+        .values_list("file__path", "text")
+    )
+    return {
+        path: found["name"]
+        for path, text in first_chunks
+        if (found := FRONT_LINE.match(text)) is not None
+    }
+
+
 def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor) -> str:
     """Convert an uploaded file and store it as a new memory file of `agent`, recorded
     in the owner's history and indexed; returns its path. DocumentError (or the
@@ -195,3 +218,8 @@ def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor
         indexing.index_path(owner, agent, shown)
         raise
     return shown
+
+
+def passages(owner: Owner, agent: str, path: str) -> int:
+    """How many passages (chunks) of a memory file memory search can find."""
+    return MemoryChunk.objects.owned_by(owner).filter(agent=agent, file__path=path).count()

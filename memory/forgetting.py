@@ -53,6 +53,7 @@ from django.utils import timezone
 
 from memory import fulltext
 from memory.files import indexing, paths
+from memory.files.history import record_file_change
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
 from memory.vector_index import in_database
 from memory.working import working_memory
@@ -324,6 +325,11 @@ def redact_origin(owner: Owner, call: Event) -> None:
     for result in results.filter(pk__gt=call.pk).only("id", "data"):
         kept = {k: result.data[k] for k in ("tool_call_id", "name") if k in result.data}
         redacted.append((result.pk, {**kept, "content": REDACTED}))
+    # The answer that said what the call did ("Saved: …", agent.tools.confirmation).
+    answers = owned.filter(event_type=EventType.ASSISTANT_RESPONSE, data__confirmation=True)
+    for said in answers.filter(pk__gt=call.pk).only("id", "data"):
+        if call.pk in said.data.get("confirms", []):
+            redacted.append((said.pk, {**said.data, "content": REDACTED}))
     for pk, data in redacted:
         if "arguments" not in data and pk == call.pk:
             data["arguments"] = {}
@@ -413,16 +419,7 @@ def forget_memory_lines(
     with transaction.atomic():
         announce(owner, [], agents=[agent])
         Change.objects.forget_values(owner.pk, Change.Subject.MEMORY_FILE, subject)
-        record_change(
-            owner,
-            actor,
-            Change.Subject.MEMORY_FILE,
-            subject,
-            subject,
-            Change.Action.CHANGED,
-            None,
-            {"text": after},
-        )
+        record_file_change(owner, agent, shown, actor, before, after, forgotten=True)
         quoted = f"{shown}:"
         scrub_recalls(
             owner,

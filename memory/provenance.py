@@ -1,5 +1,6 @@
-"""Where a memory came from: a fact's origin told as "from <chat>, <date>", with a
-link to the turn (GET /events/<id>/ finds its place in the chat).
+"""Where a memory came from: a fact's origin, or where a message was said, told as
+"from <chat>, <date>", with a link to the turn (GET /events/<id>/ finds its place
+in the chat).
 
 Memory knows a chat only by its session id; the app that keeps chats names them
 (`name_chats_with`, called by sessions_app when it starts), so this app needs
@@ -14,7 +15,7 @@ from datetime import datetime
 from django.urls import reverse
 from django.utils import timezone
 
-from memory.models import Fact
+from memory.models import Event, Fact
 
 # (owner id, session ids) → the titles of those chats that exist.
 ChatTitles = Callable[[int, Collection[str]], dict[str, str]]
@@ -88,3 +89,22 @@ def tell(fact: Fact, titles: dict[str, str]) -> Provenance | None:
         by = f" by {fact.origin_label}" if fact.origin_label else ""
         return Provenance(f"set in the admin{by}, {when}")
     return None
+
+
+def where_said(owner_id: int, events: Sequence[Event]) -> dict[int, Provenance]:
+    """Where each of an owner's events was said, by its id (said_in)."""
+    sessions = {event.session_id for event in events}
+    titles = chat_titles[0](owner_id, sessions) if sessions else {}
+    return {
+        event.pk: said_in(event.pk, titles.get(event.session_id), day(event.created_at))
+        for event in events
+    }
+
+
+def said_in(event_id: int, title: str | None, when: str) -> Provenance:
+    """Where an event was said: "from “Trip to Osaka”, 3 Dec 2026", linked to its place;
+    "from a chat" (unlinked) when the chat is gone or was never one of Neotask's
+    (an import's session id), or nobody looked its title up."""
+    if title is None:
+        return Provenance(f"from a chat, {when}")
+    return Provenance(f"from “{title}”, {when}", reverse("event-source", args=[event_id]))

@@ -55,6 +55,7 @@ class RecalledItem(TypedDict):
     text: str  # clipped, after its speaker's name when it has one
     score: float
     event_id: NotRequired[int]  # an event's, not a file chunk's
+    session_id: NotRequired[str]  # an event's (recalled since its chat's title is shown)
     heading: NotRequired[str]  # a file chunk's headings, e.g. "Page 3" or "Trips > Japan"
     imported: NotRequired[bool]  # an event an import brought in (Event.imported_from)
     event_type: NotRequired[str]  # an event's: who said it (agent.prompt words it)

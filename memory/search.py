@@ -23,9 +23,9 @@ their chunks with the events by cosine similarity, each hit citing its source.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,9 @@ MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing
 VECTOR_WEIGHT = 0.6
 BRANCHES = ("fused", "vector", "lexical", "recency")
+# The search page shows an event only if its fused score is at least this share of
+# the best event's (and it bears on the query): bench/search_cutoff.py, docs/memory.md.
+SHOWN_RATIO = 0.4
 
 
 @dataclass
@@ -62,6 +65,26 @@ def bears_on_query(branches: dict[str, float], min_similarity: float) -> bool:
     """Worth recalling, by its branches' scores: it shares a word with the query,
     or is close in meaning."""
     return "lexical" in branches or branches.get("vector", -1.0) >= min_similarity
+
+
+Hit = TypeVar("Hit", SearchHit, FileHit, SearchHit | FileHit)
+
+
+def kept_by_cutoff(hits: Sequence[Hit], min_similarity: float, ratio: float) -> list[Hit]:
+    """The hits worth showing a person (the search page): an event that bears on the
+    query (a word in common, or a cosine of at least `min_similarity`) and scores at
+    least `ratio` of the best event's fused score; a file chunk at least that
+    similar. Measured in bench/search_cutoff.py (docs/memory.md)."""
+    best = max((hit.score for hit in hits if isinstance(hit, SearchHit)), default=0.0)
+    return [
+        hit
+        for hit in hits
+        if (
+            hit.score >= ratio * best and hit.bears_on_query(min_similarity)
+            if isinstance(hit, SearchHit)
+            else hit.score >= min_similarity
+        )
+    ]
 
 
 def search_memory(

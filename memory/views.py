@@ -4,10 +4,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -17,8 +19,8 @@ from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
 from memory.forms import FactForm
 from memory.models import Fact, Macro
-from memory.provenance import with_provenance
-from memory.search import search_memory
+from memory.provenance import where_said, with_provenance
+from memory.search import SHOWN_RATIO, SearchHit, kept_by_cutoff, search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
@@ -29,10 +31,15 @@ MAX_QUERY = 2000
 
 
 def memory_search(request: HtmxHttpRequest) -> HttpResponse:
-    """The search box: the whole page, or only the results for htmx."""
+    """The search box: the whole page, or only the results for htmx. Only the hits
+    that bear on the query (memory.search.kept_by_cutoff), each event with where it
+    was said."""
     query = request.GET.get("q", "").strip()[:MAX_QUERY]
     hits = search_memory(request.user, query, k=RESULTS) if query else []
-    return render_page(request, "memory/search.html", {"query": query, "hits": hits})
+    hits = kept_by_cutoff(hits, settings.NEOTASK["memory"]["search_min_similarity"], SHOWN_RATIO)
+    said = where_said(request.user.pk, [hit.event for hit in hits if isinstance(hit, SearchHit)])
+    rows = [(hit, said.get(hit.event.pk) if isinstance(hit, SearchHit) else None) for hit in hits]
+    return render_page(request, "memory/search.html", {"query": query, "rows": rows})
 
 
 def workspace_of(request: HtmxHttpRequest) -> tuple[str, Path]:
@@ -134,26 +141,42 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
     """A document converted into a memory file of the agent, from the files page or
-    the chat's paperclip; back to `next` (a page of this site) or the files page."""
+    the chat's paperclip. A form post goes back to `next` (a page of this site) or the
+    files page, with a message; the paperclip's request (htmx's header: static/neotask/
+    attach.js) gets the chat's note saying what happened, 400 if the file was refused."""
     agent, _ = workspace_of(request)
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
         back = files_url(agent)
     upload = request.FILES.get("document")
-    if upload is None or upload.file is None:
-        messages.error(request, "Choose a file to add to memory.")
-        return redirect(back)
+    name = (upload.name if upload is not None else "") or ""
+    context: dict[str, Any] = {"name": name}
     try:
+        if upload is None or upload.file is None:
+            raise documents.DocumentError("Choose a file to add to memory.")
         # Before reading it: a huge upload is refused without holding it in memory.
-        documents.check_upload_size(upload.name or "", upload.size or 0)
+        documents.check_upload_size(name, upload.size or 0)
         # The file Django received it into, copied to the converter's: never read whole here.
         shown = documents.add_document(
-            request.user, agent, upload.name or "", upload.file, Actor.user(request.user)
+            request.user, agent, name, upload.file, Actor.user(request.user)
         )
     except (documents.DocumentError, paths.MemoryPathError) as exc:
-        messages.error(request, f"Not added to memory: {exc}")
+        context["error"] = str(exc)
     else:
-        messages.success(request, f"Added {upload.name} to memory as {shown}.")
+        passages = documents.passages(request.user, agent, shown)
+        context.update(path=shown, url=file_url(agent, shown), passages=passages)
+    if request.htmx:
+        status = 400 if "error" in context else 200
+        return render(request, "memory/_upload_note.html", context, status=status)
+    if upload is None:
+        messages.error(request, context["error"])
+    elif "error" in context:
+        messages.error(request, f"Not added to memory: {context['error']}")
+    else:
+        messages.success(
+            request,
+            f"Added {name} to memory as {shown}: {passages} passage{pluralize(passages)}.",
+        )
     return redirect(back)
 
 

@@ -52,8 +52,11 @@ REDACTED = "REDACTED"
 PATCHED_FOR = {"daphne": "4.2.3"}
 
 
-def logging_config(log_format: str) -> dict[str, Any]:
-    """The LOGGING setting for `log_format` ("plain" or "json")."""
+def logging_config(log_format: str, verbose: bool = True) -> dict[str, Any]:
+    """The LOGGING setting for `log_format` ("plain" or "json"). Plain lines are
+    for a terminal: without `verbose` ([server] verbose) it shows only warnings
+    and errors, not the job cluster's INFO lines about each task (loggers keep
+    their levels: a test's capture still sees INFO records)."""
     formatters: dict[str, Any] = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         "json": {
@@ -72,7 +75,12 @@ def logging_config(log_format: str) -> dict[str, Any]:
             ],
         },
     }
-    console = {"class": "logging.StreamHandler", "formatter": log_format}
+    quiet = log_format == "plain" and not verbose
+    console = {
+        "class": "logging.StreamHandler",
+        "formatter": log_format,
+        "level": "WARNING" if quiet else "NOTSET",
+    }
     return {
         "version": 1,
         "disable_existing_loggers": False,

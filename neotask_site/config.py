@@ -124,6 +124,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "time_zone": Option("UTC", time_zone_name),
         # "json": one JSON object a line, with the request and chat ids (docs/deploy.md).
         "log_format": Option("plain", one_of("plain", "json")),
+        # Plain logs: INFO lines and daphne's access log too (`manage.py serve --verbose`).
+        "verbose": Option(False),
         # The bearer token Prometheus sends to /metrics; empty: no /metrics at all.
         "metrics_token": Option("", token_or_empty),
     },

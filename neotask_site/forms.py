@@ -4,7 +4,13 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm, UserCreationForm
+from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import (
+    AuthenticationForm,
+    PasswordChangeForm,
+    UserCreationForm,
+    UsernameField,
+)
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
@@ -21,6 +27,28 @@ class AdminAccountForm(UserCreationForm):
         user = super().save(commit=False)
         user.is_staff = True
         user.is_superuser = True
+        if commit:
+            user.save()
+        return user
+
+
+class NewUserForm(UserCreationForm):
+    """An account a staff member adds: a username, an email if any, the password
+    twice (checked by the site's password validators), staff or not."""
+
+    email = forms.EmailField(required=False, label="Email (optional)")
+    is_staff = forms.BooleanField(
+        required=False, label="Staff: manages the models, adds users, uses the admin"
+    )
+
+    class Meta:
+        model = get_user_model()
+        fields = ("username", "email")
+        field_classes = {"username": UsernameField}
+
+    def save(self, commit: bool = True) -> Any:
+        user = super().save(commit=False)
+        user.is_staff = self.cleaned_data["is_staff"]
         if commit:
             user.save()
         return user

@@ -14,7 +14,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 
-from neotask_site.models import Change
+from neotask_site.models import FORGOTTEN, Change
 from neotask_site.ownership import Owner
 
 MAX_VALUE_CHARS = 10_000  # a memory file's text is summarised, not copied whole
@@ -166,11 +166,11 @@ class Recorded(models.Model):
     def erase_by(self, actor: Actor) -> None:
         """Delete because its owner asked to forget it: recorded as deleted, and
         its values erased from the history as well (memory.forgetting)."""
-        subject_id, label = self.history_id(), self.history_label()
+        subject_id = self.history_id()
         with transaction.atomic():
             self.delete()
             owner_id = self.owner_id  # type: ignore[attr-defined]
-            Change.objects.forget_values(owner_id, self.history_subject, subject_id)
+            Change.objects.forget_values(owner_id, self.history_subject, subject_id, label=True)
             record_change(
-                owner_id, actor, self.history_subject, subject_id, label, Change.Action.DELETED
+                owner_id, actor, self.history_subject, subject_id, FORGOTTEN, Change.Action.DELETED
             )

@@ -75,6 +75,17 @@ INLINE_LIMIT = 1_000  # characters rendered in the calling thread: at most ~20 m
 DELIMITER_ROW = re.compile(r" {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*")
 
 
+# What could start emphasis, code, a link, an HTML tag or entity, a table cell or
+# a strikethrough inside a line (any ASCII punctuation may be escaped: CommonMark 2.4).
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|~&!])")
+
+
+def escape_markdown(text: str) -> str:
+    """One line of `text` as Markdown that shows it literally, in the middle of a
+    line (a memory quoted in /status, after its list item's label)."""
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
 def render_markdown(text: str) -> str:
     text = text or ""
     if len(text) > MARKDOWN_LIMIT:

@@ -34,18 +34,23 @@ class ChangeQuerySet(OwnedQuerySet):
             )
         return changes
 
-    def forget_values(self, owner_id: int, subject_kind: str, subject_id: str) -> int:
+    def forget_values(
+        self, owner_id: int, subject_kind: str, subject_id: str, *, label: bool = False
+    ) -> int:
         """Erase the values a subject had from its history (the rows stay: who
         changed what, when) — the one edit allowed, for a subject its owner asked
-        to forget: otherwise the history would keep what was forgotten."""
+        to forget: otherwise the history would keep what was forgotten. `label`:
+        its name goes too (a fact's key says what it was; a file's path stays)."""
         rows = self.filter(owner_id=owner_id, subject_kind=subject_kind, subject_id=subject_id)
         erased = 0
         for change in rows.only("id", "old_value", "new_value"):
-            models.QuerySet.update(
-                rows.filter(pk=change.pk),
-                old_value=forgotten(change.old_value),
-                new_value=forgotten(change.new_value),
-            )
+            erase: dict[str, Any] = {
+                "old_value": forgotten(change.old_value),
+                "new_value": forgotten(change.new_value),
+            }
+            if label:
+                erase["subject_label"] = FORGOTTEN
+            models.QuerySet.update(rows.filter(pk=change.pk), **erase)
             erased += 1
         return erased
 

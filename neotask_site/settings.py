@@ -122,6 +122,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "neotask_site.navigation.navigation",
             ],
         },
     },
@@ -168,4 +169,4 @@ STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-LOGGING = logs.logging_config(NEOTASK["server"]["log_format"])
+LOGGING = logs.logging_config(NEOTASK["server"]["log_format"], NEOTASK["server"]["verbose"])

@@ -39,6 +39,7 @@ urlpatterns = [
     path("history/", views.history, name="history"),
     path("memory/", include("memory.urls")),
     path("tasks/", include("scheduler.urls")),
+    path("settings/users/add/", views.add_user, name="user-add"),
     path("settings/", include("agent.urls")),
     path("import/", include("importers.urls")),
     path("", include("importers.data_urls")),

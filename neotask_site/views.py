@@ -24,6 +24,7 @@ from neotask_site import first_run
 from neotask_site.forms import (
     AdminAccountForm,
     HistoryFilterForm,
+    NewUserForm,
     ThrottledPasswordChangeForm,
 )
 from neotask_site.htmx import HtmxHttpRequest, render_page
@@ -72,6 +73,21 @@ def setup_model(request: HtmxHttpRequest) -> HttpResponse:
     }
     status = 400 if form.errors else 200
     return render(request, "neotask_site/setup_model.html", context, status=status)
+
+
+def add_user(request: HtmxHttpRequest) -> HttpResponse:
+    """The site's staff adds an account, which can sign in at once (403 for others,
+    as the Models page)."""
+    if not request.user.is_staff:
+        raise PermissionDenied("Only the site's staff adds users.")
+    form = NewUserForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        role = "a staff member" if user.is_staff else "a user"
+        messages.success(request, f"Added {user.get_username()} as {role}: they can sign in now.")
+        return redirect("user-add")
+    status = 400 if form.errors else 200
+    return render(request, "neotask_site/add_user.html", {"form": form}, status=status)
 
 
 class PasswordChange(PasswordChangeView):

@@ -6,10 +6,14 @@ per chat; what each does to the chat is in sessions_app.turns."""
 from __future__ import annotations
 
 import secrets
+import uuid
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
+from memory import fulltext
+from memory.models import Event
 from neotask_site.ownership import Owner
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
@@ -77,13 +81,40 @@ def latest_chat(user: Owner) -> Session | None:
     )
 
 
-def sidebar_chats(user: Owner, limit: int = 50) -> list[Session]:
-    return list(
-        Session.objects.owned_by(user)
-        .filter(status=Session.Status.ACTIVE)
-        .select_related("agent")
-        .order_by("-last_activity_at")[:limit]
-    )
+def sidebar_chats(user: Owner, limit: int = 50, query: str = "") -> list[Session]:
+    """The user's chats, newest first; with `query`, those whose title holds it or
+    whose messages match its words (`saying`)."""
+    chats = Session.objects.owned_by(user).filter(status=Session.Status.ACTIVE)
+    query = " ".join(query.replace("\x00", "").split())[:MAX_QUERY]
+    if query:
+        chats = chats.filter(Q(title__icontains=query) | Q(key__in=saying(user, query)))
+    return list(chats.select_related("agent").order_by("-last_activity_at")[:limit])
+
+
+MAX_QUERY = 200
+SEARCHED_MESSAGES = 200  # full-text matches read per agent: the best, enough for a list of 50
+
+
+def saying(user: Owner, query: str) -> set[str]:
+    """The keys of the user's chats with a message or answer matching `query`'s
+    words: the memory's full-text index (memory.fulltext; whole words, stemmed)."""
+    ids: list[int] = []
+    for agent in Agent.objects.owned_by(user).values_list("name", flat=True):
+        ids += [pk for pk, _ in fulltext.search(user.pk, agent, query, SEARCHED_MESSAGES)]
+    if not ids:
+        return set()
+    events = Event.objects.owned_by(user).filter(pk__in=ids)
+    sessions = {str(session_id) for session_id in events.values_list("session_id", flat=True)}
+    keys = Session.objects.owned_by(user).filter(pk__in=[s for s in sessions if is_uuid(s)])
+    return set(keys.values_list("key", flat=True))
+
+
+def is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_message(text: Any) -> str:

@@ -130,7 +130,10 @@ TABLE = [
     SlashCommand(("help",), "", "this list"),
 ]
 BY_NAME = {name: command for command in TABLE for name in command.names}
-HELP = "Commands:\n" + "\n".join(f"{command.usage} — {command.help}" for command in TABLE)
+# Markdown: the chat shows it as a table (runner.answer_now).
+HELP = "| Command | What it does |\n|---|---|\n" + "\n".join(
+    f"| `{command.usage}` | {command.help} |" for command in TABLE
+)
 
 
 @dataclass(frozen=True)

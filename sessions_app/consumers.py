@@ -170,17 +170,26 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return await self.error(str(exc))
 
     async def on_retry(self, frame: dict[str, Any]) -> None:
-        """A failed or stopped answer's Retry: its turn runs again, queued like a message."""
-        event_id = frame.get("event_id")
+        """Retry, Regenerate and Edit: the turn of `event_id` runs again, queued like
+        a message — with `text`, the user message `event_id` edited (a new branch)."""
+        event_id, edit = frame.get("event_id"), frame.get("text") is not None
+        text = ""
+        if edit:
+            try:
+                text = chat.check_message(frame["text"])
+            except ValueError as exc:
+                return await self.error(str(exc))
         try:
-            message = await database_sync_to_async(check_retry)(self.owner, self.key, event_id)
+            message = await database_sync_to_async(check_retry)(
+                self.owner, self.key, event_id, edit=edit
+            )
         except RetryError as exc:
             return await self.error(str(exc))
         assert isinstance(event_id, int)  # find_retry found it
         try:
-            await runner.retry(self.owner, self.key, event_id, message.text)
+            await runner.retry(self.owner, self.key, event_id, text if edit else message.text)
         except quotas.QuotaExceeded as exc:
-            await self.reply(exc.frame())
+            await self.reply(exc.frame(text))
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         await runner.submit(self.owner, self.key, "/stop", self.reply)

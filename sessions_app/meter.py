@@ -19,8 +19,9 @@ from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
 from agent.providers import chat_endpoint
 from agent.runtime import embed_query
 from memory.models import Event, EventType, Fact
-from memory.provenance import provenance_of
+from memory.provenance import Provenance, provenance_of
 from memory.retrieval import get_context
+from neotask_site.markdown import escape_markdown as md
 from sessions_app.models import Session
 
 
@@ -114,20 +115,25 @@ async def status(session: Session) -> str:
 
 
 def status_text(session: Session, readings: TokenMeter, query_vector: np.ndarray | None) -> str:
-    """/status: the meter's `readings` (`read_meter`), and why each memory is in the
-    context of the latest message, recalled by its `query_vector` (None: by
-    recency and importance only)."""
+    """/status, as Markdown (the chat lays it out as lists): the meter's `readings`
+    (`read_meter`), and why each memory is in the context of the latest message,
+    recalled by its `query_vector` (None: by recency and importance only)."""
     m = readings
     compactions = session.compaction_count
     lines = [
-        f"Model: {m.model}",
-        f"Session: {session.key} (started {session.created_at:%Y-%m-%d %H:%M}, "
+        f"- **Model:** {md(m.model)}",
+        f"- **Session:** {md(session.key)} (started {session.created_at:%Y-%m-%d %H:%M}, "
         f"compacted {compactions} time{'' if compactions == 1 else 's'})",
-        f"Tokens: {m.input:,} in, {m.output:,} out, {m.cache_read:,} cache read, "
+        f"- **Tokens:** {m.input:,} in, {m.output:,} out, {m.cache_read:,} cache read, "
         f"{m.cache_write:,} cache write",
-        f"Context: about {m.context_tokens:,} of {m.context_window:,} tokens ({m.share:.0%})",
+        f"- **Context:** about {m.context_tokens:,} of {m.context_window:,} tokens ({m.share:.0%})",
     ]
     return "\n".join(lines + recalled_lines(session, query_vector) + fact_lines(session))
+
+
+def heading(text: str) -> str:
+    """A block's title in /status, apart from the list before and after it."""
+    return f"\n**{text}**\n"
 
 
 STATUS_FACTS = 10  # the newest; the facts page lists them all
@@ -140,17 +146,27 @@ def fact_lines(session: Session) -> list[str]:
     if not facts:
         return []
     told = provenance_of(facts)
-    lines = ["Facts changed last (where each came from):"]
+    lines = [heading("Facts changed last (where each came from):")]
     for fact in facts:
         where = told.get(fact.pk)
         unverified = " (unverified)" if fact.unverified else ""
         lines.append(
-            f"- {fact}: {' '.join(fact.value.split())[:60]}{unverified}"
-            + (f" — {where}" if where else "")
+            f"- {md(str(fact))}: {md(' '.join(fact.value.split())[:60])}{unverified}"
+            + (f" — {provenance(where)}" if where else "")
         )
     if (more := owned.count() - len(facts)) > 0:
-        lines.append(f"… and {more} more on the facts page.")
+        lines.append(f"\n… and {more} more on the facts page.")
     return lines
+
+
+def one_line(text: str, limit: int = 80) -> str:
+    """A memory quoted in a list item: on one line, clipped, shown as it is."""
+    return md(" ".join(text.split())[:limit])
+
+
+def provenance(where: Provenance) -> str:
+    """Where a fact came from, linked to the turn that said it."""
+    return f"[{md(where.text)}]({where.url})" if where.url else md(where.text)
 
 
 def latest_message(session: Session) -> str | None:
@@ -173,17 +189,17 @@ def recalled_lines(session: Session, query_vector: np.ndarray | None) -> list[st
     context = get_context(session.owner, str(session.pk), query, session.agent.name, query_vector)
     lines = []
     if context.session_recall:
-        lines.append("Recalled when this session started:")
+        lines.append(heading("Recalled when this session started:"))
         lines += [
-            f"- recall {item['score']:.2f}: [{item['date']}] {item['text'][:80]}"
+            f"- recall {item['score']:.2f}: {md(item['date'])} · {one_line(item['text'])}"
             for item in context.session_recall
         ]
     recalled = context.recalled
     if not recalled:
-        return [*lines, "Recalled memories: none for the latest message."]
-    return [*lines, "Recalled memories (why each is in the context):"] + [
-        f"- {item.branch}"
+        return [*lines, heading("Recalled memories: none for the latest message.")]
+    return [*lines, heading("Recalled memories (why each is in the context):")] + [
+        f"- {md(item.branch)}"
         + (f" {item.score:.2f}" if item.score is not None else "")
-        + f": [{item.event.created_at:%Y-%m-%d}] {' '.join(item.event.text.split())[:80]}"
+        + f": {item.event.created_at:%Y-%m-%d} · {one_line(item.event.text)}"
         for item in recalled
     ]

@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from django.db import DatabaseError, connection, transaction
 
@@ -56,6 +56,7 @@ from agent.frames import (
 from agent.llm import Usage
 from memory.models import EventType
 from monitoring import counters, logs
+from neotask_site.markdown import render_markdown
 from neotask_site.ownership import Owner
 from sessions_app import meter, quotas, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
@@ -226,16 +227,24 @@ async def answer_now(owner: Owner, key: str, command: Command, reply: Emit | Non
     if command.slash.tool:
         return await reply(await run_tool(owner, key, command))
     if command.name == "help":
-        return await reply(Notice(HELP))
+        return await reply(await laid_out(HELP))
     if command.name == "status":
         try:
             session = await database_sync_to_async(find_chat)(owner, key)
         except ChatError as exc:
             return await reply(Error(str(exc)))
-        return await reply(Notice(await meter.status(session)))
+        return await reply(await laid_out(await meter.status(session)))
     if not await database_sync_to_async(ChatClaim.objects.is_held)(owner.pk, key):
         return await reply(Notice(NOTHING_RUNNING))
     await signal(owner.pk, key, STOP)
+
+
+async def laid_out(markdown: str) -> Notice:
+    """A notice with structure (/help, /status), which the chat shows as lists and
+    tables: its text is Markdown, rendered safe (off the event loop: a long one
+    renders in another process)."""
+    html = await sync_to_async(render_markdown, thread_sensitive=False)(markdown)
+    return Notice(markdown, html=html)
 
 
 def answer_approval(user: Owner, key: str, request_id: str, decision: str) -> None:

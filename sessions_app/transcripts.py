@@ -25,7 +25,7 @@ TAIL_BLOCK = 64 * 1024
 REDACTED_MARK = b'"redacted": true'
 
 # Keys of `Event.data` that get a field of their own; the rest stay under "data".
-PROMOTED = ("content", "tool_calls", "tool_call_id", "is_error", "usage")
+PROMOTED = ("content", "tool_calls", "tool_call_id", "is_error", "usage", "sources")
 
 
 def event_record(event: Event) -> dict[str, Any]:

@@ -9,8 +9,10 @@ takes: the one place that decides when a session ends and the next begins.
 - `/compact` summarises the older messages into a fresh session
   (sessions_app.compaction), and so does a turn that leaves the context
   nearly full.
-- A retry runs the chat's latest failed or stopped turn again from the same
-  user message, once it is checked that the chat has not moved on.
+- A retry runs the chat's latest turn again from the same user message (a
+  failed or stopped one: Retry; a finished one: Regenerate), and an edit any
+  message of the current branch with new text, once it is checked that the
+  chat has not moved on.
 
 A rollover keeps all history: the old session is archived (still readable), the
 new one continues from it and opens with a notice saying why — never a silent
@@ -72,6 +74,7 @@ class Opened:
     session: Session
     changes: list[SessionChanged] = field(default_factory=list)
     retry_of: int | None = None  # a retry's message, checked
+    edited: bool = False  # the retry is an edit: new text for that message
     endpoint: Endpoint | None = None  # the model that answers it (agent.providers)
     before: Before | None = None  # what the session held, read with it
 
@@ -86,9 +89,10 @@ def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
     if item.kind == ChatInput.Kind.TOOL_RESULTS:
         # The turn that handed out the calls goes on: no new message, no rollover.
         return Opened(session, endpoint=chat_endpoint(session))
-    retry_of = None
+    retry_of, edited = None, False
     if item.kind == ChatInput.Kind.RETRY:
-        retry_of = find_retry(session, item.retry_of).pk
+        message, edited = find_retry(session, item.retry_of)
+        retry_of = message.pk
     changes = []
     if item.kind == ChatInput.Kind.RESET:
         reason = f"/{item.command}"
@@ -98,7 +102,7 @@ def open_input(owner: Owner, key: str, item: ChatInput) -> Opened:
         return Opened(session, changes)
     opened = take_message(session, item.text)
     opened.changes[:0] = changes
-    opened.retry_of = retry_of
+    opened.retry_of, opened.edited = retry_of, edited
     return opened
 
 
@@ -144,6 +148,7 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
         trusted=item.trusted,
         approval_timeout=item.approval_timeout,
         retry_of=opened.retry_of,
+        edited=opened.edited,
         endpoint=opened.endpoint,
         client=client,
         before=opened.before,
@@ -166,6 +171,7 @@ async def respond(
     trusted: bool = False,
     approval_timeout: float | None = None,
     retry_of: int | None = None,
+    edited: bool = False,
     endpoint: Endpoint | None = None,
     client: ClientTurn | None = None,
     before: Before | None = None,
@@ -185,6 +191,7 @@ async def respond(
         trusted=trusted,
         approval_timeout=approval_timeout,
         retry_of=retry_of,
+        edited=edited,
         endpoint=endpoint,
         client=client,
         before=before,
@@ -323,15 +330,19 @@ def ensure_fresh(session: Session, now: datetime | None = None) -> tuple[Session
     return rollover(session, reason), reason
 
 
-# Retry: the latest turn of a chat, failed or stopped, runs again from the same
-# user message. The old answer stays in the log as it was; the retry stores the
-# user's message again, marked `retry_of` the message it repeats, and the new
-# answer follows it. The model's history leaves out what the retried turn
-# produced (agent.prompt.history_messages), so it answers as if it had not failed.
+# Retry: the latest turn of a chat runs again from the same user message — a
+# failed or stopped one (Retry), or a finished answer (Regenerate). Edit: any
+# message of the chat's current branch runs again with new text. Both store the
+# user's message again, marked `retry_of` the message it repeats (and `edited`
+# for an edit), and the new answer follows it. The old branch stays in the log
+# as it was; the model's history leaves out what it holds
+# (agent.prompt.without_retried), so it answers as if it had not been said.
 
 NO_SUCH = "There is no such answer to retry in this chat."
-NOT_FAILED = "Only an answer that failed or was stopped can be retried."
+NOT_FAILED = "Only an answer, or a turn that failed or was stopped, can be run again."
 NOT_LATEST = "Only the chat's latest answer can be retried."
+NO_SUCH_MESSAGE = "There is no such message of yours to edit in this chat."
+NOT_CURRENT = "That message was replaced already: edit its latest version."
 
 
 class RetryError(Exception):
@@ -339,32 +350,36 @@ class RetryError(Exception):
 
 
 def is_retryable(event: Event) -> bool:
-    """What ends a failed or stopped turn: its error, its stop, or its cut-off answer."""
-    data = event.data or {}
-    if event.event_type == EventType.ERROR:
-        return True
-    if event.event_type == EventType.SYSTEM:
-        return data.get("kind") == "stopped"
-    return event.event_type == EventType.ASSISTANT_RESPONSE and bool(data.get("interrupted"))
+    """What ends a turn: its answer, its error, or a note (stopped, too many rounds)."""
+    return event.event_type in (EventType.ERROR, EventType.SYSTEM, EventType.ASSISTANT_RESPONSE)
 
 
-def check_retry(owner: Owner, key: str, event_id: Any) -> Event:
-    """`find_retry` in the chat `key`, as a Retry button asks for it."""
+def check_retry(owner: Owner, key: str, event_id: Any, *, edit: bool = False) -> Event:
+    """`find_retry` in the chat `key`, as a Retry, Regenerate or (`edit`) an
+    Edit button asks for it."""
     try:
         session = find_chat(owner, key)
     except ChatError as exc:
         raise RetryError(str(exc)) from None
-    return find_retry(session, event_id)
+    message, edited = find_retry(session, event_id)
+    if edited != edit:
+        raise RetryError(NO_SUCH_MESSAGE if edit else NOT_FAILED)
+    return message
 
 
-def find_retry(session: Session, event_id: Any) -> Event:
-    """The user message whose turn ended with event `event_id`, to run again;
-    RetryError unless that turn is the session's latest and failed or was stopped."""
+def find_retry(session: Session, event_id: Any) -> tuple[Event, bool]:
+    """The user message to run again from event `event_id`, and whether it is an
+    edit (`event_id` is the message itself); RetryError unless that message is of
+    the session's current branch — for a retry, the turn it names is the latest."""
     events = session.events()
     # type(), not isinstance: JSON's true is a bool, which Python counts as the int 1.
     event = events.filter(pk=event_id).first() if type(event_id) is int else None
     if event is None:
         raise RetryError(NO_SUCH)
+    if event.event_type == EventType.USER_MESSAGE:
+        if not is_current(session, event):
+            raise RetryError(NOT_CURRENT)
+        return event, True
     if not is_retryable(event):
         raise RetryError(NOT_FAILED)
     messages = events.filter(event_type=EventType.USER_MESSAGE)
@@ -373,4 +388,12 @@ def find_retry(session: Session, event_id: Any) -> Event:
     message = messages.filter(pk__lt=event.pk).order_by("-pk").first()
     if message is None:
         raise RetryError(NO_SUCH)
-    return message
+    return message, False
+
+
+def is_current(session: Session, message: Event) -> bool:
+    """Whether `message` is in the branch the model is shown: not replaced by a
+    later retry or edit of it, or of a message before it."""
+    later = session.events().filter(event_type=EventType.USER_MESSAGE, pk__gt=message.pk)
+    replaced = later.filter(data__retry_of__isnull=False).values_list("data__retry_of", flat=True)
+    return not any(int(pk) <= message.pk for pk in replaced)

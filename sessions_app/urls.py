@@ -45,5 +45,6 @@ urlpatterns = [
     path("sessions/<str:pk>/", views.session_detail, name="session-detail"),
     path("events/<int:pk>/", views.event_source, name="event-source"),
     path("events/<int:pk>/pin/", views.event_pin, name="event-pin"),
+    path("events/<int:pk>/undo/", views.event_undo, name="event-undo"),
     path("events/<int:pk>/delete/", views.event_delete, name="event-delete"),
 ]

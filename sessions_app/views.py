@@ -19,8 +19,11 @@ from agent.approvals import ApprovalError
 from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
+from agent.prompt import superseded
+from memory import undo
 from memory.forgetting import NothingToForget
 from memory.models import Event
+from memory.recall import name_recalled_chats
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
@@ -42,7 +45,8 @@ CHAT_EVENTS = 200
 
 
 def chat_home(request: HtmxHttpRequest) -> HttpResponse:
-    """The latest chat; without one, a button that starts it (a GET creates nothing)."""
+    """The latest chat; without one, a chat not started yet: its message box,
+    whose first message starts it (a GET creates nothing)."""
     session = chat.latest_chat(request.user)
     if session is None:
         return render(request, "sessions_app/start.html", {"agents": own_agents(request)})
@@ -74,8 +78,17 @@ def open_chat(request: HtmxHttpRequest, key: str) -> Session:
 
 
 def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -> list[Event]:
+    """The events to show, those of a branch a retry or an edit replaced marked
+    (`replaced`, _event.html): "edited" for the message edited, else "earlier"."""
     events = Event.objects.owned_by(session.owner).filter(session_id=str(session.pk), id__gt=after)
-    return list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    shown = list(reversed(events.order_by("-created_at", "-id")[:limit]))
+    replaced = superseded(shown)
+    for event in shown:
+        if (by := replaced.get(event.pk)) is not None:
+            edited = by.data.get("edited") and by.data.get("retry_of") == event.pk
+            event.replaced = "edited" if edited else "earlier"
+    name_recalled_chats(shown)
+    return shown
 
 
 def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
@@ -83,7 +96,9 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
     context = {
         "session": session,
         "events": session_events(session),
-        "chats": chat.sidebar_chats(request.user),
+        # ?q=: the chat list's search, sent as a plain form without JavaScript.
+        "chats": chat.sidebar_chats(request.user, query=request.GET.get("q", "")),
+        "query": request.GET.get("q", ""),
         "agents": own_agents(request),
         "meter": meter(session).as_dict(),
         "approvals": ApprovalRequest.objects.owned_by(request.user).filter(
@@ -161,13 +176,13 @@ def chat_events(request: HtmxHttpRequest, key: str) -> HttpResponse:
 def sidebar(request: HtmxHttpRequest) -> HttpResponse:
     """The chat list; for the chat page that asks, its title too (out of band): a
     chat is named by its first message after the page was drawn."""
-    current = request.GET.get("current", "")
-    chats = chat.sidebar_chats(request.user)
+    current, query = request.GET.get("current", ""), request.GET.get("q", "")
+    chats = chat.sidebar_chats(request.user, query=query)
     current_chat = next((session for session in chats if session.key == current), None)
     return render(
         request,
         "sessions_app/_sidebar.html",
-        {"chats": chats, "current_key": current, "current_chat": current_chat},
+        {"chats": chats, "current_key": current, "current_chat": current_chat, "query": query},
     )
 
 
@@ -200,6 +215,8 @@ def session_detail(request: HtmxHttpRequest, pk: str) -> HttpResponse:
     session = get_owned_or_404(Session, request.user, pk=session_uuid(pk))
     events = Event.objects.owned_by(request.user).filter(session_id=str(session.pk))
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)  # the events named below are those shown
+    name_recalled_chats(page.object_list)
     return render(request, "sessions_app/session_detail.html", {"session": session, "page": page})
 
 
@@ -283,6 +300,13 @@ def cleanup_delete(request: HtmxHttpRequest) -> HttpResponse:
         cleanup.configured_days(),
     )
     return cleanup_step(request, "sessions_app/_cleanup_done.html", {"selection": selection})
+
+
+@require_POST
+def event_undo(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Undo what the tool result `pk` changed in memory (its notice's Undo, memory.undo)."""
+    said = undo.undo(request.user, pk)
+    return render(request, "sessions_app/_memory_undone.html", {"said": said})
 
 
 @require_POST

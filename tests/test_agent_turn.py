@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import re
 import socket
 from typing import Any
 
@@ -12,8 +14,10 @@ from django.contrib.auth.models import User
 from agent import runtime
 from agent.approvals import decide
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
+from agent.prompt import estimate_request_tokens
 from agent.runtime import TurnRequest, run_turn
 from memory.models import Event, Fact
+from sessions_app.broadcast import render_event
 from tests.support.frames import Frames
 from tests.support.records import take_queued_tasks
 from tests.support.scripted_llm import Reply, reply_with_tool
@@ -316,3 +320,183 @@ async def test_deltas_go_at_once_unless_the_loop_is_behind_then_a_frame_per_tick
     else:  # behind: the deltas of a tick go together
         assert len(texts) < len(words)
         assert min(gaps) >= runtime.DELTA_TICK * 0.99, gaps
+
+
+# Never silent: what the turn does is said before the answer streams (Status frames).
+
+
+async def test_it_says_what_it_does_before_the_answer_streams(owner, llm, monkeypatch):
+    embedding, carry_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_embedding(text: str) -> None:
+        embedding.set()
+        await carry_on.wait()
+
+    monkeypatch.setattr(runtime, "query_vector", slow_embedding)
+    llm.script(
+        reply_with_tool("remember_fact", {"category": "health", "key": "allergy", "value": "nuts"}),
+        Reply(deltas=["Noted", "."]),
+    )
+    frames = Frames()
+    task = asyncio.ensure_future(run_turn(request_for(owner), "I am allergic to nuts", frames))
+    await embedding.wait()
+    # The first sign of life goes out before the embedding is done.
+    assert [(f["type"], f["stage"], f["text"]) for f in frames.frames] == [
+        ("status", "memory", "Reading memory…")
+    ]
+    carry_on.set()
+    await task
+
+    sequence = [
+        f"{f['type']}:{f.get('stage') or f.get('event', {}).get('event_type', '')}"
+        for f in frames.frames
+        if f["type"] != "delta" or f is frames.of("delta")[0]
+    ]
+    assert sequence == [
+        "status:memory",
+        "event:user_message",
+        "status:model",
+        "event:assistant_response",
+        "status:tool",
+        "event:tool_call",
+        "event:tool_result",
+        "status:model",
+        "delta:",
+        "event:assistant_response",
+    ]
+    statuses = frames.of("status")
+    assert statuses[2] == {
+        "type": "status",
+        "stage": "tool",
+        "text": "Running remember_fact…",
+        "tokens": None,
+        "tool": "remember_fact",
+    }
+    # The tokens the model reads: about what it was sent, the tools' schemas too.
+    for status, sent in zip([statuses[1], statuses[3]], llm.requests, strict=True):
+        estimated = estimate_request_tokens(sent["messages"], sent["tools"])
+        assert status["tokens"] > 1000 and abs(status["tokens"] - estimated) < 20
+        assert status["text"] == f"The model is reading {status['tokens']:,} tokens…"
+
+
+async def test_a_turn_that_only_saved_a_fact_says_so(owner, llm):
+    llm.script(
+        reply_with_tool(
+            "remember_fact", {"category": "health", "key": "allergy", "value": "peanuts"}
+        ),
+        Reply(text=""),
+        Reply(text="You are allergic to peanuts."),
+    )
+    frames = Frames()
+    result = await run_turn(request_for(owner), "I'm allergic to peanuts", frames)
+
+    assert result.answer == "Saved: allergy — peanuts"
+    answer = (await sync_to_async(stored)(owner))[-1]
+    assert answer.data["content"] == "Saved: allergy — peanuts"
+    assert answer.data["confirmation"] is True
+    # Not the model's words: memory search and recall never find it ...
+    assert (answer.text, answer.search_key) == ("", "")
+    html = await sync_to_async(render_event)(answer)
+    assert "Saved: allergy — peanuts" in html and 'class="pin' not in html
+    # ... and the next prompt goes on from the tool's result, without it.
+    await run_turn(request_for(owner), "What can't I eat?", Frames())
+    sent = llm.requests[-1]["messages"]
+    assert not any("Saved" in (m.get("content") or "") for m in sent)
+    assert [m["role"] for m in sent if m["role"] != "system"] == [
+        "user",
+        "assistant",
+        "tool",
+        "user",
+    ]
+
+
+def fact(key: str, value: str) -> dict[str, str]:
+    return {"category": "person", "key": key, "value": value}
+
+
+async def test_it_confirms_each_fact_saved_and_each_search(owner, llm):
+    llm.script(
+        Reply(
+            tool_calls=[
+                {"name": "remember_fact", "arguments": json.dumps(fact("name", "Ana"))},
+                {"name": "remember_fact", "arguments": json.dumps(fact("city_now", "Porto"))},
+                {"name": "search_memory", "arguments": json.dumps({"query": "xyzzy"})},
+            ]
+        ),
+        Reply(text="  \n"),
+    )
+    result = await run_turn(request_for(owner), "I'm Ana, from Porto", Frames())
+    found = (await sync_to_async(stored)(owner))[-2]
+    hits = len(found.text.splitlines()) if found.text.startswith("[") else 0
+    assert result.answer == (
+        f"Saved 2 facts: name — Ana; city now — Porto\n\nSearched memory: {hits} result"
+        + ("" if hits == 1 else "s")
+    )
+
+
+async def test_a_repeated_call_ends_on_what_it_did_with_the_note_in_the_fold(owner, llm):
+    # The embedded model writes its calls as text, and may write the same one again.
+    tea = {"category": "pref", "key": "drink", "value": "tea"}
+    call = json.dumps({"name": "remember_fact", "arguments": tea})
+    llm.script(Reply(text=call), Reply(text=call))
+    frames = Frames()
+    result = await run_turn(request_for(owner), "I like tea.", frames)
+
+    assert result.answer == "Saved: drink — tea"
+    events = await sync_to_async(stored)(owner)
+    note, answer = events[-2:]
+    assert (note.event_type, answer.event_type) == ("system", "assistant_response")
+    assert answer.data["confirmation"] is True
+    # The note is in the tool fold, the confirmation is the answer.
+    html = await sync_to_async(render_event)(note)
+    fold = re.fullmatch(
+        r'<li class="event system"[^>]*>\s*<details class="tool[^"]*">(.*?)</details>.*', html, re.S
+    )
+    assert fold is not None and "asked for remember_fact again" in fold.group(1)
+    assert '<p class="note">' not in html
+    shown = await sync_to_async(render_event)(answer)
+    assert '<div class="bubble assistant markdown"><p>Saved: drink — tea</p>' in shown
+
+
+async def test_forgetting_the_fact_forgets_what_the_turn_said_it_saved(owner, llm):
+    from memory.forgetting import forget_facts
+    from neotask_site.history import Actor
+
+    peanuts = {"category": "health", "key": "allergy", "value": "peanuts"}
+    tea = {"category": "pref", "key": "drink", "value": "tea"}
+    llm.script(
+        Reply(
+            tool_calls=[
+                {"name": "remember_fact", "arguments": json.dumps(peanuts)},
+                {"name": "remember_fact", "arguments": json.dumps(tea)},
+            ]
+        ),
+        Reply(text=""),
+    )
+    await run_turn(request_for(owner), "Peanuts, no; tea, yes.", Frames())
+
+    facts = Fact.objects.filter(owner=owner, key="allergy")
+    await sync_to_async(forget_facts)(owner, facts, Actor.user(owner))
+    answer = (await sync_to_async(stored)(owner))[-1]
+    assert answer.data["confirmation"] and "peanuts" not in str(answer.data)
+
+
+def test_a_confirmation_names_any_tool_and_what_failed():
+    from agent.tools import Ran
+    from agent.tools.confirmation import confirmation
+
+    said = confirmation(
+        [
+            Ran("weather", {"city": "Porto"}, "sunny"),
+            Ran("remember_fact", {}, error="The user denied this call."),
+            Ran("weather", {"city": "Lisbon"}, "rain"),
+            Ran("append_memory_file", {"path": "MEMORY.md", "text": "x"}, "Appended"),
+        ]
+    )
+    assert said == (
+        "Ran weather 2 times\n\nAdded to MEMORY.md\n\n"
+        "remember_fact failed: The user denied this call."
+    )
+    # A value that holds its key is said once (the embedded Qwen's key "Pixel").
+    pixel = {"category": "phone", "key": "Pixel", "value": "Pixel 8"}
+    assert confirmation([Ran("remember_fact", pixel, "Remembered")]) == "Saved: Pixel 8"

@@ -55,7 +55,9 @@ async def test_it_marks_an_answer_the_limit_cut(llm):
     assert answer.data["finish_reason"] == "length"
     html = render_event(answer)
     assert "The first half of a long" in html
-    assert "Cut off: the answer reached its length limit ([llm] max_answer_tokens)." in html
+    # Said in the user's words; the setting that sets the limit only in the tooltip.
+    assert ">The answer was cut off at its length limit.</p>" in html
+    assert 'title="The limit is [llm] max_answer_tokens in config.toml."' in html
 
 
 @pytest.mark.django_db
@@ -66,7 +68,7 @@ def test_it_does_not_mark_an_answer_that_ended_by_itself(alice):
         event_type=EventType.ASSISTANT_RESPONSE,
         data={"content": "Done.", "finish_reason": "stop"},
     )
-    assert "Cut off" not in render_event(answer)
+    assert "cut off" not in render_event(answer)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,16 @@ async def test_it_streams_a_turn_in_protocol_order(owner, session, llm):
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="Hi **agent**")
     frames = await until(ws)
-    assert kinds(frames) == ["started", "user_message", "delta", "assistant_response", "done"]
+    assert kinds(frames) == [
+        "started",
+        "status",  # reading memory
+        "user_message",
+        "status",  # the model reading its prompt
+        "delta",
+        "assistant_response",
+        "done",
+    ]
+    assert [f["stage"] for f in frames if f["type"] == "status"] == ["memory", "model"]
     assert streamed(frames) == "Hello there!"
     user_event = stored(frames, "user_message")
     assert user_event["data"]["content"] == "Hi **agent**"
@@ -141,10 +150,15 @@ async def test_it_rejects_binary_frames(owner, session):
 async def test_it_answers_help_status_and_compact(owner, session, llm):
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="/help")
-    assert "/reset" in (await receive(ws))["text"]
+    help_frame = await receive(ws)
+    assert "/reset" in help_frame["text"]
+    assert "<table>" in help_frame["html"]
     await send(ws, type="message", text="/status")
-    status = (await receive(ws))["text"]
-    assert "Model: scripted" in status and "Tokens: 0 in" in status and "Context:" in status
+    status = await receive(ws)
+    assert "**Model:** scripted" in status["text"] and "**Tokens:** 0 in" in status["text"]
+    # Laid out as a list, each reading an item of its own.
+    assert "<li><strong>Model:</strong> scripted</li>" in status["html"]
+    assert "<li><strong>Context:</strong> about " in status["html"]
     await send(ws, type="message", text="/compact")
     frames = await until(ws)
     assert kinds(frames) == ["started", "notice", "error", "done"]
@@ -163,7 +177,9 @@ async def test_it_starts_a_fresh_session_on_reset_and_sends_the_rest(owner, sess
     assert kinds(frames) == [
         "started",
         "session",
+        "status",
         "user_message",
+        "status",
         "delta",
         "assistant_response",
         "done",
@@ -248,7 +264,7 @@ async def test_it_queues_a_reset_sent_while_answering(owner, session, llm):
     assert first.pop()["text"] == "/new and now?"
     assert streamed(first + await until(ws)) == "slow answer"
     frames = await until(ws)
-    assert kinds(frames)[:3] == ["started", "session", "user_message"]
+    assert kinds(frames)[:4] == ["started", "session", "status", "user_message"]
     fresh = await Session.objects.aget(owner=owner, key=session.key, status="active")
     assert fresh.continues_from_id == session.pk
     assert await Event.objects.filter(session_id=str(fresh.pk), text="and now?").aexists()
@@ -294,8 +310,16 @@ async def test_it_reports_a_dead_llm_and_stays_usable(owner, session, configure)
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="hello?")
     frames = await until(ws)
-    assert kinds(frames) == ["started", "user_message", "error", "error", "done"]
-    assert "Cannot reach the LLM" in frames[3]["message"]
+    assert kinds(frames) == [
+        "started",
+        "status",
+        "user_message",
+        "status",
+        "error",
+        "error",
+        "done",
+    ]
+    assert "Cannot reach the LLM" in frames[5]["message"]
     assert frames[-1]["status"] == "error"
     await send(ws, type="message", text="/help")
     assert (await receive(ws))["type"] == "notice"

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.utils import timezone
 
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
 from agent.runtime import embed_query
 from memory import recording
+from neotask_site.markdown import render_markdown
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.meter import meter, status_text
@@ -15,10 +17,16 @@ from tests.support.records import allow_terminal
 from tests.support.web import HTMX, client_for, text
 
 
-def test_it_opens_the_latest_chat_or_offers_to_start_one(alice, alice_client):
+def test_it_opens_the_latest_chat_or_one_not_started_yet(alice, alice_client):
     page = alice_client.get("/")
-    assert page.status_code == 200 and b'action="/chat/new/"' in page.content
     assert not Session.objects.exists()  # a GET creates nothing
+    # Not a card with a button: the message box, focused, whose first message starts the chat.
+    assert page.status_code == 200 and b"No chats yet" not in page.content
+    content = page.content.decode()
+    composer = content[content.index('<form id="composer"') :]
+    composer = composer[: composer.index("</form>")]
+    assert 'method="post" action="/chat/new/" data-starts-chat' in composer
+    assert '<textarea id="input" name="message" rows="1" autofocus' in composer
     session = Session.objects.get(
         owner=alice, key=alice_client.post("/chat/new/")["Location"][6:-1]
     )
@@ -191,7 +199,9 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     from memory.tasks import embed_missing
 
     session = chat.start_chat(alice)
-    recording.record(
+    session.title = "Dog food"
+    session.save()
+    said = recording.record(
         alice, str(session.pk), "user_message", {"content": "My dog Biscuit loves <b>beef</b>"}
     )
     recording.record(
@@ -202,7 +212,11 @@ def test_it_searches_memory_in_the_page_and_in_htmx_partials(alice, alice_client
     assert page.status_code == 200
     content = page.content.decode()
     assert "<html" in content and "&lt;b&gt;beef&lt;/b&gt;" in content
-    assert f"/sessions/{session.pk}/#event-" in content
+    # Where each was said, by its chat's title and day, linked to its place in the chat;
+    # an imported session's (no chat of Neotask's) unlinked.
+    day = f"{timezone.localtime(said.created_at):%-d %b %Y}"
+    assert f'<a href="/events/{said.pk}/">from “Dog food”, {day}</a>' in content
+    assert f"from a chat, {day}" in content
     partial = alice_client.get("/memory/", {"q": "dog Biscuit"}, HTTP_HX_REQUEST="true")
     assert b"<html" not in partial.content and b"Biscuit" in partial.content
     foreign = bob_client.get("/memory/", {"q": "dog Biscuit"}).content
@@ -232,6 +246,9 @@ def test_it_shows_in_status_why_each_memory_was_recalled(alice):
     embed_missing()
     vector = embed_query("What kind of dog is Biscuit?")  # as meter.status does, off this thread
     status = status_text(session, meter(session), vector)
-    assert "Recalled memories (why each is in the context):" in status
-    assert "- relevance 1.00: [" in status and "allergic to peanuts" in status
+    assert "**Recalled memories (why each is in the context):**" in status
+    assert "- relevance 1.00: " in status and "allergic to peanuts" in status
     assert "- similarity 0." in status and "golden retriever" in status
+    # Laid out: each memory an item of a list, not one run-on line.
+    html = render_markdown(status)
+    assert "<li>relevance 1.00: " in html and "<li>similarity 0." in html

@@ -75,14 +75,32 @@ async def test_it_retries_a_failed_answer_and_again_if_it_fails_again(owner, ses
     await ws.disconnect()
 
 
-async def test_it_refuses_to_retry_a_completed_answer(owner, session, llm):
-    llm.script(Reply(text="Fine."))
+async def test_it_regenerates_a_completed_answer_keeping_the_old_one(owner, session, llm):
+    llm.script(Reply(text="First try."), Reply(text="Second try."))
     ws = await connect(owner, session.key)
     await send(ws, type="message", text="hi")
     answer = stored(await until(ws), "assistant_response")
+    assert 'class="regenerate small"' in answer["html"]
     await send(ws, type="retry", event_id=answer["id"])
+    frames = await until(ws)
+    assert streamed(frames) == "Second try."
+    again = stored(frames, "user_message")
+    assert again["data"]["retry_of"] < answer["id"] and "edited" not in again["data"]
+    # The model was sent the message once, without the first answer.
+    assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["hi"]
+    assert [text for _, text in await turn_texts(session)] == [
+        "hi",
+        "First try.",
+        "hi",
+        "Second try.",
+    ]
+    # Only the latest turn regenerates: the first answer's turn is not the latest any more.
+    await send(ws, type="retry", event_id=answer["id"])
+    assert await receive(ws) == {"type": "error", "message": NOT_LATEST}
+    # A message is edited, not retried, and a retry frame naming one is refused.
+    await send(ws, type="retry", event_id=again["id"])
     assert await receive(ws) == {"type": "error", "message": NOT_FAILED}
-    assert len(llm.requests) == 1
+    assert len(llm.requests) == 2
     await ws.disconnect()
 
 

@@ -366,6 +366,87 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
     assert MemoryFile.objects.get(owner=alice).agent == "research"
 
 
+# The chat's paperclip (static/neotask/attach.js) asks as htmx does: it gets the note
+# the chat shows, and no message is left for the next page (the flash that used to
+# reload the chat).
+
+
+def paperclip(client, agent: str, name: str, data: bytes, back: str = "/"):
+    return client.post(
+        "/memory/files/upload/",
+        {"agent": agent, "next": back, "document": named(data, name)},
+        headers={"HX-Request": "true"},
+    )
+
+
+def test_the_paperclip_gets_the_chats_note_of_what_was_added(alice, alice_client, workspace):
+    agent = Agent.objects.create(owner=alice, name="research")
+    session = start_chat(alice, agent)
+    back = f"/chat/{session.key}/"
+    page = alice_client.get(back).content.decode()
+    # One upload control: the paperclip in the composer; its file input is in a hidden form.
+    composer = page[
+        page.index('<form id="composer"') : page.index("</form>", page.index('id="composer"'))
+    ]
+    assert 'id="attach-button"' in composer and 'type="file"' not in composer
+    assert re.search(r'<form [^>]*id="attach" hidden>', page)
+    assert "Add to memory</button>" not in page and "attach.js" in page
+
+    text = "# Pets\n\nThe dog is Pixel.\n\n## Cats\n\nThe cat is Mochi.\n"
+    response = paperclip(alice_client, "research", "pets.md", text.encode(), back)
+
+    assert response.status_code == 200
+    chunks = MemoryChunk.objects.filter(owner=alice, agent="research").count()
+    assert chunks >= 1
+    note = response.content.decode().strip()
+    assert note.startswith('<li class="note upload">')
+    assert f"Added pets.md to memory: {chunks} passage{'s' if chunks != 1 else ''} (" in note
+    assert 'href="/memory/files/view/?agent=research&amp;path=memory%2Fdocs%2Fpets.md"' in note
+    assert (workspace_dir(alice.pk, "research") / "memory/docs/pets.md").exists()
+    # Nothing waits for the next page: the chat is never redrawn with a flash message.
+    assert 'class="flash"' not in alice_client.get(back).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said"),
+    [
+        ("setup.exe", b"MZ...", "'setup.exe' is not a file Neotask can read"),
+        ("secret.pdf", encrypted(BUDGET_PDF), "secret.pdf is encrypted"),
+        ("a.md", b"more than ten bytes", "a.md is larger than 20 MB."),
+    ],
+)
+def test_the_paperclip_gets_why_a_file_was_refused(
+    alice, alice_client, workspace, monkeypatch, name, data, said
+):
+    monkeypatch.setattr(documents, "MAX_UPLOAD_BYTES", 10 if name == "a.md" else 20 * 2**20)
+    response = paperclip(alice_client, "main", name, data)
+
+    assert response.status_code == 400
+    note = response.content.decode().strip()
+    assert note.startswith('<li class="note upload error">Not added to memory: ')
+    assert said in note.replace("&#x27;", "'")
+    assert nothing_written(alice, workspace)
+    missing = alice_client.post(
+        "/memory/files/upload/", {"agent": "main"}, headers={"HX-Request": "true"}
+    )
+    assert missing.status_code == 400 and b"Choose a file to add to memory." in missing.content
+
+
+def test_the_paperclips_note_escapes_the_files_name(alice, alice_client):
+    for name in ("<img src=x onerror=alert(1)>.md", "<b>bold.exe"):
+        note = paperclip(alice_client, "main", name, b"# Hi\n\nThere.").content.decode()
+        assert "<img" not in note and "<b>" not in note
+        assert "&lt;img src=x onerror=alert(1)&gt;" in note or "&lt;b&gt;bold" in note
+
+
+def test_the_paperclip_cannot_reach_another_users_agent(alice, bob, alice_client):
+    response = paperclip(alice_client, f"../{bob.pk}/main", "note.md", b"Alice's note.")
+
+    assert response.status_code == 404
+    assert not (workspace_dir(bob.pk, "main", create=False) / "memory/docs/note.md").exists()
+    assert not MemoryFile.objects.exists()
+
+
 @pytest.mark.parametrize("in_memory_up_to", [2_621_440, 10])  # Django's default; on disk
 def test_it_converts_an_upload_from_the_file_it_was_received_into(
     alice, alice_client, workspace, settings, in_memory_up_to

@@ -24,6 +24,7 @@ from neotask_site.history import Actor
 from sessions_app.chat import start_chat
 from sessions_app.models import ChatClaim, Session
 from tests.support.files import write
+from tests.support.records import fact_saved_in
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SAID = "I am allergic to peanuts, keep that in mind."
@@ -49,17 +50,7 @@ def stated(owner):
         {"id": "c1", "name": "remember_fact", "arguments": {"value": "peanuts"}},
         embed=False,
     )
-    fact, _ = Fact.objects.remember(
-        owner,
-        "health",
-        "allergy",
-        "peanuts",
-        actor=Actor.agent("main"),
-        source=Fact.Source.AGENT,
-        origin=Fact.Origin.TURN,
-        origin_event_id=call.pk,
-        origin_session_id=str(chat.pk),
-    )
+    fact = fact_saved_in(owner, call, "health", "allergy", "peanuts")
     later = start_chat(owner)
     again = say(owner, later, PARAPHRASE)
     other = say(owner, later, OTHER)
@@ -137,17 +128,7 @@ def test_nothing_is_forgotten_from_a_chat_that_is_answering(alice_client, alice)
 
 def test_a_fact_does_not_offer_another_fact_saved_in_the_same_turn(alice):
     fact, said, *_ = stated(alice)
-    city, _ = Fact.objects.remember(
-        alice,
-        "home",
-        "city",
-        "Porto",
-        actor=Actor.agent("main"),
-        source=Fact.Source.AGENT,
-        origin=Fact.Origin.TURN,
-        origin_event_id=fact.origin_event_id,
-        origin_session_id=said.session_id,
-    )
+    city = fact_saved_in(alice, fact.origin_event, "home", "city", "Porto")
     assert f"fact:{city.pk}" not in refs(copies_of(alice, f"fact:{fact.pk}"))
     assert f"fact:{city.pk}" in refs(copies_of(alice, f"event:{said.pk}"))
 

@@ -37,6 +37,7 @@ from sessions_app.models import ApiToken, ChatClaim, Session
 from tests.support.embeddings import CountingEmbed, fake_vector
 from tests.support.files import write
 from tests.support.profiles import in_process_vectors
+from tests.support.records import fact_saved_in
 
 # A made-up word: found nowhere unless this test put it there.
 WORD = "Zorbleflax"
@@ -58,18 +59,7 @@ def remembered(owner, session) -> Fact:
     )
     result = f"Remembered pets/parrot: {WORD}"
     say(owner, session, result, EventType.TOOL_RESULT, tool_call_id="c1", name="remember_fact")
-    fact, _ = Fact.objects.remember(
-        owner,
-        "pets",
-        "parrot",
-        WORD,
-        actor=Actor.agent("main"),
-        source=Fact.Source.AGENT,
-        origin=Fact.Origin.TURN,
-        origin_event_id=call.pk,
-        origin_session_id=str(session.pk),
-    )
-    return fact
+    return fact_saved_in(owner, call, "pets", "parrot", WORD)
 
 
 def crashed(owner, session, partial: str) -> None:

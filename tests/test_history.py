@@ -82,14 +82,15 @@ def test_it_erases_a_forgotten_facts_values_from_its_history(alice, bob):
     assert changes(alice) == [
         (
             "Agent (main)",
-            "pref/drink",
+            gone,
             "created",
             None,
             {"category": gone, "key": gone, "value": gone, "source": gone},
         ),
-        ("Agent (main)", "pref/drink", "changed", {"value": gone}, {"value": gone}),
-        ("You (alice)", "pref/drink", "deleted", None, None),
+        ("Agent (main)", gone, "changed", {"value": gone}, {"value": gone}),
+        ("You (alice)", gone, "deleted", None, None),
     ]
+    assert "drink" not in str(Change.objects.owned_by(alice).values_list("subject_label"))
     assert "tea" not in str(Change.objects.owned_by(alice).values_list("old_value", "new_value"))
     assert changes(bob)[0][4]["value"] == "tea"  # another's history untouched
 

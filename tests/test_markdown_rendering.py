@@ -112,3 +112,17 @@ async def test_it_renders_an_event_for_the_websocket_off_the_event_loop(alice, m
     assert "<strong>done</strong>" in message["frame"]["event"]["html"]
     assert rendered_in == [(rendered_in[0][0], False)]
     assert rendered_in[0][0] != threading.get_ident()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "*not emphasis* and _this_ neither",
+        "[a link](https://example.org) and ![an image](x.png)",
+        "<b>bold</b> &amp; `code` | a cell ~~struck~~ back\\slash",
+    ],
+)
+def test_it_escapes_a_quoted_line_to_show_it_as_it_is(text):
+    html = markdown.markdown_to_html(f"- label: {markdown.escape_markdown(text)}")
+    shown = html.removeprefix("<ul>\n<li>label: ").removesuffix("</li>\n</ul>\n")
+    assert shown == text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -161,9 +161,9 @@ def test_it_shows_where_facts_came_from_in_status(alice):
     turn = recording.record(alice, str(session.pk), EventType.TOOL_CALL, {"name": "remember_fact"})
     remember(alice, session, origin_event_id=turn.pk)
     lines = fact_lines(session)
-    assert lines[0] == "Facts changed last (where each came from):"
-    assert lines[1].startswith("- pref/drink: tea — from “Breakfast talk”, ")
-    assert lines[1].endswith(f"({reverse('event-source', args=[turn.pk])})")
+    assert lines[0].strip() == "**Facts changed last (where each came from):**"
+    assert lines[1].startswith("- pref/drink: tea — [from “Breakfast talk”, ")
+    assert lines[1].endswith(f"]({reverse('event-source', args=[turn.pk])})")
 
 
 def test_it_takes_a_link_to_the_turn_in_its_chat(alice, alice_client):

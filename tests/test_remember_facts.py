@@ -140,3 +140,16 @@ def test_a_failure_while_saving_leaves_none_of_them(owner, monkeypatch):
     output = remember(owner, {"facts": FOUR})
     assert output.error and saved == ["name", "city"]
     assert not Fact.objects.filter(owner=owner).exists()
+
+
+def test_a_turn_ending_on_a_list_of_facts_confirms_each():
+    from agent.tools.facts import saved
+    from agent.tools.registry import Ran
+
+    calls = [
+        Ran("remember_fact", {"facts": FOUR[:3]}),
+        Ran("remember_fact", {"category": "health", "key": "allergy", "value": "peanuts"}),
+    ]
+    assert saved(calls) == (
+        "Saved 4 facts: name — Marta; city — Porto; partner — João; allergy — peanuts"
+    )

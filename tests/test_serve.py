@@ -139,3 +139,42 @@ def test_it_runs_the_job_cluster_at_a_lower_priority(env):
     finally:
         if group_alive(server.pid):
             os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_it_logs_requests_and_the_job_clusters_info_only_when_verbose(env, verbose):
+    """`make run` is quiet: no line per request nor the job cluster's INFO lines
+    unless `serve --verbose` ([server] verbose); warnings and errors always show."""
+    port = free_port()
+    env = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # no embedded model
+    extra = ["--verbose"] if verbose else []
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), *extra],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for_health(port, server)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/setup/", timeout=5) as r:
+            assert r.status == 200  # first run: the page that creates the admin account
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the cluster and its workers are up
+            listed = subprocess.run(
+                ["ps", "-o", "args=", "-s", str(server.pid)], capture_output=True, text=True
+            ).stdout
+            if listed.count("qcluster") >= 3:
+                break
+            time.sleep(0.5)
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+        output = server.stdout.read()
+    finally:
+        if group_alive(server.pid):
+            os.killpg(server.pid, signal.SIGKILL)
+    assert "Neotask is running at" in output
+    assert ('"GET /setup/" 200' in output) == verbose, output
+    assert ("Q Cluster" in output) == verbose, output

@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from agent.tools import ToolContext, ToolError, get_tool
 from memory import recording, tasks
 from memory.models import Fact
+from neotask_site.markdown import render_markdown
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.commands import HELP, TABLE, parse_command
@@ -93,7 +94,7 @@ def test_it_cannot_read_bad_arguments(name, argument):
 
 
 def test_it_lists_every_command_in_help():
-    lines = HELP.splitlines()[1:]
+    lines = HELP.splitlines()[2:]  # under the table's header and delimiter rows
     assert len(lines) == len(TABLE)
     for usage in [
         "/new or /reset [message]",
@@ -108,7 +109,13 @@ def test_it_lists_every_command_in_help():
         "/status",
         "/help",
     ]:
-        assert any(line.startswith(f"{usage} — ") for line in lines), usage
+        assert any(line.startswith(f"| `{usage}` | ") for line in lines), usage
+
+
+def test_it_lays_out_help_as_a_table():
+    html = render_markdown(HELP)
+    assert html.count("<tr>") == len(TABLE) + 1  # a row per command, and the header
+    assert "<td><code>/remember &lt;category&gt;.&lt;key&gt; = &lt;value&gt;</code></td>" in html
 
 
 def test_it_reads_commands_only_by_their_names():

@@ -119,9 +119,11 @@ async def test_it_runs_a_call_written_again_in_the_next_round_once(owner, llm):
         "tool_call",
         "tool_result",
         "system",
+        "assistant_response",  # what the call did, said instead of the model's silence
     ]
-    assert events[-1].data["kind"] == "repeated_call"
-    assert "asked for remember_fact again" in events[-1].data["content"]
+    assert events[-2].data["kind"] == "repeated_call"
+    assert "asked for remember_fact again" in events[-2].data["content"]
+    assert events[-1].data["confirmation"] is True
     assert len(llm.requests) == 2
 
 

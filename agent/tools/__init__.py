@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 
 from agent.tools.registry import (
     REGISTRY,
+    Ran,
     Tool,
     ToolContext,
     ToolError,
@@ -25,6 +26,7 @@ from agent.tools.registry import (
 )
 
 __all__ = [
+    "Ran",
     "Tool",
     "ToolContext",
     "ToolError",

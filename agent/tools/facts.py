@@ -4,7 +4,8 @@ from typing import Any
 
 from django.db import transaction
 
-from agent.tools.registry import Tool, ToolContext, ToolError, register
+from agent.tools.confirmation import listing
+from agent.tools.registry import Ran, Tool, ToolContext, ToolError, register
 from memory import forgetting
 from memory.models import Event, EventType, Fact
 
@@ -125,6 +126,28 @@ def list_facts(context: ToolContext, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def named(key: str) -> str:
+    return key.replace("_", " ").strip()
+
+
+def saved(calls: list[Ran]) -> str:
+    """The facts the calls saved, one or a list each (`facts_given`: they ran, so they
+    pass it)."""
+    said = [fact_said(key, value) for c in calls for _, key, value in facts_given(c.arguments)]
+    return listing("Saved", "fact", said)
+
+
+def fact_said(key: str, value: str) -> str:
+    """A fact as a confirmation names it, "allergy — peanuts"; the value alone when it
+    holds the key (a small model's key "Pixel" for the value "Pixel")."""
+    key, value = named(key), value.strip()
+    return value if key.lower() in value.lower() else f"{key} — {value}"
+
+
+def forgot(calls: list[Ran]) -> str:
+    return listing("Forgot", "fact", [named(c.arguments["key"]) for c in calls])
+
+
 FACT_KEY = {
     "category": {"type": "string", "maxLength": 100, "description": "e.g. preference, person"},
     "key": {"type": "string", "maxLength": 255, "description": "e.g. favourite_color"},
@@ -162,6 +185,7 @@ register(
         outside_text=False,
         lasting=True,
         check=facts_given,
+        confirm=saved,
     )
 )
 register(
@@ -172,6 +196,7 @@ register(
         run=forget_fact,
         outside_text=False,
         lasting=True,
+        confirm=forgot,
     )
 )
 register(
@@ -180,6 +205,7 @@ register(
         description="List the saved facts (category/key: value), optionally of one category.",
         parameters={"type": "object", "properties": {"category": FACT_KEY["category"]}},
         run=list_facts,
+        confirm=lambda calls: "Listed your facts",
         outside_text=False,  # the facts the prompt shows anyway, marked as it marks them
     )
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.tools.registry import Tool, ToolContext, ToolError, register
+from agent.tools.registry import Ran, Tool, ToolContext, ToolError, register
 from memory.files.history import record_file_change, text_now
 from memory.files.indexing import index_path, index_workspace
 from memory.files.paths import (
@@ -84,12 +84,18 @@ def list_files(context: ToolContext, arguments: dict[str, Any]) -> str:
     return "\n".join(lines) if lines else "There are no memory files yet (MEMORY.md, memory/*.md)."
 
 
+def files(verb: str) -> Callable[[list[Ran]], str]:
+    """What calls did to which files: "Read MEMORY.md", "Wrote notes.md, MEMORY.md"."""
+    return lambda calls: f"{verb} " + ", ".join(dict.fromkeys(c.arguments["path"] for c in calls))
+
+
 register(
     Tool(
         name="read_memory_file",
         description="Read one of your memory files (MEMORY.md or memory/*.md).",
         parameters={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
         run=read_file,  # its answer is outside text: a file may hold a document
+        confirm=files("Read"),
     )
 )
 register(
@@ -107,6 +113,7 @@ register(
         run=append_file,
         outside_text=False,
         lasting=True,
+        confirm=files("Added to"),
     )
 )
 register(
@@ -121,6 +128,7 @@ register(
         run=write_file,
         outside_text=False,
         lasting=True,
+        confirm=files("Wrote"),
     )
 )
 register(
@@ -130,5 +138,6 @@ register(
         parameters={"type": "object", "properties": {}},
         run=list_files,
         outside_text=False,
+        confirm=lambda calls: "Listed your memory files",
     )
 )

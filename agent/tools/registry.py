@@ -78,6 +78,18 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """A call a turn ran, with its checked arguments: what it did, for the person
+    (agent.tools.confirmation)."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str = ""
+    error: str = ""
+    event_id: int | None = None  # its tool_call event
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
@@ -97,6 +109,9 @@ class Tool:
     # What the schema cannot say (one of two forms of arguments, a list's items):
     # checked with it, raising ToolError, before any approval or run.
     check: Callable[[dict[str, Any]], Any] | None = None
+    # What its calls did, in a few words for the person, when a turn ends on them
+    # without an answer (agent.tools.confirmation); None: "Ran <name>".
+    confirm: Callable[[list[Ran]], str] | None = None
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools.registry import Tool, ToolContext, register
+from agent.tools.confirmation import counted
+from agent.tools.registry import Ran, Tool, ToolContext, register
 from memory.files.search import FileHit
 from memory.search import SearchHit, search_memory
 
@@ -13,7 +14,16 @@ RESULT_CHARS = 300
 def search(context: ToolContext, arguments: dict[str, Any]) -> str:
     hits = search_memory(context.owner, arguments["query"], k=RESULTS, agent=context.agent_name)
     lines = [describe(hit) for hit in hits]
-    return "\n".join(lines) if lines else "Nothing in memory matches that."
+    return "\n".join(lines) if lines else NOTHING
+
+
+NOTHING = "Nothing in memory matches that."
+
+
+def searched(calls: list[Ran]) -> str:
+    found = sum(0 if c.result == NOTHING else len(c.result.splitlines()) for c in calls)
+    times = f" {len(calls)} times" if len(calls) > 1 else ""
+    return f"Searched memory{times}: {counted(found, 'result')}"
 
 
 def describe(hit: SearchHit | FileHit) -> str:
@@ -42,5 +52,6 @@ register(
             "required": ["query"],
         },
         run=search,
+        confirm=searched,
     )
 )

@@ -128,6 +128,7 @@ register(
         },
         run=run_command,
         approval_subject=needs_approval,
+        confirm=lambda calls: "Ran " + ", ".join(f"`{c.arguments['command']}`" for c in calls),
         enabled=terminal_enabled,
     )
 )

@@ -23,11 +23,22 @@ def text_now(workspace: Path, path: str) -> str | None:
 
 
 def record_file_change(
-    owner: Owner, agent: str, path: str, actor: Actor, before: str | None, after: str | None
+    owner: Owner,
+    agent: str,
+    path: str,
+    actor: Actor,
+    before: str | None,
+    after: str | None,
+    *,
+    forgotten: bool = False,
 ) -> None:
+    """`forgotten`: lines were forgotten, so the text before is not kept
+    (the change is recorded with the text left)."""
     if before is None and after is None:
         return
-    if before is None:
+    if forgotten:
+        action = Change.Action.CHANGED
+    elif before is None:
         action = Change.Action.CREATED
     elif after is None:
         action = Change.Action.DELETED
@@ -41,6 +52,6 @@ def record_file_change(
         subject,
         subject,
         action,
-        None if before is None else {"text": before},
+        None if before is None or forgotten else {"text": before},
         None if after is None else {"text": after},
     )

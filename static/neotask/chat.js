@@ -1,7 +1,36 @@
-// The chat page: one websocket per page, frames as in DESIGN.md §6.
+// The chat page: one websocket per page, frames as in docs/api.md ("The websocket protocol").
 // Server-rendered HTML arrives inside "event" frames; this file only places it.
 (() => {
   "use strict";
+  // A chat not started yet (sessions_app/start.html): its first message starts it
+  // (a POST), then the new chat's page sends the message, as if typed there.
+  const firstMessage = (path) => `neotask:first-message:${path}`;
+  const starter = document.querySelector("form[data-starts-chat]");
+  if (starter) {
+    const text = starter.elements.message;
+    starter.addEventListener("submit", async (submitted) => {
+      submitted.preventDefault();
+      if (!text.value.trim() || starter.classList.contains("busy")) return;
+      starter.classList.add("busy");
+      try {
+        const response = await fetch(starter.action, { method: "POST", body: new FormData(starter) });
+        const page = new URL(response.url);
+        if (!response.ok || !page.pathname.startsWith("/chat/")) throw new Error(`${response.status} ${page.pathname}`);
+        sessionStorage.setItem(firstMessage(page.pathname), text.value);
+        location.replace(page.href);
+      } catch {
+        starter.classList.remove("busy");
+        starter.submit();  // the server's own answer: the chat, or what went wrong
+      }
+    });
+    text.addEventListener("keydown", (key) => {
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        starter.requestSubmit();
+      }
+    });
+    return;
+  }
   const chat = document.getElementById("chat");
   if (!chat) return;
   const events = document.getElementById("events");
@@ -17,6 +46,7 @@
   let socket = null;
   let retries = 0;
   let streaming = null;
+  let ticking = null;  // the placeholder's status and its seconds counter
   const pending = [];
   const started = new Set();  // inputs that ran: a late "queued" for one is stale
 
@@ -34,11 +64,19 @@
   function addEvent(element) {
     if (!element || document.getElementById(element.id)) return false;  // never twice
     events.querySelector(".empty-chat")?.remove();
-    events.appendChild(element);
+    // A retry or an edit (live, or caught up after a reconnect) replaces a branch.
+    if (element.dataset.retryOf) markReplaced(Number(element.dataset.retryOf), "edited" in element.dataset);
+    place(element);
     pruneRetries();
     if (window.htmx) window.htmx.process(element);  // its pin button
     scrollDown();
     return true;
+  }
+
+  // Above the answer being written (or its placeholder), which stays last.
+  function place(element) {
+    if (streaming && streaming.parentNode === events) events.insertBefore(element, streaming);
+    else events.appendChild(element);
   }
 
   function ensureStreaming() {
@@ -52,8 +90,35 @@
   }
 
   function dropStreaming() {
+    stopTicking();
     streaming?.remove();
     streaming = null;
+  }
+
+  // The answer's placeholder: shown as soon as a message is sent, then saying what
+  // the turn does (its "status" frames), the seconds ticking, until the first delta.
+  function showStatus(text) {
+    if (streaming && !streaming.classList.contains("pending")) return;  // words are streaming
+    const bubble = ensureStreaming();
+    streaming.classList.add("pending");
+    stopTicking();
+    const since = performance.now();
+    const show = () => {
+      const seconds = Math.floor((performance.now() - since) / 1000);
+      bubble.textContent = seconds ? `${text} ${seconds} s` : text;
+    };
+    show();
+    ticking = setInterval(show, 1000);
+    scrollDown();
+  }
+
+  function stopTicking() {
+    clearInterval(ticking);
+    ticking = null;
+  }
+
+  function dropPlaceholder() {
+    if (streaming?.classList.contains("pending")) dropStreaming();
   }
 
   function setBusy(busy) {
@@ -61,12 +126,17 @@
     chat.classList.toggle("busy", busy);
   }
 
-  function note(text, kind) {
+  function note(text, kind, html) {
     const item = document.createElement("li");
     item.className = `note transient ${kind}`;
-    item.textContent = text;
-    events.appendChild(item);
-    announce(text);
+    if (html) {  // laid out (/help, /status): safe HTML the server rendered
+      item.classList.add("markdown", "laid-out");
+      item.append(fromHTML(html));
+    } else {
+      item.textContent = text;
+    }
+    place(item);
+    announce(item.textContent);
     scrollDown();
   }
 
@@ -147,10 +217,20 @@
 
   function handle(frame) {
     switch (frame.type) {
-      case "delta":
-        ensureStreaming().textContent += frame.text;
+      case "delta": {
+        const bubble = ensureStreaming();
+        if (streaming.classList.contains("pending")) {  // the first words replace the status
+          stopTicking();
+          streaming.classList.remove("pending");
+          bubble.textContent = "";
+        }
+        bubble.textContent += frame.text;
         setBusy(true);
         scrollDown();
+        break;
+      }
+      case "status":
+        showStatus(frame.text);
         break;
       case "event": {
         if (frame.event.event_type === "assistant_response") dropStreaming();
@@ -194,6 +274,7 @@
         returnFocus();
         break;
       case "error":
+        dropPlaceholder();
         note(frame.message, "error");
         // A message refused by a quota was not stored: back into the box, to send later.
         if (frame.limit && frame.text) giveBack(frame.text);
@@ -202,7 +283,7 @@
         renderMeter(frame.meter);
         break;
       case "notice":
-        note(frame.text, "notice");
+        note(frame.text, "notice", frame.html);
         break;
       case "session": {
         // The chat moved to a fresh session: its download link follows.
@@ -273,6 +354,8 @@
     const text = input.value;
     if (!text.trim()) return;
     if (send({ type: "message", text })) {
+      // A sign of life at once; a command answers for itself, a busy chat queues it.
+      if (!text.trim().startsWith("/") && !chat.classList.contains("busy")) showStatus("Sending…");
       input.value = "";
       autosize();
       input.focus();  // after a click on Send, too
@@ -286,18 +369,71 @@
   });
   input.addEventListener("input", autosize);
   stopButton.addEventListener("click", () => send({ type: "stop" }));
-  // Retry on a failed or stopped answer: only the latest turn can run again.
+  // Retry (a failed or stopped turn) and Regenerate (an answer): only the latest
+  // turn can run again, so only the last such button stays.
   function pruneRetries() {
     const messages = events.querySelectorAll("li.user_message");
     const latest = messages[messages.length - 1];
-    if (!latest) return;
-    events.querySelectorAll("button.retry").forEach((button) => {
-      if (button.compareDocumentPosition(latest) & Node.DOCUMENT_POSITION_FOLLOWING) button.remove();
+    const buttons = [...events.querySelectorAll("button.retry, button.regenerate")];
+    buttons.forEach((button, index) => {
+      const before = latest && button.compareDocumentPosition(latest) & Node.DOCUMENT_POSITION_FOLLOWING;
+      if (before || (button.matches(".regenerate") && index < buttons.length - 1)) button.remove();
     });
   }
+  // A retry or an edit of message `from` arrived: the branch from it on is kept,
+  // marked, and left out of the conversation (as the server draws it on a reload).
+  function markReplaced(from, edited) {
+    let item = document.getElementById(`event-${from}`);
+    if (!item) return;
+    const noteOn = (element, text) => {
+      const mark = document.createElement("p");
+      mark.className = "note earlier";
+      mark.textContent = text;
+      (element.querySelector(".bubble") || element.querySelector(".note"))?.after(mark);
+    };
+    for (const first = item; item; item = item.nextElementSibling) {
+      if (!item.matches("li.event[data-event-id]") || item.classList.contains("superseded")) continue;
+      item.classList.add("superseded");
+      item.querySelectorAll("button.edit-message, button.regenerate").forEach((b) => b.remove());
+      if (item === first && edited) noteOn(item, "Edited: earlier version");
+      else if (item.matches(".assistant_response")) noteOn(item, "Earlier answer: not part of the conversation any more");
+    }
+  }
+  // Edit: the message's text in an editor in its place; sending it runs the
+  // conversation again from there, as a new branch.
+  function openEditor(button) {
+    const item = button.closest("li.event");
+    if (item.querySelector("form.edit-box")) return;
+    const box = document.createElement("form");
+    box.className = "edit-box";
+    box.innerHTML = '<textarea rows="3" aria-label="Edited message"></textarea>' +
+      '<div class="edit-actions"><button type="button" class="small cancel">Cancel</button>' +
+      '<button type="submit" class="primary small">Send</button></div>';
+    const area = box.querySelector("textarea");
+    area.value = button.dataset.text;
+    box.addEventListener("submit", (submitted) => {
+      submitted.preventDefault();
+      if (!area.value.trim()) return;
+      if (send({ type: "retry", event_id: Number(button.dataset.edit), text: area.value })) box.remove();
+    });
+    area.addEventListener("keydown", (key) => {
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        box.requestSubmit();
+      } else if (key.key === "Escape") {
+        key.stopPropagation();
+        box.remove();
+      }
+    });
+    box.querySelector(".cancel").addEventListener("click", () => box.remove());
+    item.appendChild(box);
+    area.focus();
+  }
   events.addEventListener("click", (clicked) => {
-    const button = clicked.target.closest("button.retry");
+    const button = clicked.target.closest("button.retry, button.regenerate");
     if (button) send({ type: "retry", event_id: Number(button.dataset.retry) });
+    const edit = clicked.target.closest("button.edit-message");
+    if (edit) openEditor(edit);
   });
   pruneRetries();
   document.addEventListener("keydown", (key) => {
@@ -309,5 +445,10 @@
   });
   renderMeter(JSON.parse(document.getElementById("meter-data").textContent));
   scrollDown();
+  const first = sessionStorage.getItem(firstMessage(location.pathname));
+  if (first !== null) {  // typed on the page that started this chat
+    sessionStorage.removeItem(firstMessage(location.pathname));
+    pending.push({ type: "message", text: first });  // sent when the socket opens
+  }
   connect();
 })();

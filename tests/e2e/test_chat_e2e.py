@@ -79,6 +79,12 @@ def test_it_shows_slash_command_answers_and_errors(page, e2e_llm):
     new_chat(page)
     send(page, "/help")
     page.locator(".note.notice:has-text('/compact')").wait_for()
+    # Laid out: a table, a row per command, not one run-on line.
+    assert page.locator(".note.laid-out table tbody tr").count() >= 10
+    send(page, "/status")
+    status = page.locator(".note.laid-out:has-text('Model:')")
+    status.wait_for()
+    assert status.locator("ul > li").count() >= 4
     # The scripted server has no reply queued: it answers 500, shown in the pane.
     send(page, "this will fail")
     page.locator(".note.error:has-text('failed (500)')").wait_for()

@@ -69,6 +69,8 @@ def test_it_remembers_a_fact_with_a_tool_and_recalls_it_in_a_new_chat(browser, t
         log_in(page)
         new_chat(page)
         send(page, "Remember this fact about me: my phone is a Pixel.")
+        # Never silent: while the model reads its prompt, its placeholder says so.
+        page.locator(".streaming.pending .bubble:has-text('The model is reading')").wait_for()
         call = page.locator(".event.tool_call details.tool").first
         call.wait_for()
         page.locator("#chat:not(.busy)").wait_for()  # the turn is over
@@ -77,6 +79,10 @@ def test_it_remembers_a_fact_with_a_tool_and_recalls_it_in_a_new_chat(browser, t
         assert "pixel" in json.dumps(json.loads(call.locator("pre").text_content())).lower()
         result = page.locator(".event.tool_result details.tool").first
         assert "(error)" not in result.locator("summary").text_content()
+        # The turn ends on words: the model's, or what its calls did ("Saved: …").
+        ended = page.locator(".assistant_response .bubble").last.inner_text()
+        print("the first turn ended on:", ended)
+        assert ended.strip()
 
         page.goto("/memory/facts/")
         assert "pixel" in page.locator("table").inner_text().lower()

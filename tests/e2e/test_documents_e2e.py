@@ -12,12 +12,12 @@ def test_it_adds_a_pdf_from_the_chat_and_cites_its_page(page, e2e_llm):
     log_in(page)
     new_chat(page)
     chat_url = page.url
-    page.set_input_files(
-        "#attach-file",
+    with page.expect_file_chooser() as chooser:
+        page.click("#attach-button")  # the paperclip
+    chooser.value.set_files(
         files=[{"name": "Q3 report.pdf", "mimeType": "application/pdf", "buffer": BUDGET_PDF}],
     )
-    page.click("#attach-send")
-    page.locator(".flash li:has-text('Added Q3 report.pdf to memory')").wait_for()
+    page.locator("li.note.upload:has-text('Added Q3 report.pdf to memory')").wait_for()
     assert page.url == chat_url
 
     page.goto("/memory/?q=marketing+budget+for+2027")
@@ -30,7 +30,7 @@ def test_it_adds_a_pdf_from_the_chat_and_cites_its_page(page, e2e_llm):
     send(page, "What is the marketing budget for 2027?")
     page.locator(".bubble.assistant:has-text('48,000 euros')").wait_for()
     recall = page.locator("details.recall")
-    recall.locator("summary").click()
+    recall.locator("> summary").click()
     assert "memory/docs/Q3 report.md" in recall.inner_text()
     assert "Page 3" in recall.inner_text()
     page.screenshot(path=str(ARTIFACTS / "documents.png"), full_page=True)

@@ -151,8 +151,11 @@ def test_it_fits_every_page_in_a_phone_screen(browser, live_app, seeded, signed_
         expect(menu).to_be_visible()
         expect(page.locator("#site-nav")).to_be_hidden()
         menu.click()
-        expect(page.locator("#site-nav a:has-text('Tasks')")).to_be_in_viewport()
+        expect(page.locator("#site-nav summary:has-text('Automations')")).to_be_in_viewport()
         assert_fits(page, f"{name} with the menu open")
+        page.locator("#site-nav summary:has-text('Settings')").click()  # the longest group
+        expect(page.locator("#site-nav a:has-text('API tokens')")).to_be_in_viewport()
+        assert_fits(page, f"{name} with the menu and its Settings open")
     context.close()
 
 
@@ -165,8 +168,12 @@ def test_it_still_fits_every_page_in_a_desktop_window(browser, live_app, seeded,
         page.wait_for_load_state("networkidle")
         assert_fits(page, name)
         if name not in ("admin", "not-found"):
-            expect(page.locator("#site-nav a:has-text('Tasks')")).to_be_in_viewport()
+            expect(page.locator("#site-nav summary:has-text('Automations')")).to_be_in_viewport()
             expect(page.locator("button[aria-controls=site-nav]")).to_be_hidden()
+            page.locator("#site-nav summary:has-text('Settings')").click()
+            expect(page.locator("#site-nav a:has-text('Admin')")).to_be_in_viewport()
+            assert_fits(page, f"{name} with Settings open")
+            page.keyboard.press("Escape")
     context.close()
 
 
@@ -202,7 +209,7 @@ def test_it_chats_on_a_phone(browser, live_app, seeded, signed_in, e2e_llm):
     menu = page.locator("button[aria-controls=site-nav]")
     menu.click()
     expect(menu).to_have_attribute("aria-expanded", "true")
-    expect(page.locator("#site-nav a:has-text('Memory')")).to_be_in_viewport()
+    expect(page.locator("#site-nav summary:has-text('Memory')")).to_be_in_viewport()
     page.screenshot(path=str(ARTIFACTS / "chat-phone-menu.png"))
     menu.click()
     expect(page.locator("#site-nav")).to_be_hidden()

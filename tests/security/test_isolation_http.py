@@ -174,9 +174,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *post("/memory/files/new/", 404, htmx=False, name="x", agent=f"../{w.user.pk}/main"),
     ],
     "memory-document-upload": lambda w, bob: [
-        # No file: back to his own files page; alice's workspace is no agent of his.
+        # No file: back to his own files page (the paperclip's htmx request: a note
+        # saying so); alice's workspace is no agent of his, asked either way.
         *post("/memory/files/upload/", 302, htmx=False),
-        *post("/memory/files/upload/", 404, htmx=False, agent=f"../{w.user.pk}/main"),
+        Attempt("POST", "/memory/files/upload/", (400,), data={}, headers=HTMX),
+        *post("/memory/files/upload/", 404, agent=f"../{w.user.pk}/main"),
         *get("/memory/files/upload/", 405),
     ],
     "memory-file-delete": lambda w, bob: [
@@ -260,7 +262,7 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "mcp-server-delete": lambda w, bob: post(pk("mcp-server-delete", w.mcp_server.pk), 404),
     "mcp-call-revoke": lambda w, bob: post(pk("mcp-call-revoke", w.mcp_call.pk), 404),
     # Chats and sessions.
-    "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a button
+    "home": lambda w, bob: get("/", 200, 302, htmx=False),  # his latest chat, or a new one
     "chat-new": lambda w, bob: [
         *post("/chat/new/", 302, htmx=False),
         *post("/chat/new/", 404, htmx=False, agent=str(w.agent.pk)),
@@ -280,6 +282,9 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     "chat-sidebar": lambda w, bob: [
         *get("/chat/sidebar/", 200),
         *get("/chat/sidebar/", 200, current=w.chat.key),
+        # Searching her titles and her messages' words finds none of hers.
+        *get("/chat/sidebar/", 200, q=MARK),
+        *get("/chat/sidebar/", 200, q="title", current=w.chat.key),
     ],
     "chat": lambda w, bob: [
         *get(pk("chat", w.chat.key), 404),
@@ -325,6 +330,18 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
     ],
     # The site's model providers: its staff's, never another user's (bob is not staff).
     "model-providers": lambda w, bob: get("/settings/models/", 403),
+    # Adding users is the staff's too: bob can neither see the form nor add anyone.
+    "user-add": lambda w, bob: [
+        *get("/settings/users/add/", 403),
+        *post(
+            "/settings/users/add/",
+            403,
+            username="bobs-friend",
+            password1="a long passphrase 42",
+            password2="a long passphrase 42",
+            is_staff="on",
+        ),
+    ],
     "model-provider-add": lambda w, bob: [
         *get("/settings/models/add/", 403),
         *post(
@@ -358,6 +375,11 @@ CASES: dict[str, Callable[[World, User], list[Attempt]]] = {
         *get(pk("event-pin", w.answer.pk), 405),
         *post(pk("event-pin", w.answer.pk), 404),
         *post(pk("event-pin", w.pinned.pk), 404),
+    ],
+    # (a memory notice's Undo on her real tool result: tests/test_memory_notice.py)
+    "event-undo": lambda w, bob: [
+        *get(pk("event-undo", w.answer.pk), 405),
+        *post(pk("event-undo", w.answer.pk), 404),
     ],
     # Imports.
     "import": lambda w, bob: [

@@ -95,6 +95,7 @@ async def test_it_lets_bobs_stop_touch_only_his_own_chat(world, bob, llm):
     bobs = await connect(bob, mine.key)
     await send(alices, type="message", text="talk to me")
     assert (await receive(alices))["type"] == "started"
+    assert (await receive(alices))["type"] == "status"
     assert (await receive(alices))["event"]["event_type"] == "user_message"
     await send(bobs, type="stop")
     await send(bobs, type="message", text="/stop")

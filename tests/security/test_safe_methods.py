@@ -77,11 +77,12 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "mcp-server-delete": lambda w: [],
     "mcp-call-revoke": lambda w: [],
     "home": lambda w: ["/"],
+    "user-add": lambda w: ["/settings/users/add/"],
     "chat-new": lambda w: [],
     "agent-list": lambda w: ["/agents/"],
     "agent-edit": lambda w: [reverse("agent-edit", args=[w.agent.pk])],
     "agent-rename": lambda w: [],
-    "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}"],
+    "chat-sidebar": lambda w: [f"/chat/sidebar/?current={w.chat.key}", "/chat/sidebar/?q=lake"],
     "chat": lambda w: [reverse("chat", args=[w.chat.key]), reverse("chat", args=[w.cron.key])],
     "chat-approval": lambda w: [],
     "chat-events": lambda w: [reverse("chat-events", args=[w.chat.key]) + "?after=0"],
@@ -92,6 +93,7 @@ GETS: dict[str, Callable[[World], list[str]]] = {
     "session-cleanup-confirm": lambda w: [],
     "session-cleanup-delete": lambda w: [],
     "event-pin": lambda w: [],
+    "event-undo": lambda w: [],
     "chat-delete": lambda w: [reverse("chat-delete", args=[w.chat.key])],
     "chat-rename": lambda w: [reverse("chat-rename", args=[w.chat.key])],
     "chat-model": lambda w: [],
@@ -198,7 +200,8 @@ def test_it_creates_nothing_when_a_new_user_looks_around(world, db):
     assert files() - before_files == set()
     home = client.get("/")
     assert home.status_code == 200
-    assert b'id="new-chat"' in home.content  # a button, which POSTs, starts her first chat
+    # A chat not started yet: its message box, whose first message POSTs to start it.
+    assert b'<form id="composer" class="composer" method="post" action="/chat/new/"' in home.content
 
 
 @pytest.mark.django_db(transaction=True)

@@ -112,3 +112,10 @@ BUDGET_PDF = make_pdf(
         ["Budget", "The marketing budget for 2027 is 48,000 euros."],
     ]
 )
+# Two pages; the second holds the milestone an answer cites (tests of memory.sources).
+ORION_PDF = make_pdf(
+    [
+        ["Project Orion", "An overview of the project."],
+        ["Milestones", "The Orion prototype ships to the Lisbon lab in March."],
+    ]
+)

@@ -27,6 +27,7 @@ from importers.models import ExportJob, ImportedArchive, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from monitoring.models import Counter
+from neotask_site.history import Actor
 from neotask_site.models import Change, SignOnLink
 from scheduler.models import ScheduledTask
 from sessions_app.models import (
@@ -231,3 +232,19 @@ def config_task(**fields: Any) -> dict[str, Any]:
 def make_fact(owner: User, category: str = "preference", key: str = "color", **fields: Any) -> Fact:
     values = {"value": "green", "source": Fact.Source.AGENT, **fields}
     return Fact.objects.create(owner=owner, category=category, key=key, **values)
+
+
+def fact_saved_in(owner: User, turn: Event, category: str, key: str, value: str) -> Fact:
+    """A fact the agent saved in the turn of `turn` (its tool call), with its history."""
+    fact, _ = Fact.objects.remember(
+        owner,
+        category,
+        key,
+        value,
+        actor=Actor.agent("main"),
+        source=Fact.Source.AGENT,
+        origin=Fact.Origin.TURN,
+        origin_event_id=turn.pk,
+        origin_session_id=turn.session_id,
+    )
+    return fact

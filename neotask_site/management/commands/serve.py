@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
 from neotask_site import first_run
+from neotask_site.config import env_name
 from neotask_site.ports import port_is_free
 from scheduler.config_sync import SyncError, sync_config_tasks
 
@@ -38,6 +39,24 @@ def at_nice(command: list[str], nice: int) -> list[str]:
     return ["nice", "-n", str(nice), *command] if nice else command
 
 
+def web_server_command(host: str, port: int, *, verbose: bool) -> list[str]:
+    """daphne (on uvloop), with its access log only when `verbose` and the logs
+    are plain: JSON logs have Neotask's own line per request (monitoring.logs)."""
+    json_logs = settings.NEOTASK["server"]["log_format"] == "json"
+    access_log = verbose and not json_logs
+    return [
+        sys.executable,
+        "-m",
+        "neotask_site.web_server",
+        "-b",
+        host,
+        "-p",
+        str(port),
+        *([] if access_log else ["--access-log", os.devnull]),
+        "neotask_site.asgi:application",
+    ]
+
+
 class Command(BaseCommand):
     help = "Run Neotask: the web server and the background job cluster, until Ctrl-C."
 
@@ -47,8 +66,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-jobs", action="store_true", help="Do not start the background job cluster."
         )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="Log every request and the INFO lines of every part ([server] verbose).",
+        )
 
-    def handle(self, *args: Any, host: str, port: int, no_jobs: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, host: str, port: int, no_jobs: bool, verbose: bool, **options: Any
+    ) -> None:
         if not port_is_free(host, port):
             raise CommandError(
                 f"Port {port} on {host} is already in use. Stop the other server, or choose "
@@ -65,8 +91,10 @@ class Command(BaseCommand):
             self.stdout.write(first_run.setup_link(f"http://{host}:{port}", self.stdout.isatty()))
         manage = str(settings.BASE_DIR / "manage.py")
         env = dict(os.environ)
+        verbose = verbose or settings.NEOTASK["server"]["verbose"]
+        if verbose:  # the children's logging (monitoring.logs.logging_config) too
+            env[env_name("server", "verbose")] = "true"
         commands: dict[str, list[str]] = {}
-        json_logs = settings.NEOTASK["server"]["log_format"] == "json"
         # Parts that may fail without taking the rest down: without the
         # embedded model the chat says what to configure; everything else works.
         optional = set()
@@ -77,20 +105,7 @@ class Command(BaseCommand):
             local_llm = [sys.executable, manage, "local_llm", "--address-file", str(address_file)]
             commands["embedded model"] = local_llm
             optional.add("embedded model")
-        commands |= {
-            "web server": [
-                sys.executable,
-                "-m",
-                "neotask_site.web_server",
-                "-b",
-                host,
-                "-p",
-                str(port),
-                # JSON logs: Neotask logs each request itself, as JSON.
-                *(["--access-log", os.devnull] if json_logs else []),
-                "neotask_site.asgi:application",
-            ],
-        }
+        commands["web server"] = web_server_command(host, port, verbose=verbose)
         if not no_jobs:
             commands["job cluster"] = at_nice(
                 [sys.executable, manage, "qcluster"], JOB_CLUSTER_NICE
