@@ -28,7 +28,11 @@ def _object(text: str) -> dict[str, Any] | None:
     # Only the braces left open at the end are closed: whatever else is wrong stays text.
     unclosed = text.count("{") - text.count("}")
     closed = text + "}" * unclosed if text.startswith("{") and 0 < unclosed <= 2 else ""
-    for candidate in (text, doubled, closed):
+    # ...and a list's bracket written once too often before the last brace (the 0.5B
+    # closing `"facts": [...]` twice) is dropped.
+    stray = text.count("]") - text.count("[") == 1 and text.startswith("{") and text.endswith("]}")
+    unbracketed = text[:-2] + "}" if stray else ""
+    for candidate in (text, doubled, closed, unbracketed):
         try:
             value = json.loads(candidate)
         except (ValueError, RecursionError):  # deep nesting: any answer of many `[`

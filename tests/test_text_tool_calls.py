@@ -153,3 +153,12 @@ def test_a_call_naming_no_tool_is_the_one_tool_its_arguments_fit():
     assert tool_call_in_text(both, available_tools(), "c2") is None
     neither = json.dumps({"name": "Aiko", "arguments": {"city": "Osaka"}})
     assert tool_call_in_text(neither, available_tools(), "c3") is None
+
+
+def test_a_list_closed_twice_is_read_as_meant():
+    facts = [{"category": "person", "key": "name", "value": "Nadia"}]
+    text = json.dumps({"name": "remember_fact", "arguments": {"facts": facts}})[:-1] + "]}"
+    call = tool_call_in_text(text, available_tools(), "c1")
+    assert call is not None and json.loads(call.arguments) == {"facts": facts}
+    # Anything else that does not parse stays text.
+    assert tool_call_in_text(text[:-2] + "]]}", available_tools(), "c2") is None
