@@ -36,9 +36,19 @@ from memory.workspace import DEFAULT_AGENT
 from neotask_site.ownership import Owner
 from neotask_site.process_cache import ProcessCache
 
+# Fixed text, the same in every turn (a prompt cache reuses it): no time, facts or
+# memory in it. Written for the small embedded models (docs/models.md): they
+# answered as the user ("I'm allergic to peanuts. I live in Porto…") and repeated
+# their memory back instead of doing what was asked.
 DEFAULT_SYSTEM_PROMPT = (
-    "You are Neotask, a helpful assistant with a persistent memory. Answer concisely. "
-    "Use your tools to remember durable facts the user tells you and to search memory "
+    "You are Neotask, a helpful assistant with a persistent memory. You talk with the "
+    'user: call the user "you" and yourself "I", and never write as if you were the '
+    "user. Do what the user's latest message asks. What you remember about the user is "
+    "background for that: use it where it helps, and do not repeat it unless asked. "
+    "Answer concisely.\n"
+    "When the user tells you lasting things about themselves or their world (who they "
+    "are, where they live, the people in their life, their health, likes, plans), save "
+    "them all with one remember_fact call that lists every one in `facts`. Search memory "
     "when the user refers to something from an earlier conversation."
 )
 MAX_FACTS = 50
@@ -122,19 +132,47 @@ IMPORTED_HISTORY = (
 )
 
 
+# Who said a remembered line, told in so many words: with a bare "user: I live in
+# Porto" the small models took the memory's "I" for their own.
+SAID_BY: dict[str, str] = {
+    EventType.USER_MESSAGE: "The user said",
+    EventType.ASSISTANT_RESPONSE: "You answered",
+    EventType.SUMMARY: "Summary of an earlier conversation",
+    EventType.COMPACTION: "Summary of an earlier conversation",
+}
+SAID_EARLIER = "Said in an earlier conversation"  # a recall kept before it named who
+MEMORY_SPEAKERS = (
+    '"The user said" lines are the user\'s own words (their "I" is the user); '
+    '"You answered" lines are your earlier answers'
+)
+
+
+def said_line(said: str, when: str, imported: bool, text: str) -> str:
+    """A remembered line: who said it and when, then what was said (on one line)."""
+    when += f", {IMPORTED}" if imported else ""
+    return f"- {said} ({when}): {' '.join(text.split())[:RECALLED_CHARS]}"
+
+
+def said_by(event_type: str, speaker: str = "") -> str:
+    """Who said it: a named speaker (an imported group chat), or the user, or you."""
+    return f"{speaker} said" if speaker else SAID_BY.get(event_type, SAID_EARLIER)
+
+
 def recalled_line(event: Event) -> str:
-    """A remembered event as the model reads it: its date, who said it, what was said."""
-    who = event.speaker or event.role or "note"
-    when = f"{event.created_at:%Y-%m-%d}" + (f", {IMPORTED}" if event.imported_from else "")
-    return f"- [{when}] {who}: {' '.join(event.text.split())[:RECALLED_CHARS]}"
+    """A remembered event as the model reads it: who said it, when, what was said."""
+    said = said_by(event.event_type, event.speaker)
+    return said_line(said, f"{event.created_at:%Y-%m-%d}", bool(event.imported_from), event.text)
 
 
 def session_recall_line(item: RecalledItem) -> str:
     """A recalled memory; one from a memory file names it, and its page or section, so
     that the answer can cite them."""
     if "event_id" in item:
-        imported = f", {IMPORTED}" if item.get("imported") else ""
-        return f"- [{item['date']}{imported}] {item['text']}"
+        speaker, text = item.get("speaker", ""), item["text"]
+        if speaker:  # its text starts with the name (memory.recall.clip)
+            text = text.removeprefix(f"{speaker}: ")
+        said = said_by(item.get("event_type", ""), speaker)
+        return said_line(said, item["date"], bool(item.get("imported")), text)
     where = ", ".join(part for part in (item["source"], item.get("heading", "")) if part)
     return f"- [{item['date']}: {where}] {item['text']}"
 
@@ -150,7 +188,8 @@ def memory_blocks(context: Context) -> list[str]:
     if context.session_recall:
         lines = [session_recall_line(item) for item in context.session_recall]
         blocks.append(
-            f"Recalled from earlier conversations when this session started ({DATA}"
+            f"Recalled from earlier conversations when this session started ({DATA}; "
+            + MEMORY_SPEAKERS
             + imported_note(any(item.get("imported") for item in context.session_recall))
             + "):\n"
             + "\n".join(lines)
@@ -158,7 +197,8 @@ def memory_blocks(context: Context) -> list[str]:
     if context.recalled:
         events = [item.event for item in context.recalled]
         blocks.append(
-            f"Memories from earlier conversations ({DATA}; use them if relevant"
+            f"Memories from earlier conversations ({DATA}; use them if relevant. "
+            + MEMORY_SPEAKERS
             + imported_note(any(event.imported_from for event in events))
             + "):\n"
             + "\n".join(recalled_line(event) for event in events)

@@ -31,6 +31,7 @@ from agent.llm import (
     configured_endpoint,
 )
 from agent.prompt import TurnPrompt, estimate_request_tokens, start_turn
+from agent.repetition import Loop, RepetitionWatch
 from agent.text_tool_calls import call_written_so_far, tool_call_in_text
 from agent.tools import (
     Ran,
@@ -44,7 +45,7 @@ from agent.tools import (
 from agent.tools.confirmation import confirmation
 from agent.tools.registry import JSON_TYPES
 from memory import recording, undo
-from memory.models import UNKNOWN, Event, EventType, Unknown
+from memory.models import UNKNOWN, UNRECALLED_IMPORTANCE, Event, EventType, Unknown
 from memory.recall import record_recall
 from memory.sources import answer_sources
 from memory.workspace import DEFAULT_AGENT
@@ -64,6 +65,22 @@ class CallWritten(Exception):
     def __init__(self, call: str) -> None:
         super().__init__(call)
         self.call = call
+
+
+class Repeating(Exception):
+    """The answer streamed so far ends in a loop (agent.repetition): the stream is
+    closed, and what came before the loop's second copy is the answer."""
+
+    def __init__(self, loop: Loop) -> None:
+        super().__init__(loop.period)
+        self.loop = loop
+
+
+# How an answer ended that is not recalled later (memory.models.UNRECALLED_IMPORTANCE):
+# cut off at max_answer_tokens, or stopped because it repeated itself.
+REPEATED = "repetition"
+REPEATING_NOTE = "The answer started repeating itself and was stopped."
+UNRECALLED_ENDINGS = ("length", REPEATED)
 
 
 @dataclass(frozen=True)
@@ -181,6 +198,7 @@ class Turn:
         self.client = client or LLMClient(request.endpoint or configured_endpoint())
         self.usage = Usage()
         self.partial = ""  # text streamed since the last stored answer
+        self.watch = RepetitionWatch()  # on the answer being streamed
         self.previous_tool: macros.ToolUse | None = None
         self.pending_approval: approvals.ApprovalRequest | None = None
         self.query = ""
@@ -348,6 +366,7 @@ class Turn:
             if round_number:  # memory once per turn; later rounds re-read the exchange
                 messages = await database_sync_to_async(prompt.messages)()
             self.partial = ""
+            self.watch = RepetitionWatch()
             await self.emit(Status.model(estimate_request_tokens(messages, schemas)))
             try:
                 completion = await self.client.stream(messages, schemas, on_delta=self.on_delta)
@@ -357,6 +376,8 @@ class Turn:
             except CallWritten as written:
                 # The stream is closed, so the model stops; its usage is not reported.
                 completion = Completion(content=written.call, finish_reason="stop")
+            except Repeating as repeating:  # closed too; the loop's copies are dropped
+                completion = Completion(content=repeating.loop.kept, finish_reason=REPEATED)
             await self.deltas_sent()
             self.usage += completion.usage
             if not completion.tool_calls and (
@@ -378,9 +399,13 @@ class Turn:
                     "finish_reason": completion.finish_reason,
                     **(await self.sources(prompt, completion)),
                 },
-                closing=not completion.tool_calls,
+                closing=not completion.tool_calls and completion.finish_reason != REPEATED,
+                **unrecalled(completion),
             )
             self.partial = ""
+            if completion.finish_reason == REPEATED and not completion.tool_calls:
+                stopped = {"content": REPEATING_NOTE, "kind": REPEATED}
+                await self.store(EventType.SYSTEM, stopped, closing=True)
             if not completion.tool_calls:
                 answered = {"role": "assistant", "content": completion.content}
                 return TurnResult(
@@ -460,6 +485,8 @@ class Turn:
         self.partial += text
         if "{" in text and (call := call_written_so_far(self.partial, self.offered)):
             raise CallWritten(call)
+        if (loop := self.watch.loop_in(self.partial)) is not None:
+            raise Repeating(loop)
         self.unsent += text
         if self.sender is None or self.sender.done():
             self.asked_at = asyncio.get_running_loop().time()
@@ -643,6 +670,14 @@ class Turn:
         self.user_event.data["turn_usage"] = (self.carried + self.usage).as_dict()
         self.user_event.save(update_fields=["data"])
         self.closed = True
+
+
+def unrecalled(completion: Completion) -> dict[str, Any]:
+    """A cut-off or looping answer stays in its chat but is never recalled: a later
+    turn would read it as something said (SmolLM2's loops came back as memories)."""
+    if completion.finish_reason in UNRECALLED_ENDINGS:
+        return {"importance": UNRECALLED_IMPORTANCE}
+    return {}
 
 
 def same_call(call: ToolCall) -> tuple[str, str]:

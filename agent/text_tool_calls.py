@@ -28,7 +28,11 @@ def _object(text: str) -> dict[str, Any] | None:
     # Only the braces left open at the end are closed: whatever else is wrong stays text.
     unclosed = text.count("{") - text.count("}")
     closed = text + "}" * unclosed if text.startswith("{") and 0 < unclosed <= 2 else ""
-    for candidate in (text, doubled, closed):
+    # ...and a list's bracket written once too often before the last brace (the 0.5B
+    # closing `"facts": [...]` twice) is dropped.
+    stray = text.count("]") - text.count("[") == 1 and text.startswith("{") and text.endswith("]}")
+    unbracketed = text[:-2] + "}" if stray else ""
+    for candidate in (text, doubled, closed, unbracketed):
         try:
             value = json.loads(candidate)
         except (ValueError, RecursionError):  # deep nesting: any answer of many `[`
@@ -42,8 +46,11 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
     value = _object(content.strip())
     if value is None or set(value) != {"name", "arguments"}:
         return None
-    tool = next((tool for tool in tools if tool.name == value["name"]), None)
     arguments = value["arguments"]
+    tool = next((tool for tool in tools if tool.name == value["name"]), None)
+    tool = tool or only_taker(arguments, tools)
+    if tool is not None and isinstance(arguments, list) and (name := sole_list(tool)):
+        arguments = {name: arguments}
     if tool is None or not isinstance(arguments, dict | str):
         return None
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
@@ -52,6 +59,27 @@ def tool_call_in_text(content: str, tools: Sequence[Tool], call_id: str) -> Tool
     except ToolError:
         return None
     return ToolCall(id=call_id, name=tool.name, arguments=raw)
+
+
+def only_taker(arguments: Any, tools: Sequence[Tool]) -> Tool | None:
+    """The one tool on offer whose arguments these are, when the call names none: the
+    0.5B sometimes puts a word of the message where the tool's name goes
+    (`{"name": "Aiko", "arguments": {"facts": [...]}}`). Only when exactly one tool
+    takes all these arguments; the schema check follows."""
+    if not isinstance(arguments, dict) or not arguments:
+        return None
+    takers = [
+        tool for tool in tools if set(arguments) <= set(tool.parameters.get("properties") or {})
+    ]
+    return takers[0] if len(takers) == 1 else None
+
+
+def sole_list(tool: Tool) -> str | None:
+    """The tool's one array argument, if it has exactly one: the 0.5B, asked to list
+    several facts in remember_fact's `facts`, writes the list as the arguments."""
+    properties = tool.parameters.get("properties") or {}
+    lists = [name for name, spec in properties.items() if spec.get("type") == "array"]
+    return lists[0] if len(lists) == 1 else None
 
 
 def call_written_so_far(partial: str, tools: Sequence[Tool]) -> str | None:

@@ -83,6 +83,16 @@ class Unknown:
 UNKNOWN = Unknown()
 FALLBACK_IMPORTANCE = 0.1  # system, lifecycle and error events
 PINNED_IMPORTANCE = 1.0  # the top of the scale: a pinned event is always recalled
+# The bottom of the scale: kept and shown in its chat, found by the forget dialog,
+# never recalled (an answer cut off or stopped as a loop: agent.runtime.unrecalled).
+# Pinning it makes it a memory again.
+UNRECALLED_IMPORTANCE = 0.0
+RECALLED = Q(event_type__in=EventType.RECALLABLE, importance__gt=UNRECALLED_IMPORTANCE)
+
+
+def is_recalled(event: Event) -> bool:
+    """What `RECALLED` selects: an event memory search and recall may bring back."""
+    return event.event_type in EventType.RECALLABLE and event.importance > UNRECALLED_IMPORTANCE
 
 
 def transcript(events: list[Event], chars: int) -> str:

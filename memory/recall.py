@@ -56,7 +56,10 @@ def recall(
                 "date": f"{hit.event.created_at:%Y-%m-%d}",
                 "text": clip(hit.event.text, hit.event.speaker),
                 "score": round(hit.score, 3),
+                "event_type": hit.event.event_type,
             }
+            if hit.event.speaker:
+                recalled["speaker"] = hit.event.speaker
             if hit.event.imported_from:
                 recalled["imported"] = True  # outside text (agent.prompt)
             items.append(recalled)

@@ -21,7 +21,7 @@ from typing import NotRequired, TypedDict
 import numpy as np
 from django.conf import settings
 
-from memory.models import Event, EventType
+from memory.models import RECALLED, Event, EventType
 from memory.search import (
     MAX_QUERY_CHARS,
     SearchHit,
@@ -58,6 +58,8 @@ class RecalledItem(TypedDict):
     session_id: NotRequired[str]  # an event's (recalled since its chat's title is shown)
     heading: NotRequired[str]  # a file chunk's headings, e.g. "Page 3" or "Trips > Japan"
     imported: NotRequired[bool]  # an event an import brought in (Event.imported_from)
+    event_type: NotRequired[str]  # an event's: who said it (agent.prompt words it)
+    speaker: NotRequired[str]  # its named speaker, whose name starts its text
 
 
 @dataclass(frozen=True)
@@ -174,11 +176,7 @@ def get_context(
         important = (
             Event.objects.owned_by(owner)
             .defer("embedding")
-            .filter(
-                agent=agent,
-                event_type__in=EventType.RECALLABLE,
-                importance__gte=limits["relevance_min_importance"],
-            )
+            .filter(RECALLED, agent=agent, importance__gte=limits["relevance_min_importance"])
             .exclude(pk__in=seen)
             .order_by("-importance", "-created_at", "-id")[: limits["relevance_limit"]]
         )
@@ -194,9 +192,7 @@ def get_context(
         wanted = limits["similarity_limit"] + len(seen)
         hits = compared.top(wanted, min_score=limits["similarity_threshold"])
         scores = {event_id: score for event_id, score in hits if event_id not in seen}
-        recallable = Event.objects.owned_by(owner).filter(
-            agent=agent, event_type__in=EventType.RECALLABLE
-        )
+        recallable = Event.objects.owned_by(owner).filter(RECALLED, agent=agent)
         for event in best_events(recallable, scores, limits["similarity_limit"]):
             context.items.append(ContextItem(event, "similarity", scores[event.pk]))
             seen.add(event.pk)

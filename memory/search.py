@@ -31,7 +31,7 @@ import numpy as np
 
 from memory import fulltext, pgvector
 from memory.files.search import FileHit, search_files
-from memory.models import Event, EventType
+from memory.models import RECALLED, Event, is_recalled
 from memory.pgvector import PgQuery
 from memory.vector_index import VectorQuery, in_database, index_for
 from memory.workspace import DEFAULT_AGENT
@@ -113,7 +113,7 @@ def search_memory(
     text = (query or "").strip()[:MAX_QUERY_CHARS]
     if k <= 0 or (not text and branch != "recency"):
         return []
-    owned = Event.objects.owned_by(owner).filter(agent=agent, event_type__in=EventType.RECALLABLE)
+    owned = Event.objects.owned_by(owner).filter(RECALLED, agent=agent)
     if branch == "recency":
         return [SearchHit(e, 0.0) for e in owned.order_by("-created_at", "-id")[:k]]
 
@@ -147,9 +147,7 @@ def search_memory(
     mine = {
         event.pk: event
         for event in known
-        if event.owner_id == owner.pk
-        and event.agent == agent
-        and event.event_type in EventType.RECALLABLE
+        if event.owner_id == owner.pk and event.agent == agent and is_recalled(event)
     }
 
     def branches(event_id: int) -> dict[str, float]:

@@ -86,7 +86,10 @@ def test_it_lists_the_memory_tools_and_never_the_terminal(configure, alice, mcp_
     tools, second = asyncio.run(two_at_once())
     assert {tool.name for tool in tools} == TOOLS == {tool.name for tool in second}
     remember = next(tool for tool in tools if tool.name == "remember_fact")
-    assert remember.inputSchema["required"] == ["category", "key", "value"]
+    # One fact, or several at once: each with its category, key and value.
+    properties = remember.inputSchema["properties"]
+    assert {"category", "key", "value", "facts"} <= set(properties)
+    assert properties["facts"]["items"]["required"] == ["category", "key", "value"]
 
 
 def test_it_calls_each_tool_as_the_agent_would(alice, mcp_url):

@@ -11,6 +11,8 @@ from django.contrib.auth.models import User
 
 from agent.frames import Frame
 from agent.runtime import TurnRequest, run_turn
+from agent.text_tool_calls import tool_call_in_text
+from agent.tools import available_tools
 from memory.models import Event, Fact
 from tests.support.scripted_llm import Reply
 
@@ -80,7 +82,8 @@ async def test_it_runs_a_tool_call_written_as_the_answer(owner, llm, answer):
         "{{not json}}",
         "Like this:\n```json\n" + json.dumps({"name": "remember_fact", "arguments": TEA}) + "\n```",
         json.dumps({"name": "remember_fact", "arguments": TEA})[:-8],
-        "[" * 60_000,
+        # (Ended by "]": sixty thousand "[" and nothing else is a loop, stopped as one.)
+        "[" * 60_000 + "]",
         '{"name": "remember_fact", "arguments": ' + "[" * 60_000 + "}",
     ],
     ids=[
@@ -122,3 +125,40 @@ async def test_it_runs_a_call_written_again_in_the_next_round_once(owner, llm):
     assert "asked for remember_fact again" in events[-2].data["content"]
     assert events[-1].data["confirmation"] is True
     assert len(llm.requests) == 2
+
+
+def test_a_list_written_as_the_arguments_is_the_tools_one_list():
+    """The 0.5B writes remember_fact's `facts` as the arguments themselves."""
+    facts = [
+        {"category": "person", "key": "name", "value": "Tom Becker"},
+        {"category": "place", "key": "home", "value": "Leeds"},
+    ]
+    text = json.dumps({"name": "remember_fact", "arguments": facts}, indent=4)
+    call = tool_call_in_text(text, available_tools(), "c1")
+    assert call is not None
+    assert json.loads(call.arguments) == {"facts": facts}
+    # A tool without exactly one list argument gets no such reading.
+    listed = json.dumps({"name": "forget_fact", "arguments": [{"category": "a", "key": "b"}]})
+    assert tool_call_in_text(listed, available_tools(), "c2") is None
+
+
+def test_a_call_naming_no_tool_is_the_one_tool_its_arguments_fit():
+    facts = [{"category": "person", "key": "name", "value": "Aiko"}]
+    text = json.dumps({"name": "Aiko", "arguments": {"facts": facts}})
+    call = tool_call_in_text(text, available_tools(), "c1")
+    assert call is not None and call.name == "remember_fact"
+    # Arguments two tools take (remember_fact's and forget_fact's category and key),
+    # or none does: it stays text.
+    both = json.dumps({"name": "Aiko", "arguments": {"category": "person", "key": "name"}})
+    assert tool_call_in_text(both, available_tools(), "c2") is None
+    neither = json.dumps({"name": "Aiko", "arguments": {"city": "Osaka"}})
+    assert tool_call_in_text(neither, available_tools(), "c3") is None
+
+
+def test_a_list_closed_twice_is_read_as_meant():
+    facts = [{"category": "person", "key": "name", "value": "Nadia"}]
+    text = json.dumps({"name": "remember_fact", "arguments": {"facts": facts}})[:-1] + "]}"
+    call = tool_call_in_text(text, available_tools(), "c1")
+    assert call is not None and json.loads(call.arguments) == {"facts": facts}
+    # Anything else that does not parse stays text.
+    assert tool_call_in_text(text[:-2] + "]]}", available_tools(), "c2") is None

@@ -50,9 +50,17 @@ def load_builtin_tools() -> None:
     )
 
 
+# Offered first, in this order; the others in the order they registered. A small
+# model leans to the first tools it is shown: Qwen2.5-Coder-0.5B, told four facts
+# with schedule_task listed first, scheduled a task (docs/models.md).
+FIRST_OFFERED = ("remember_fact", "search_memory", "list_facts", "forget_fact")
+
+
 def available_tools() -> list[Tool]:
     load_builtin_tools()
-    return [tool for tool in REGISTRY.values() if tool.enabled()]
+    tools = [tool for tool in REGISTRY.values() if tool.enabled()]
+    first = {name: rank for rank, name in enumerate(FIRST_OFFERED)}
+    return sorted(tools, key=lambda tool: first.get(tool.name, len(first)))
 
 
 def brings_outside_text(name: str) -> bool:

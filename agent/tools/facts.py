@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from agent.tools.confirmation import listing
 from agent.tools.registry import Ran, Tool, ToolContext, ToolError, register
 from memory import forgetting
@@ -30,15 +32,58 @@ def fact_origin(context: ToolContext) -> dict[str, Any]:
     }
 
 
+FACT_FIELDS = ("category", "key", "value")
+MAX_FACTS_AT_ONCE = 20
+
+
+def facts_given(arguments: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The facts of a call, checked whole before any is saved: one (category, key,
+    value), or several in `facts`, a list of objects with those three. A message that
+    states four facts is then saved in one call: the small models make one call a
+    round, and answering a tool's result is where they go astray (docs/models.md)."""
+    single = [name for name in FACT_FIELDS if name in arguments]
+    if "facts" not in arguments:
+        for name in FACT_FIELDS:
+            if name not in arguments:
+                raise ToolError(f"remember_fact needs the argument {name!r}.")
+        return [checked_fact(arguments, "")]
+    if single:
+        raise ToolError("remember_fact takes either `facts` or category, key and value, not both.")
+    facts = arguments["facts"]
+    if not isinstance(facts, list) or not facts:
+        raise ToolError("remember_fact: `facts` must be a list of at least one fact.")
+    if len(facts) > MAX_FACTS_AT_ONCE:
+        raise ToolError(f"remember_fact takes at most {MAX_FACTS_AT_ONCE} facts at once.")
+    return [checked_fact(fact, f"facts[{number}]") for number, fact in enumerate(facts)]
+
+
+def checked_fact(fact: Any, where: str) -> tuple[str, str, str]:
+    name = f"remember_fact: {where}" if where else "remember_fact:"
+    if not isinstance(fact, dict):
+        raise ToolError(f"{name} must be an object with category, key and value.")
+    if missing := [field for field in FACT_FIELDS if field not in fact]:
+        raise ToolError(f"{name} needs {', '.join(missing)}.")
+    extra = sorted(set(fact) - set(FACT_FIELDS))
+    if extra and where:  # (a single fact's other arguments: agent.tools.parse_arguments)
+        raise ToolError(f"{name} has {', '.join(map(repr, extra))}; it takes {FACT_FIELDS}.")
+    for field in FACT_FIELDS:
+        value = fact[field]
+        if not isinstance(value, str) or not value.strip():
+            raise ToolError(f"{name} {field!r} must be a non-empty string.")
+        if len(value) > FACT_LENGTHS[field]:
+            raise ToolError(f"{name} {field!r} is longer than {FACT_LENGTHS[field]}.")
+    return fact["category"], fact["key"], fact["value"].strip()
+
+
 def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
-    fact, created = Fact.objects.remember(
-        context.owner,
-        arguments["category"],
-        arguments["key"],
-        arguments["value"].strip(),
-        actor=context.actor,
-        **fact_origin(context),
-    )
+    given = facts_given(arguments)
+    with transaction.atomic():  # all of them or none
+        saved = [
+            Fact.objects.remember(
+                context.owner, category, key, value, actor=context.actor, **fact_origin(context)
+            )
+            for category, key, value in given
+        ]
     # What made the agent remember this matters too: keep that message handy.
     latest = (
         Event.objects.owned_by(context.owner)
@@ -48,7 +93,10 @@ def remember_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
     )
     if latest is not None and latest.importance < REMEMBERED_IMPORTANCE:
         Event.objects.filter(pk=latest.pk).update(importance=REMEMBERED_IMPORTANCE)
-    return f"{'Remembered' if created else 'Updated'} {fact.category}/{fact.key}: {fact.value}"
+    return "\n".join(
+        f"{'Remembered' if created else 'Updated'} {fact.category}/{fact.key}: {fact.value}"
+        for fact, created in saved
+    )
 
 
 def forget_fact(context: ToolContext, arguments: dict[str, Any]) -> str:
@@ -83,9 +131,10 @@ def named(key: str) -> str:
 
 
 def saved(calls: list[Ran]) -> str:
-    return listing(
-        "Saved", "fact", [fact_said(c.arguments["key"], c.arguments["value"]) for c in calls]
-    )
+    """The facts the calls saved, one or a list each (`facts_given`: they ran, so they
+    pass it)."""
+    said = [fact_said(key, value) for c in calls for _, key, value in facts_given(c.arguments)]
+    return listing("Saved", "fact", said)
 
 
 def fact_said(key: str, value: str) -> str:
@@ -103,22 +152,39 @@ FACT_KEY = {
     "category": {"type": "string", "maxLength": 100, "description": "e.g. preference, person"},
     "key": {"type": "string", "maxLength": 255, "description": "e.g. favourite_color"},
 }
+FACT_VALUE = {"type": "string", "maxLength": Fact.MAX_VALUE}
+FACT_LENGTHS = {"category": 100, "key": 255, "value": Fact.MAX_VALUE}
+ONE_FACT: dict[str, Any] = {
+    "type": "object",
+    "properties": {**FACT_KEY, "value": FACT_VALUE},
+    "required": list(FACT_FIELDS),
+}
 
 register(
     Tool(
         name="remember_fact",
         description=(
-            "Save a durable fact about the user or their world (a preference, a person, a "
-            "plan). Replaces the value if the category/key exists."
+            "Save durable facts about the user or their world (who they are, where they "
+            "live, a person, their health, a preference, a plan): every fact the message "
+            "states, as a list in `facts`, or one with category, key and value. Replaces "
+            "the value if the category/key exists."
         ),
         parameters={
             "type": "object",
-            "properties": {**FACT_KEY, "value": {"type": "string", "maxLength": Fact.MAX_VALUE}},
-            "required": ["category", "key", "value"],
+            "properties": {
+                "facts": {
+                    "type": "array",
+                    "items": ONE_FACT,
+                    "maxItems": MAX_FACTS_AT_ONCE,
+                    "description": "several facts at once, each {category, key, value}",
+                },
+                **ONE_FACT["properties"],
+            },
         },
         run=remember_fact,
         outside_text=False,
         lasting=True,
+        check=facts_given,
         confirm=saved,
     )
 )

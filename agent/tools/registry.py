@@ -106,6 +106,9 @@ class Tool:
     # It makes a change that outlasts the turn (memory, facts, the schedule): asked
     # for, once outside text is in the turn (agent.tools.call_tool).
     lasting: bool = False
+    # What the schema cannot say (one of two forms of arguments, a list's items):
+    # checked with it, raising ToolError, before any approval or run.
+    check: Callable[[dict[str, Any]], Any] | None = None
     # What its calls did, in a few words for the person, when a turn ends on them
     # without an answer (agent.tools.confirmation); None: "Ran <name>".
     confirm: Callable[[list[Ran]], str] | None = None
@@ -179,6 +182,8 @@ def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
                 raise ToolError(f"{tool.name}: {name!r} must not be empty.")
             if len(value) > spec.get("maxLength", 10_000):
                 raise ToolError(f"{tool.name}: {name!r} is longer than {spec.get('maxLength')}.")
+    if tool.check is not None:
+        tool.check(arguments)
     return arguments
 
 

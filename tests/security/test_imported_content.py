@@ -81,7 +81,7 @@ async def test_a_recalled_imported_event_makes_the_turn_ask(alice, llm, imported
     context = system_text(llm.requests[0])
     block = context[context.index("Recalled from earlier conversations") :]
     assert IMPORTED_LINES in block.splitlines()[0]
-    assert any(line.startswith("- [") and ", imported] " in line for line in block.splitlines())
+    assert any(line.startswith("- ") and ", imported): " in line for line in block.splitlines())
 
 
 async def test_the_same_text_said_here_writes_without_a_click(alice, llm):
