@@ -28,14 +28,3 @@ def confirmation(ran: Sequence[Ran]) -> str:
         else:
             said.append(f"Ran {name}" + (f" {len(calls)} times" if len(calls) > 1 else ""))
     return "\n\n".join([*said, *failed])
-
-
-def counted(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def listing(verb: str, noun: str, items: Sequence[str]) -> str:
-    """One thing done ("Saved: x"), or how many and which ("Saved 2 facts: x; y")."""
-    if len(items) == 1:
-        return f"{verb}: {items[0]}"
-    return f"{verb} {counted(len(items), noun)}: {'; '.join(items)}"

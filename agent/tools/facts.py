@@ -4,8 +4,8 @@ from typing import Any
 
 from django.db import transaction
 
-from agent.tools.confirmation import listing
 from agent.tools.registry import Ran, Tool, ToolContext, ToolError, register
+from agent.tools.wording import listing
 from memory import forgetting
 from memory.models import Event, EventType, Fact
 

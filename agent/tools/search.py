@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.tools.confirmation import counted
 from agent.tools.registry import Ran, Tool, ToolContext, register
+from agent.tools.wording import counted
 from memory.files.search import FileHit
 from memory.search import SearchHit, search_memory
 

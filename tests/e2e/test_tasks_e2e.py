@@ -11,7 +11,8 @@ def test_it_creates_a_task_from_natural_language_and_pauses_it(page):
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     log_in(page)
-    page.click("nav >> text=Tasks")
+    page.click("#site-nav summary:has-text('Automations')")  # the group, then its link
+    page.click("#site-nav a:has-text('Tasks')")
     page.wait_for_url("**/tasks/")
 
     # The preview follows the typing: the cron expression and the next three runs.

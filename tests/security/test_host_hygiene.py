@@ -80,8 +80,8 @@ def test_it_lets_the_embedded_model_bind_its_own_port(tmp_path):
     address_file = tmp_path / "local_llm.address"
     try:
         wait_for_health(port, server)
-        address = address_file.read_text()
-        assert address.startswith("http://127.0.0.1:")
+        address, _, model = address_file.read_text().partition("\n")  # and the model it serves
+        assert address.startswith("http://127.0.0.1:") and model
         assert mode(address_file) == 0o600
         children = subprocess.run(
             ["ps", "-o", "args=", "--ppid", str(server.pid)], capture_output=True, text=True
