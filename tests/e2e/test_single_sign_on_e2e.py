@@ -82,7 +82,7 @@ def test_it_signs_in_a_new_user_with_the_providers_groups_and_logs_out_there(sso
     sign_in_at_provider(sso_page, "alice")
     sso_page.wait_for_selector("#new-chat")
     assert sso_page.url.startswith(sso.url)
-    assert "alice" in sso_page.locator("header").inner_text()
+    assert "alice" in sso_page.locator("header.topbar").inner_text()
     assert run_program(sso.env, account, "alice") == {
         "email": "alice@example.org",
         "has_password": False,
@@ -152,4 +152,4 @@ def test_it_still_logs_in_with_a_password(sso, sso_page):
     sso_page.fill("input[name=password]", PASSWORD)
     sso_page.click("text=Log in with a password")
     sso_page.wait_for_selector("#new-chat")
-    assert "tester" in sso_page.locator("header").inner_text()
+    assert "tester" in sso_page.locator("header.topbar").inner_text()
