@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.fact_extraction import model_file, setup_django  # noqa: E402
+from bench.fact_extraction import embedded_endpoint, setup_django  # noqa: E402
 
 EARLIER = "Hi! I'm Marta, I live in Porto with my husband João, and I'm allergic to peanuts."
 FACTS = [
@@ -69,8 +69,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from agent.llm import LOCAL_MODEL_LABEL, Endpoint, LLMClient
-    from agent.local_model import start_server
+    from agent.llm import LLMClient
     from agent.model_files import LOCAL_MODEL_NAMES
     from agent.runtime import TurnRequest, run_turn
 
@@ -81,18 +80,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=200)
     options = parser.parse_args()
     call_command("migrate", verbosity=0)
-    key = secrets.token_urlsafe(24)
-    window = settings.NEOTASK["llm"]["context_window"]
-    server = start_server(model_file(options.model), 0, key, window)
-    endpoint = Endpoint(
-        base_url=f"{server.listening_address}/v1",
-        api_key=key,
-        model="local",
-        context_window=window,
-        timeout=600,
-        label=LOCAL_MODEL_LABEL,
-        max_answer_tokens=options.max_tokens,
-    )
+    server, endpoint = embedded_endpoint(options.model, options.max_tokens)
 
     async def emit(frame: Any) -> None:
         pass

@@ -76,6 +76,28 @@ def model_file(name: str) -> Path:
     return Path(models) / f"{name}.gguf" if models else fetched_model_path(name)
 
 
+def embedded_endpoint(name: str, max_tokens: int) -> tuple[Any, Any]:
+    """The embedded model `name` served as the app serves it, and its Endpoint."""
+    from django.conf import settings
+
+    from agent.llm import LOCAL_MODEL_LABEL, Endpoint
+    from agent.local_model import start_server
+
+    key = secrets.token_urlsafe(24)
+    window = settings.NEOTASK["llm"]["context_window"]
+    server = start_server(model_file(name), 0, key, window)
+    endpoint = Endpoint(
+        base_url=f"{server.listening_address}/v1",
+        api_key=key,
+        model="local",
+        context_window=window,
+        timeout=600,
+        label=LOCAL_MODEL_LABEL,
+        max_answer_tokens=max_tokens,
+    )
+    return server, endpoint
+
+
 def stored(owner: Any, expected: dict[str, tuple[str, ...]]) -> tuple[int, list[str]]:
     """How many of the expected facts the owner's facts hold, and the facts."""
     from memory.models import Fact
@@ -115,8 +137,6 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from agent.llm import LOCAL_MODEL_LABEL, Endpoint
-    from agent.local_model import start_server
     from agent.model_files import LOCAL_MODEL_NAMES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -137,18 +157,7 @@ def main() -> None:
 
     settings.NEOTASK["llm"]["max_iterations"] = options.rounds
     call_command("migrate", verbosity=0)
-    key = secrets.token_urlsafe(24)
-    window = settings.NEOTASK["llm"]["context_window"]
-    server = start_server(model_file(options.model), 0, key, window)
-    endpoint = Endpoint(
-        base_url=f"{server.listening_address}/v1",
-        api_key=key,
-        model="local",
-        context_window=window,
-        timeout=600,
-        label=LOCAL_MODEL_LABEL,
-        max_answer_tokens=options.max_tokens,
-    )
+    server, endpoint = embedded_endpoint(options.model, options.max_tokens)
     users = get_user_model().objects
     totals: list[int] = []
     for number, (message, expected) in enumerate(MESSAGES[: options.messages], 1):
