@@ -20,14 +20,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PEANUTS = {"category": "health", "key": "allergy", "value": "allergic to peanuts"}
 
 
-async def remembered(owner, session, llm, arguments=PEANUTS) -> dict:
-    """A turn in which the agent remembers `arguments`: its tool result's event."""
-    llm.script(reply_with_tool("remember_fact", arguments), Reply(text="Noted."))
+async def tool_turn(owner, session, llm, tool: str, arguments: dict, text: str) -> dict:
+    """A turn on `text` in which the agent calls `tool`: its tool result's event."""
+    llm.script(reply_with_tool(tool, arguments), Reply(text="Noted."))
     ws = await connect(owner, session.key)
-    await send(ws, type="message", text="I am allergic to peanuts")
+    await send(ws, type="message", text=text)
     frames = await until(ws)
     await ws.disconnect()
     return stored(frames, "tool_result")
+
+
+async def remembered(owner, session, llm, arguments=PEANUTS) -> dict:
+    """A turn in which the agent remembers `arguments`: its tool result's event."""
+    return await tool_turn(
+        owner, session, llm, "remember_fact", arguments, "I am allergic to peanuts"
+    )
 
 
 def client_of(user: User, **options) -> Client:
@@ -106,25 +113,14 @@ async def test_a_fact_said_again_as_it_was_gets_no_notice(owner, session, llm):
 
 async def test_a_forgotten_fact_is_told_without_undo(owner, session, llm):
     await remembered(owner, session, llm)
-    llm.script(
-        reply_with_tool("forget_fact", {"category": "health", "key": "allergy"}), Reply(text="Ok.")
-    )
-    ws = await connect(owner, session.key)
-    await send(ws, type="message", text="forget my allergy")
-    result = stored(await until(ws), "tool_result")
-    await ws.disconnect()
+    forget = {"category": "health", "key": "allergy"}
+    result = await tool_turn(owner, session, llm, "forget_fact", forget, "forget my allergy")
     assert "Forgot: health/allergy" in result["html"] and "Undo" not in result["html"]
 
 
 async def test_a_memory_file_write_is_told_without_undo(owner, session, llm):
-    llm.script(
-        reply_with_tool("write_memory_file", {"path": "MEMORY.md", "text": "Likes tea.\n"}),
-        Reply(text="Saved."),
-    )
-    ws = await connect(owner, session.key)
-    await send(ws, type="message", text="note that I like tea")
-    result = stored(await until(ws), "tool_result")
-    await ws.disconnect()
+    write = {"path": "MEMORY.md", "text": "Likes tea.\n"}
+    result = await tool_turn(owner, session, llm, "write_memory_file", write, "note I like tea")
     assert "Saved to memory: MEMORY.md" in result["html"] and "Undo" not in result["html"]
 
 
