@@ -261,9 +261,9 @@ async def test_it_keeps_the_recall_vector_as_the_messages_embedding(owner, llm):
     assert [task["args"] for task in queued] == [([answer.pk],)]
 
 
-async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monkeypatch):
-    from agent import runtime
-
+def held_embedding(monkeypatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """The message's embedding held: the first event is set when it starts, and it
+    ends when the test sets the second."""
     embedding, carry_on = asyncio.Event(), asyncio.Event()
 
     async def slow_embedding(text: str) -> None:
@@ -271,6 +271,11 @@ async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monk
         await carry_on.wait()
 
     monkeypatch.setattr(runtime, "query_vector", slow_embedding)
+    return embedding, carry_on
+
+
+async def test_it_keeps_a_message_stopped_while_it_was_embedded(owner, llm, monkeypatch):
+    embedding, carry_on = held_embedding(monkeypatch)
     task = asyncio.ensure_future(run_turn(request_for(owner), "stop me early", Frames()))
     await embedding.wait()
     task.cancel()
@@ -326,13 +331,7 @@ async def test_deltas_go_at_once_unless_the_loop_is_behind_then_a_frame_per_tick
 
 
 async def test_it_says_what_it_does_before_the_answer_streams(owner, llm, monkeypatch):
-    embedding, carry_on = asyncio.Event(), asyncio.Event()
-
-    async def slow_embedding(text: str) -> None:
-        embedding.set()
-        await carry_on.wait()
-
-    monkeypatch.setattr(runtime, "query_vector", slow_embedding)
+    embedding, carry_on = held_embedding(monkeypatch)
     llm.script(
         reply_with_tool("remember_fact", {"category": "health", "key": "allergy", "value": "nuts"}),
         Reply(deltas=["Noted", "."]),
