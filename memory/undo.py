@@ -85,7 +85,7 @@ def undo(owner: Owner, result_id: int) -> str:
             return MOVED_ON
         actor = Actor.user(owner)
         if memory["action"] == Change.Action.CREATED:
-            forgetting.forget_facts(owner, Fact.objects.filter(pk=fact.pk), actor)
+            forgetting.forget_facts(owner, Fact.objects.owned_by(owner).filter(pk=fact.pk), actor)
             return UNDONE_CREATED
         change = get_owned_or_404(Change, owner, pk=memory["change"])
         earlier = {
