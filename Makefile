@@ -12,9 +12,12 @@ TEAM_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 # fetch_model: the default embedded model, downloaded and verified on the first
 # run only; if that fails (offline), the bundled SmolLM2 answers instead.
+# local_llm --prepare: its fixed prefix evaluated once, so the first answer does
+# not wait for it (docs/models.md).
 run: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 	-$(BIN)/python manage.py fetch_model
+	-$(BIN)/python manage.py local_llm --prepare
 	NEOTASK_PORT=$(PORT) $(BIN)/python manage.py serve
 
 # The real-model browser test (tests/e2e/test_default_model_e2e.py) runs the

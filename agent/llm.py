@@ -287,23 +287,22 @@ class LLMClient:
 
 
 def as_sent(messages: list[dict[str, Any]], endpoint: Endpoint) -> list[dict[str, Any]]:
-    """The embedded model's template takes the prompt's two system messages
-    (agent.prompt.TurnPrompt.system); other servers get them as one."""
+    """The embedded model's template takes the prompt's system messages where they
+    stand (agent.prompt.TurnPrompt.with_history); other servers get them as one."""
     return messages if endpoint.is_local else one_system_message(messages)
 
 
 def one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The leading system messages joined into one: some chat templates (Gemma's,
-    older Mistral's) refuse a second, and a server behind an OpenAI-compatible
-    API may use any of them. The instructions still come first, so a provider's
-    prefix cache keeps them."""
-    count = 0
-    while count < len(messages) and messages[count].get("role") == "system":
-        count += 1
-    if count < 2:
+    """The system messages joined into one, first: some chat templates (Gemma's,
+    older Mistral's) refuse a second or one after the conversation started, and a
+    server behind an OpenAI-compatible API may use any of them. The instructions
+    still come first, so a provider's prefix cache keeps them."""
+    system = [m for m in messages if m.get("role") == "system"]
+    if not system or (len(system) == 1 and messages[0] is system[0]):
         return messages
-    joined = "\n\n".join(str(m.get("content") or "") for m in messages[:count])
-    return [{"role": "system", "content": joined}, *messages[count:]]
+    joined = "\n\n".join(str(m.get("content") or "") for m in system)
+    rest = [m for m in messages if m.get("role") != "system"]
+    return [{"role": "system", "content": joined}, *rest]
 
 
 async def read_events(

@@ -303,6 +303,17 @@ def fit_to_window(
     return [*system, *history[start:]]
 
 
+def before_last_question(
+    history: list[dict[str, Any]], context: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The history with the turn's context just before its newest user message, or
+    after it all if it has none."""
+    for at in range(len(history) - 1, -1, -1):
+        if history[at]["role"] == "user":
+            return [*history[:at], *context, *history[at:]]
+    return [*history, *context]
+
+
 # The facts in the prompt, kept per owner and version in each process: a turn
 # reads the version of its owner's facts with its session (how many, the last
 # change; agent.runtime.Before), and a change in this process clears them at once
@@ -339,31 +350,41 @@ class TurnPrompt:
     # The memory files' chunks `memory` carries, for the answer's sources (memory.sources).
     chunks: tuple[PromptChunk, ...] = ()
 
-    def system(self) -> list[dict[str, Any]]:
-        """Two system messages. The instructions come first, the same in every turn,
-        and so do the tools' schemas a chat template puts after them (~1,100 tokens):
-        a server that caches prompt prefixes, as llama.cpp does, reuses them. What
-        changes (time, facts, memory) comes next, beside the conversation. Measured
-        with the embedded Qwen 0.5B: a new turn's prompt took ~6 s instead of ~40 s,
-        and it answered from its memory instead of writing a tool call (docs/models.md)."""
+    def context_messages(self) -> list[dict[str, Any]]:
+        """What the turn knows (time, facts, memory, an OpenAI-compatible client's own
+        system message): system messages that go just before the turn's question."""
         facts = prompt_facts(self.owner, self.facts_version)
-        system = [
-            {"role": "system", "content": system_prompt(self.agent_prompt)},
-            {"role": "system", "content": context_prompt(facts, self.now, self.memory)},
-        ]
+        system = [{"role": "system", "content": context_prompt(facts, self.now, self.memory)}]
         if self.client_system:
             system.append({"role": "system", "content": self.client_system})
         return system
 
     def with_history(self, recent: list[Event]) -> list[dict[str, Any]]:
+        """The instructions first, the same in every turn, and so the tools' schemas a
+        chat template puts after them (~1,100 tokens: `fixed_prefix`); then the
+        conversation, with what changes from turn to turn (`system`) just before
+        the newest question. A server that caches prompt prefixes, as llama.cpp
+        does, reuses all that comes before: the prefix it evaluated when the model
+        loaded, and the exchange of earlier turns. With the context second, every
+        turn whose memory differed re-read the whole conversation, and the first
+        turn after a start re-read more than the fifth (docs/models.md)."""
         events = [e for e in recent if e.event_type in EventType.HISTORY]
         # Start at a user message: a cut inside an exchange would orphan results.
         while events and events[0].event_type != EventType.USER_MESSAGE:
             events.pop(0)
         llm = settings.NEOTASK["llm"]
-        return fit_to_window(
-            self.system(), history_messages(events), llm["context_window"], llm["max_answer_tokens"]
+        instructions = [{"role": "system", "content": system_prompt(self.agent_prompt)}]
+        context = self.context_messages()
+        fitted = fit_to_window(
+            [*instructions, *context],
+            history_messages(events),
+            llm["context_window"],
+            llm["max_answer_tokens"],
         )
+        return [
+            *instructions,
+            *before_last_question(fitted[len(instructions) + len(context) :], context),
+        ]
 
     def messages(self) -> list[dict[str, Any]]:
         """The prompt of a later round: the same memory, the exchange re-read."""

@@ -13,11 +13,13 @@ recall by recency), so the figure is the model's. With `--restart`, the server
 is stopped and started again on the same data dir and a new chat runs as many
 turns. Repeated `--repeat` times, each with a new data dir; prints one JSON line
 per run and the medians. After the turns, one turn of another new chat: the
-first turn of a chat without a start before it.
+first turn of a chat without a start before it. With `--prepare`, the data dir
+is first prepared as `make run` does (`manage.py local_llm --prepare`).
 
     NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py
     NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py --restart
     NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py --restart --pause 15
+    NEOTASK_TEST_MODELS_DIR=.venv/models .venv/bin/python bench/first_turn.py --restart --prepare
 
 The script imports only what main had before the warm prefix (run_turn, the
 local_llm command), so a copy of it in an older checkout measures "before".
@@ -174,6 +176,15 @@ def one_run(options: argparse.Namespace) -> dict[str, Any]:
         from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
 
         run: dict[str, Any] = {"pause_s": options.pause}
+        if options.prepare:  # as `make run` does before it serves
+            started = time.monotonic()
+            subprocess.run(
+                [sys.executable, "manage.py", "local_llm", "--prepare"],
+                cwd=ROOT,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            run["prepare_s"] = round(time.monotonic() - started, 1)
         for start in ("fresh", "restart")[: 2 if options.restart else 1]:
             key = secrets.token_urlsafe(24)
             process, address, load_s = start_model(data, key)
@@ -203,6 +214,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--restart", action="store_true", help="also measure a second start on the same data dir"
+    )
+    parser.add_argument(
+        "--prepare", action="store_true", help="run `local_llm --prepare` first, as `make run` does"
     )
     parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()

@@ -71,8 +71,9 @@ def read_address(data: Path) -> str:
 
 
 def turn_like(address: str) -> dict:
-    """A turn's prompt: the fixed prefix, then what changes (time, facts), then the
-    message; what llama.cpp evaluated (prompt_n) and took from its cache (cache_n)."""
+    """A chat's first turn's prompt: the fixed prefix, then what changes (time,
+    facts), then the message; what llama.cpp evaluated (prompt_n) and took from
+    its cache (cache_n)."""
     messages, tools = fixed_prefix()
     body = {
         "messages": [
@@ -117,6 +118,40 @@ def test_the_fixed_prefix_is_warm_after_a_load_and_after_a_restart(tmp_path):
         assert turn_like(ready(data, process))["cache_n"] == 0
     finally:
         stop_process(process)
+
+
+def test_prepare_saves_the_prefix_so_the_first_start_only_restores_it(tmp_path):
+    """`make run` runs `local_llm --prepare` before it serves: the first start of a new
+    data dir then finds the prefix saved, as any later start does."""
+    data = tmp_path / "data"
+    data.mkdir()
+    env = app_env(data, NEOTASK_LLM_LOCAL_MODEL="smollm2")
+    env.pop("NEOTASK_LLM_BASE_URL", None)
+    prepare = [sys.executable, "manage.py", "local_llm", "--prepare"]
+    done = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert "Prepared in" in done.stdout
+    [saved] = (data / "local_llm.prefix").glob("smollm2-*.bin")
+    written = saved.stat().st_mtime_ns
+    assert not (data / "local_llm.address").exists()  # its server was published nowhere
+
+    with model_server(data, "smollm2"):
+        first = turn_like(read_address(data))
+    assert first["cache_n"] > first["prompt_n"], first
+    assert saved.stat().st_mtime_ns == written  # restored, not evaluated again
+
+    again = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "is ready" in again.stdout, again.stdout
+
+    # With a configured server there is no embedded model to prepare.
+    remote = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    other = tmp_path / "other"
+    other.mkdir()
+    remote["NEOTASK_DATA_DIR"] = str(other)
+    skipped = subprocess.run(
+        prepare, cwd=ROOT, env=remote, capture_output=True, text=True, timeout=60
+    )
+    assert skipped.returncode == 0 and not (other / "local_llm.prefix").exists()
 
 
 def mapped_models(pid: int) -> set[str]:

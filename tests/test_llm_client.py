@@ -220,15 +220,20 @@ async def test_it_refuses_a_server_it_does_not_trust(llm, tls_llm):
 async def test_it_sends_other_servers_one_system_message_and_the_embedded_model_two(llm):
     prompt = [
         {"role": "system", "content": "Instructions."},
-        {"role": "system", "content": "Context."},
         {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": "Context."},
+        {"role": "user", "content": "again"},
     ]
     llm.script(Reply("ok"), Reply("ok"))
     await client().stream(prompt)
-    # Some chat templates (Gemma's, older Mistral's) refuse a second system message.
+    # Some chat templates (Gemma's, older Mistral's) refuse a second system message,
+    # or one after the conversation started.
     assert llm.requests[0]["messages"] == [
         {"role": "system", "content": "Instructions.\n\nContext."},
         {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "again"},
     ]
     embedded = replace(configured_endpoint(), label=LOCAL_MODEL_LABEL)
     await LLMClient(embedded).stream(prompt)

@@ -181,7 +181,8 @@ def test_a_switch_waits_for_the_answer_on_the_loaded_model(model_server):
 def test_every_turn_starts_with_the_same_fixed_prefix_what_changes_comes_after(model_server, alice):
     """llama.cpp reuses a cached prompt only from its first token: the instructions
     and the tools' schemas come first, the same in every turn and as the model
-    server warms them (fixed_prefix); the time, facts and memory come after."""
+    server warms them (fixed_prefix); the earlier exchange next, as the last turn
+    sent it; the time, facts and memory only just before the new question."""
     _, qwen, _ = model_server
     session = chat.start_chat(alice)
     qwen.script(Reply("one"))
@@ -193,6 +194,11 @@ def test_every_turn_starts_with_the_same_fixed_prefix_what_changes_comes_after(m
     messages, tools = fixed_prefix()
     assert first["messages"][0] == second["messages"][0] == messages[0]
     assert first["tools"][: len(tools)] == second["tools"][: len(tools)] == tools
-    assert "Porto" not in json.dumps(first) and "Porto" in second["messages"][1]["content"]
+    assert [m["role"] for m in first["messages"]] == ["system", "system", "user"]
+    roles = [m["role"] for m in second["messages"]]
+    assert roles == ["system", "user", "assistant", "system", "user"]
+    assert second["messages"][1] == first["messages"][2]  # the first question, unchanged
+    assert second["messages"][2]["content"] == "one"
+    assert "Porto" not in json.dumps(first) and "Porto" in second["messages"][3]["content"]
     year = str(timezone.localtime().year)  # the time, which changes, comes after too
-    assert year not in first["messages"][0]["content"] and year in second["messages"][1]["content"]
+    assert year not in first["messages"][0]["content"] and year in second["messages"][3]["content"]

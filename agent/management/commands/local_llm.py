@@ -22,6 +22,7 @@ import gc
 import hashlib
 import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -57,19 +58,25 @@ def prefix_file(name: str, path: Path, body: dict[str, Any]) -> str:
     return f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.bin"
 
 
-def warm(address: str, api_key: str, name: str, path: Path, slot_dir: Path) -> None:
-    """Every slot's prompt cache holds the fixed prefix: restored from the file a
-    previous start saved (milliseconds), or evaluated once — a request of the
-    prefix and a one-token answer (cache_prompt) — and saved for the next start.
-    A turn whose prompt starts with those tokens then evaluates only what follows
-    (llama.cpp picks the idle slot whose cache shares the most of its prompt)."""
+def prefix_request() -> dict[str, Any]:
+    """A request of the fixed prefix (and a word of a question) for one token."""
     messages, tools = fixed_prefix()
-    body = {
+    return {
         "messages": [*messages, {"role": "user", "content": "Hi"}],
         "tools": tools,
         "max_tokens": 1,
         "cache_prompt": True,
     }
+
+
+def warm(address: str, api_key: str, name: str, path: Path, slot_dir: Path) -> None:
+    """Every slot's prompt cache holds the fixed prefix: restored from the file a
+    previous start (or `--prepare`) saved (milliseconds), or evaluated once — a
+    request of the prefix and a one-token answer (cache_prompt) — and saved for
+    the next start. A turn whose prompt starts with those tokens then evaluates
+    only what follows (llama.cpp picks the idle slot whose cache shares the most
+    of its prompt)."""
+    body = prefix_request()
     saved = prefix_file(name, path, body)
     headers = {"Authorization": f"Bearer {api_key}"}
     with httpx.Client(base_url=address, headers=headers, timeout=WARM_TIMEOUT) as client:
@@ -110,10 +117,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-warm", action="store_true", help="do not evaluate the fixed prefix after a load"
         )
+        parser.add_argument(
+            "--prepare",
+            action="store_true",
+            help="evaluate and save the default model's fixed prefix, then exit (make run)",
+        )
 
     def handle(
-        self, *args: Any, port: int, address_file: Path | None, no_warm: bool, **options: Any
+        self,
+        *args: Any,
+        port: int,
+        address_file: Path | None,
+        no_warm: bool,
+        prepare: bool,
+        **options: Any,
     ) -> None:
+        if prepare:
+            return self.prepare()
         api_key = os.environ.get(LOCAL_KEY_VARIABLE, "")
         if len(api_key) < 16:
             raise CommandError(f"{LOCAL_KEY_VARIABLE} must hold the API key (16+ characters)")
@@ -146,6 +166,43 @@ class Command(BaseCommand):
             self.unpublish()
             wanted.unlink(missing_ok=True)
         del server  # stops the server's threads
+
+    def prepare(self) -> None:
+        """The first start's warm-up done beforehand, by `make run` before it serves:
+        the first turn then restores the prefix as after any restart instead of
+        waiting for it to be evaluated (half a minute and more on two cores)."""
+        llm = settings.NEOTASK["llm"]
+        if llm["base_url"]:
+            return  # the turns go to a configured server; `serve` starts no embedded model
+        name = default_model(llm)
+        try:
+            path, _ = model_to_load(llm, name)
+        except LocalModelError as exc:
+            raise CommandError(str(exc)) from None
+        slot_dir = state_file("prefix")
+        if (slot_dir / prefix_file(name, path, prefix_request())).is_file():
+            self.stdout.write(f"The embedded model {path.name} is ready.")
+            return
+        self.stdout.write(
+            f"Preparing the embedded model {path.name} for its first answer (once, about a minute)…"
+        )
+        started = time.monotonic()
+        slot_dir.mkdir(exist_ok=True)
+        key = secrets.token_urlsafe(24)  # a server of its own, published nowhere
+        try:
+            server = start_server(
+                path,
+                0,
+                key,
+                llm["context_window"],
+                threads=llm["local_model_threads"],
+                slot_dir=slot_dir,
+            )
+            warm(server.listening_address, key, name, path, slot_dir)
+        except (LocalModelError, httpx.HTTPError) as exc:
+            raise CommandError(f"The embedded model could not be prepared: {exc}") from None
+        del server  # stops the server's threads
+        self.stdout.write(f"Prepared in {time.monotonic() - started:.0f} s.")
 
     def load(self, name: str) -> Any:
         llm = settings.NEOTASK["llm"]
