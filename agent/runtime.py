@@ -223,6 +223,7 @@ class Turn:
         # a recalled document): from then on a lasting change asks (call_tool).
         self.outside_text = False
         self.ran: list[Ran] = []  # the calls run, for a turn that ends without words
+        self.noticed: set[int] = set()  # of those, the calls a memory notice tells of
 
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
@@ -474,6 +475,10 @@ class Turn:
             "content": said,
             "confirmation": True,
             "confirms": [call.event_id for call in self.ran],  # forgetting one redacts it
+            # Every call told by its memory notice ("Remembered: …" with Undo): the chat
+            # shows that alone, not this sentence again beside it (_event.html). The
+            # answer stays for API clients, which see no notice.
+            "noticed": all(call.event_id in self.noticed for call in self.ran),
             "tool_calls": [],
             "usage": completion.usage.as_dict(),
             "finish_reason": completion.finish_reason,
@@ -589,6 +594,7 @@ class Turn:
             )
             if noted is not None:
                 result["memory"] = noted
+                self.noticed.add(recorded.pk)
         await self.store(EventType.TOOL_RESULT, result, tool_name=call.name)
 
     async def hand_over(self, call: ToolCall) -> None:

@@ -21,6 +21,12 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.db.models import Count
+from django.urls import reverse
 
 from memory.conversion import (
     MB,
@@ -40,7 +46,7 @@ from memory.files.paths import (
     memory_file_exists,
     write_memory_file,
 )
-from memory.models import MemoryChunk
+from memory.models import MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
 from neotask_site.history import Actor
 from neotask_site.ownership import Owner
@@ -193,10 +199,13 @@ def original_names(owner: Owner, agent: str, paths: Iterable[str]) -> dict[str, 
     }
 
 
-def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor) -> str:
+def add_document(
+    owner: Owner, agent: str, name: str, data: Upload, actor: Actor, session_id: str = ""
+) -> str:
     """Convert an uploaded file and store it as a new memory file of `agent`, recorded
-    in the owner's history and indexed; returns its path. DocumentError (or the
-    workspace's MemoryPathError: full, a link in the way) leaves nothing written."""
+    in the owner's history and indexed; returns its path. `session_id`: the owner's chat
+    session it was added from (its paperclip), which lists it (added_in). DocumentError
+    (or the workspace's MemoryPathError: full, a link in the way) leaves nothing written."""
     shown = document_path(name)
     converted = convert(name, data)
     text = front_line(name, converted) + converted.markdown.strip() + "\n"
@@ -209,6 +218,10 @@ def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor
     write_memory_file(workspace, shown, text)  # atomic; checks the workspace's quota
     try:
         indexing.index_path(owner, agent, shown)
+        if session_id:
+            MemoryFile.objects.owned_by(owner).filter(agent=agent, path=shown).update(
+                added_in=session_id
+            )
         # Last: history rows are permanent, so none is written for a file taken back out.
         record_file_change(owner, agent, shown, actor, None, text)
     except BaseException:
@@ -223,3 +236,44 @@ def add_document(owner: Owner, agent: str, name: str, data: Upload, actor: Actor
 def passages(owner: Owner, agent: str, path: str) -> int:
     """How many passages (chunks) of a memory file memory search can find."""
     return MemoryChunk.objects.owned_by(owner).filter(agent=agent, file__path=path).count()
+
+
+@dataclass(frozen=True)
+class AddedDocument:
+    """A document added from a chat, as its note names it (memory/_upload_note.html)."""
+
+    agent: str
+    path: str
+    name: str
+    passages: int
+    created_at: datetime
+    is_document: bool = True  # told apart from the events it is listed among
+
+    @property
+    def url(self) -> str:
+        return f"{reverse('memory-file')}?{urlencode({'agent': self.agent, 'path': self.path})}"
+
+
+def added_in(owner: Owner, session_id: str) -> list[AddedDocument]:
+    """The owner's documents added from the chat session `session_id`, oldest first: those
+    still in memory (deleting a file deletes its row, and so its note)."""
+    rows = list(
+        MemoryFile.objects.owned_by(owner)
+        .filter(added_in=session_id)
+        .annotate(passages=Count("chunks"))
+        .order_by("created_at", "id")
+    )
+    names: dict[tuple[str, str], str] = {}
+    for agent in {row.agent for row in rows}:
+        paths = [row.path for row in rows if row.agent == agent]
+        names |= {(agent, path): name for path, name in original_names(owner, agent, paths).items()}
+    return [
+        AddedDocument(
+            row.agent,
+            row.path,
+            names.get((row.agent, row.path), row.path),
+            row.passages,
+            row.created_at,
+        )
+        for row in rows
+    ]

@@ -506,6 +506,10 @@ class MemoryFile(Recorded, OwnedModel):
     skip_reason = models.CharField(max_length=200, blank=True)
     indexed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The chat session a document was added from with its paperclip (as Event.session_id),
+    # so the chat shows its note again after a reload; "" for any other file. It goes
+    # with the row, that is with the file (memory.documents.added_in).
+    added_in = models.CharField(max_length=255, blank=True, default="")
 
     # The row is the file's index entry: its changes are recorded when the admin
     # makes them; the files pages and tools record the text (memory.files.history).

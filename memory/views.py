@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -25,6 +26,7 @@ from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, wo
 from neotask_site.history import Actor
 from neotask_site.htmx import HtmxHttpRequest, render_page
 from neotask_site.ownership import get_owned_or_404
+from sessions_app.models import Session
 
 RESULTS = 20
 MAX_QUERY = 2000
@@ -138,6 +140,17 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     return redirect(file_url(agent, shown))
 
 
+def chat_session(request: HtmxHttpRequest) -> str:
+    """The chat session the paperclip sent the document from, if it is the user's: it
+    lists the document (memory.documents.added_in). Anything else names none."""
+    try:
+        session = uuid.UUID(request.POST.get("session", ""))
+    except ValueError:
+        return ""
+    owned = Session.objects.owned_by(request.user).filter(pk=session).exists()
+    return str(session) if owned else ""
+
+
 @require_POST
 def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
     """A document converted into a memory file of the agent, from the files page or
@@ -158,7 +171,7 @@ def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
         documents.check_upload_size(name, upload.size or 0)
         # The file Django received it into, copied to the converter's: never read whole here.
         shown = documents.add_document(
-            request.user, agent, name, upload.file, Actor.user(request.user)
+            request.user, agent, name, upload.file, Actor.user(request.user), chat_session(request)
         )
     except (documents.DocumentError, paths.MemoryPathError) as exc:
         context["error"] = str(exc)

@@ -20,7 +20,8 @@ from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from agent.prompt import superseded
-from memory import undo
+from memory import documents, undo
+from memory.documents import AddedDocument
 from memory.forgetting import NothingToForget
 from memory.models import Event
 from memory.recall import name_recalled_chats
@@ -91,11 +92,22 @@ def session_events(session: Session, after: int = 0, limit: int = CHAT_EVENTS) -
     return shown
 
 
+def with_added_documents(session: Session, events: list[Event]) -> list[Event | AddedDocument]:
+    """The events with the notes of the documents added from this chat's paperclip, each
+    at its time (the live note's place); when only the latest events are shown, the
+    notes from before them are left out too."""
+    added = documents.added_in(session.owner, str(session.pk))
+    if len(events) >= CHAT_EVENTS:
+        added = [document for document in added if document.created_at >= events[0].created_at]
+    # A stable sort: the events keep their order (by time, then id) among themselves.
+    return sorted([*events, *added], key=lambda item: item.created_at)
+
+
 def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
     session = open_chat(request, key)
     context = {
         "session": session,
-        "events": session_events(session),
+        "events": with_added_documents(session, session_events(session)),
         # ?q=: the chat list's search, sent as a plain form without JavaScript.
         "chats": chat.sidebar_chats(request.user, query=request.GET.get("q", "")),
         "query": request.GET.get("q", ""),

@@ -395,8 +395,12 @@ async def test_a_turn_that_only_saved_a_fact_says_so(owner, llm):
     assert answer.data["confirmation"] is True
     # Not the model's words: memory search and recall never find it ...
     assert (answer.text, answer.search_key) == ("", "")
+    # The chat's "Remembered: …" notice says it (tests/test_memory_notice.py): not twice.
+    assert answer.data["noticed"] is True
     html = await sync_to_async(render_event)(answer)
-    assert "Saved: allergy — peanuts" in html and 'class="pin' not in html
+    assert re.search(r'<li class="event assistant_response[^>]*\shidden>', html)
+    assert "bubble" not in html
+    assert 'class="pin' not in html and "regenerate" not in html
     # ... and the next prompt goes on from the tool's result, without it.
     await run_turn(request_for(owner), "What can't I eat?", Frames())
     sent = llm.requests[-1]["messages"]
@@ -431,6 +435,12 @@ async def test_it_confirms_each_fact_saved_and_each_search(owner, llm):
         f"Saved 2 facts: name — Ana; city now — Porto\n\nSearched memory: {hits} result"
         + ("" if hits == 1 else "s")
     )
+    # A search has no memory notice: the confirmation is shown, for all three.
+    answer = (await sync_to_async(stored)(owner))[-1]
+    assert answer.data["noticed"] is False
+    assert '<div class="bubble assistant markdown"><p>Saved 2 facts' in (
+        await sync_to_async(render_event)(answer)
+    )
 
 
 async def test_a_repeated_call_ends_on_what_it_did_with_the_note_in_the_fold(owner, llm):
@@ -453,8 +463,9 @@ async def test_a_repeated_call_ends_on_what_it_did_with_the_note_in_the_fold(own
     )
     assert fold is not None and "asked for remember_fact again" in fold.group(1)
     assert '<p class="note">' not in html
-    shown = await sync_to_async(render_event)(answer)
-    assert '<div class="bubble assistant markdown"><p>Saved: drink — tea</p>' in shown
+    # The call that ran is told by the chat's "Remembered: tea" notice: no second bubble.
+    assert answer.data["noticed"] is True
+    assert "bubble" not in await sync_to_async(render_event)(answer)
 
 
 async def test_forgetting_the_fact_forgets_what_the_turn_said_it_saved(owner, llm):

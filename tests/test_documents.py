@@ -15,7 +15,7 @@ from docx.opc.constants import RELATIONSHIP_TYPE
 from pypdf import PdfReader, PdfWriter
 
 from agent.runtime import TurnRequest, run_turn
-from memory import documents
+from memory import documents, recording
 from memory.documents import DocumentError, add_document, convert
 from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk, MemoryFile
@@ -371,12 +371,57 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
 # reload the chat).
 
 
-def paperclip(client, agent: str, name: str, data: bytes, back: str = "/"):
+def paperclip(client, agent: str, name: str, data: bytes, back: str = "/", session: str = ""):
     return client.post(
         "/memory/files/upload/",
-        {"agent": agent, "next": back, "document": named(data, name)},
+        {"agent": agent, "next": back, "session": session, "document": named(data, name)},
         headers={"HX-Request": "true"},
     )
+
+
+def upload_notes(page: str) -> list[str]:
+    return re.findall(r'<li class="note upload">.*?</li>', page, re.S)
+
+
+def test_the_chat_shows_its_documents_notes_again_after_a_reload(alice, alice_client, workspace):
+    session = start_chat(alice)
+    back = f"/chat/{session.key}/"
+    assert f'name="session" value="{session.pk}"' in alice_client.get(back).content.decode()
+    recording.record(alice, str(session.pk), "user_message", {"content": "before the upload"})
+    live = paperclip(
+        alice_client, "main", "Plan v2.md", b"# Plan\n\nShip it.", back, str(session.pk)
+    )
+    recording.record(alice, str(session.pk), "user_message", {"content": "after the upload"})
+
+    page = alice_client.get(back).content.decode()
+    # The note the paperclip showed, the same, at its place in the conversation.
+    assert upload_notes(page) == [live.content.decode().strip()]
+    assert "Added Plan v2.md to memory: 2 passages (" in page  # the front line, the text
+    assert (
+        page.index("before the upload")
+        < page.index("Added Plan v2.md")
+        < page.index("after the upload")
+    )
+    # Another chat of hers lists none of it; nor does a file added from the files page.
+    other = start_chat(alice)
+    paperclip(alice_client, "main", "elsewhere.md", b"Elsewhere.", f"/chat/{other.key}/")
+    assert upload_notes(alice_client.get(f"/chat/{other.key}/").content.decode()) == []
+    assert len(upload_notes(alice_client.get(back).content.decode())) == 1
+
+    # Deleted from memory, the document is no longer said to be there.
+    alice_client.post("/memory/files/delete/", {"agent": "main", "path": "memory/docs/Plan v2.md"})
+    assert not MemoryFile.objects.filter(path="memory/docs/Plan v2.md").exists()
+    assert upload_notes(alice_client.get(back).content.decode()) == []
+
+
+def test_a_document_cannot_be_listed_in_another_users_chat(alice, bob, alice_client, workspace):
+    bobs = start_chat(bob)
+    response = paperclip(alice_client, "main", "mine.md", b"Mine.", "/", str(bobs.pk))
+
+    assert response.status_code == 200  # added to her memory, listed in no chat
+    assert MemoryFile.objects.get(owner=alice, path="memory/docs/mine.md").added_in == ""
+    assert documents.added_in(bob, str(bobs.pk)) == []
+    assert paperclip(alice_client, "main", "odd.md", b"Odd.", "/", "not-a-uuid").status_code == 200
 
 
 def test_the_paperclip_gets_the_chats_note_of_what_was_added(alice, alice_client, workspace):

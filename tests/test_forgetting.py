@@ -339,7 +339,7 @@ def test_it_refuses_a_delete_without_a_scope_and_deletes_nothing(alice_client, t
 
 def test_it_links_each_message_to_its_delete_page_and_the_chat_to_its(alice_client, chat, turns):
     page = alice_client.get(reverse("chat", args=[chat.key])).content.decode()
-    # The 🗑 opens the forget dialog, which offers the message-or-turn page too.
+    # The trash icon opens the forget dialog, which offers the message-or-turn page too.
     dialog = f"{reverse('forget')}?subject=event:{turns[0].pk}"
     assert dialog in page
     assert reverse("event-delete", args=[turns[0].pk]) in alice_client.get(dialog).content.decode()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
@@ -146,3 +149,52 @@ async def test_undo_is_the_owners_posted_with_csrf(owner, session, llm):
     strict = await sync_to_async(client_of)(owner, enforce_csrf_checks=True)
     assert (await sync_to_async(strict.post)(path)).status_code == 403
     assert await Fact.objects.filter(owner=owner, value="allergic to peanuts").aexists()
+
+
+async def say(owner, session, llm, text: str, *replies) -> None:
+    llm.script(*replies)
+    ws = await connect(owner, session.key)
+    await send(ws, type="message", text=text)
+    await until(ws)
+    await ws.disconnect()
+
+
+def shown(page: str) -> str:
+    """The page without its hidden events: what the reader sees of the chat."""
+    return re.sub(r"<li [^>]*\shidden>.*?</li>", "", page, flags=re.S)
+
+
+async def test_a_turn_that_only_remembered_shows_the_notice_alone(owner, session, llm):
+    # The model saves the fact and writes nothing: the notice says what was done, with its
+    # Undo; the plain confirmation ("Saved: …", with Copy and Regenerate) is not said again.
+    await say(
+        owner,
+        session,
+        llm,
+        "I am allergic to peanuts",
+        reply_with_tool("remember_fact", PEANUTS),
+        Reply(text=""),
+    )
+    client = await sync_to_async(client_of)(owner)
+    page = (await sync_to_async(client.get)(f"/chat/{session.key}/")).content.decode()
+    answer = await Event.objects.filter(owner=owner).alatest("id")
+    assert answer.data["content"] == "Saved: allergy — allergic to peanuts"  # for API clients
+    assert f'id="event-{answer.pk}"' in page  # its place in the chat, hidden
+    visible = shown(page)
+    assert "Remembered: allergic to peanuts" in visible and 'class="undo' in visible
+    assert "Saved:" not in visible and "regenerate" not in visible
+    assert "bubble assistant" not in visible
+
+
+async def test_a_turn_with_other_tools_still_confirms_them(owner, session, llm):
+    both = Reply(
+        tool_calls=[
+            {"name": "remember_fact", "arguments": json.dumps(PEANUTS)},
+            {"name": "search_memory", "arguments": json.dumps({"query": "xyzzy"})},
+        ]
+    )
+    await say(owner, session, llm, "I am allergic to peanuts", both, Reply(text=""))
+    client = await sync_to_async(client_of)(owner)
+    visible = shown((await sync_to_async(client.get)(f"/chat/{session.key}/")).content.decode())
+    assert "Remembered: allergic to peanuts" in visible
+    assert "Saved: allergy — allergic to peanuts" in visible and "Searched memory" in visible

@@ -1,7 +1,8 @@
 """The chat's paperclip in a real browser, at desktop and phone width: it opens the
 file picker, uploads without leaving the page, shows its progress and then the
-result as a note in the chat; a refused file says why. Neither that nor a flash
-message (the form posted without script) changes the chat column's width."""
+result as a note in the chat, still there after a reload; a refused file says
+why. Neither that nor a flash message (the form posted without script) changes
+the chat column's width."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def test_the_paperclip_adds_a_document_as_a_note_and_the_chat_keeps_its_width(
     page.evaluate(WATCH_NOTES)
 
     choose(page, f"Project plan {size}.md", PLAN)
-    note = page.locator("#events li.note.upload:not(.pending)").last
+    # (The chat keeps the notes of the documents added before: this one, by its name.)
+    note = page.locator("#events li.note.upload:not(.pending)", has_text=f"plan {size}.md")
     note.wait_for()
     added = re.fullmatch(
         rf"Added Project plan {size}\.md to memory: (\d+) passages? "
@@ -107,5 +109,9 @@ def test_the_paperclip_adds_a_document_as_a_note_and_the_chat_keeps_its_width(
     chat_box = page.locator("#chat").bounding_box()
     flash_box = page.locator(".flash").bounding_box()
     assert flash_box["y"] + flash_box["height"] <= chat_box["y"] + 1
+    # The page came back from the server: the note of the document added before is still
+    # in the chat (the refused file's is not: nothing was added).
+    kept = page.locator("#events li.note.upload", has_text=f"Added Project plan {size}.md")
+    assert kept.count() == 1 and page.locator("#events li.note.upload.error").count() == 0
     page.screenshot(path=str(ARTIFACTS / f"chat-flash-{size}.png"))
     context.close()

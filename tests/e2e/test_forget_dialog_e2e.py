@@ -84,7 +84,7 @@ def test_a_message_and_a_search_hit_are_forgotten_through_the_same_dialog(page, 
     send(page, "The spare key is under the blue flowerpot")
     page.locator(".bubble.assistant:has-text('Noted, the spare key.')").wait_for()
 
-    # The 🗑 of a message: the dialog lists it, and the answer that repeats it.
+    # The trash icon of a message: the dialog lists it, and the answer that repeats it.
     message = page.locator(".event.user_message", has_text="blue flowerpot")
     message.hover()
     message.locator("a.delete-event").click()

@@ -19,10 +19,10 @@ def test_it_deletes_a_turn_then_the_chat_after_asking(page, e2e_llm):
     send(page, "What is for dinner?")
     page.locator(".bubble.assistant:has-text('Lentil soup.')").wait_for()
 
-    # The 🗑 of the first message asks first: this message only, or its turn.
+    # The trash icon of the first message asks first: this message only, or its turn.
     page.locator(".event.user_message").first.hover()
     page.locator(".event.user_message").first.locator("a.delete-event").click()
-    # (the 🗑 opens the forget dialog, which offers this page too)
+    # (the trash icon opens the forget dialog, which offers this page too)
     page.locator("dialog.forget-dialog a.delete-turn").click()
     page.wait_for_url("**/events/*/delete/")
     assert "I parked the bike on level 3" in page.locator("blockquote").inner_text()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 
+from playwright.sync_api import expect
+
 from tests.support.browser import ARTIFACTS, log_in, new_chat, send
 from tests.support.scripted_llm import Reply, reply_with_tool
 
@@ -67,19 +69,34 @@ def test_a_turn_that_only_saved_a_fact_says_so(page, e2e_llm):
     allergy = {"category": "health", "key": "allergy", "value": "peanuts"}
     e2e_llm.script(reply_with_tool("remember_fact", allergy), Reply(text=""))
     send(page, "I'm allergic to peanuts")
-    saved = ".assistant_response.confirmation .bubble:has-text('Saved: allergy — peanuts')"
+    # Said once: the memory notice with its Undo, not a "Saved: …" answer beside it.
+    saved = ".memory-note:has-text('Remembered: peanuts')"
     page.locator(saved).wait_for()
+    page.locator("#chat:not(.busy)").wait_for()
+    confirmations = page.locator(".assistant_response.confirmation")
+    expect(confirmations).to_have_count(1)
+    expect(confirmations).to_be_hidden()
+    expect(page.locator(".bubble.assistant")).to_have_count(0)  # nor its Copy, Regenerate
+    expect(page.locator("button.regenerate")).to_have_count(0)
 
     # The small model's way: a call written as text, then the same call again.
     call = json.dumps({"name": "remember_fact", "arguments": allergy | {"key": "avoid"}})
     e2e_llm.script(Reply(text=call), Reply(text=call))
     send(page, "So I avoid them")
-    page.locator(".assistant_response.confirmation .bubble:has-text('Saved: avoid')").wait_for()
+    expect(page.locator(".memory-note:has-text('Remembered: peanuts')")).to_have_count(2)
+    page.locator("#chat:not(.busy)").wait_for()
     note = page.locator("details.tool.repeated p:has-text('again with the same arguments')")
     assert note.count() == 1 and not note.is_visible()  # inside the fold, closed
     assert page.locator(".note:has-text('again with the same arguments')").count() == 0
 
+    # A tool the notice does not tell of still gets its plain confirmation.
+    e2e_llm.script(reply_with_tool("search_memory", {"query": "xyzzy"}), Reply(text=""))
+    send(page, "Search my memory for xyzzy")
+    searched = ".assistant_response.confirmation .bubble:has-text('Searched memory')"
+    page.locator(searched).wait_for()
+
     page.reload()
-    assert page.locator(saved).count() == 1
+    expect(page.locator(saved)).to_have_count(2)
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
     assert page.locator("details.tool.repeated").count() == 1
     page.screenshot(path=str(ARTIFACTS / "answer-confirmation.png"), full_page=True)

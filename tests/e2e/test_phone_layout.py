@@ -11,17 +11,10 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.programs import seeds
-from tests.support.browser import ARTIFACTS, log_in
+from tests.support.browser import ARTIFACTS, DESKTOP, PHONE, log_in
 from tests.support.processes import run_program
 from tests.support.scripted_llm import Reply
 
-PHONE: dict[str, Any] = {
-    "viewport": {"width": 390, "height": 844},
-    "is_mobile": True,
-    "has_touch": True,
-    "device_scale_factor": 3,
-}
-DESKTOP: dict[str, Any] = {"viewport": {"width": 1280, "height": 800}}
 LONG_URL = "https://example.org/a/very/long/path/" + "segment-" * 20 + "end?query=" + "x" * 60
 LONG_WORD = "Supercalifragilistic" * 6
 QUESTION = f"Can you keep this link for me? {LONG_URL} And this word: {LONG_WORD}"
