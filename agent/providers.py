@@ -29,8 +29,8 @@ from agent.llm import Endpoint, LLMClient, LLMError, configured_endpoint
 from agent.local_model import default_model, installed_models
 from agent.models import ModelProvider
 from agent.outbound import Refused, policy_of
-from neotask_site.ownership import Owner
-from neotask_site.sealing import SealError, unseal
+from core.ownership import Owner
+from core.sealing import SealError, unseal
 
 if TYPE_CHECKING:
     from sessions_app.models import Session

@@ -23,9 +23,9 @@ from agent.forms import McpServerForm, ProviderForm
 from agent.local_model import installed_models
 from agent.models import McpAllowedCall, McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 
 
 def terminal_prefixes(request: HtmxHttpRequest) -> HttpResponse:

@@ -22,6 +22,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from core.history import Actor
+from core.ownership import Owner
 from memory.conversion import (
     MB,
     Converted,
@@ -42,8 +44,6 @@ from memory.files.paths import (
 )
 from memory.models import MemoryChunk
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 
 MAX_UPLOAD_MB = 20
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * MB

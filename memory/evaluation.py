@@ -25,6 +25,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from agent.prompt import memory_blocks  # the prompt as a turn words it
+from core.ownership import Owner
+from core.progress import Progress
 from memory import recording
 from memory.embeddings import embed_text
 from memory.models import Event, EventType
@@ -34,8 +36,6 @@ from memory.search import BRANCHES, SearchHit, search_memory
 from memory.tasks import embed_missing, embedding_queue_paused
 from memory.vector_index import forget_indexes
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 
 
 class DatasetError(ValueError):

@@ -14,6 +14,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 from memory import copies, documents, forgetting
 from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
@@ -22,9 +25,6 @@ from memory.models import Fact, Macro
 from memory.provenance import where_said, with_provenance
 from memory.search import SHOWN_RATIO, SearchHit, kept_by_cutoff, search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
 
 RESULTS = 20
 MAX_QUERY = 2000

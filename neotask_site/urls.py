@@ -4,8 +4,8 @@ from django.urls import include, path
 from monitoring import views as monitoring
 from neotask_site import oidc, views
 
-# 503 for a database that is down, JSON under the APIs (neotask_site.unavailable).
-handler500 = "neotask_site.unavailable.server_error"
+# 503 for a database that is down, JSON under the APIs (core.unavailable).
+handler500 = "core.unavailable.server_error"
 
 admin.site.site_header = "Neotask administration"
 admin.site.site_title = "Neotask admin"
@@ -27,7 +27,7 @@ urlpatterns = [
     ),
     # Before django.contrib.auth's: logs out at the provider too.
     path("accounts/logout/", oidc.LogOut.as_view(), name="logout"),
-    # Both password-change pages count wrong current passwords (neotask_site.throttle).
+    # Both password-change pages count wrong current passwords (core.throttle).
     path("accounts/password_change/", views.PasswordChange.as_view(), name="password_change"),
     path("accounts/", include("django.contrib.auth.urls")),
     path(

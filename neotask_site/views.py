@@ -20,15 +20,15 @@ from django.views.decorators.http import require_GET
 
 from agent import providers
 from agent.forms import ProviderForm
-from neotask_site import first_run
-from neotask_site.forms import (
+from core.forms import (
     AdminAccountForm,
     HistoryFilterForm,
     NewUserForm,
     ThrottledPasswordChangeForm,
 )
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.models import Change
+from core.htmx import HtmxHttpRequest, render_page
+from core.models import Change
+from neotask_site import first_run
 
 
 @login_not_required

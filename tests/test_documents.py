@@ -15,14 +15,14 @@ from docx.opc.constants import RELATIONSHIP_TYPE
 from pypdf import PdfReader, PdfWriter
 
 from agent.runtime import TurnRequest, run_turn
+from core.history import Actor
+from core.models import Change
 from memory import documents
 from memory.documents import DocumentError, add_document, convert
 from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.models import Change
 from sessions_app.chat import start_chat
 from sessions_app.models import Agent
 from tests.support.documents import BUDGET_PDF, make_pdf, nothing_written

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.progress import progress_bar
 from memory.evaluation import DatasetError, evaluate, load_dataset
-from neotask_site.progress import progress_bar
 
 
 class Command(BaseCommand):
