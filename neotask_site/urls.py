@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from monitoring import views as monitoring
+from health import views as health
 from neotask_site import oidc, views
 
 # 503 for a database that is down, JSON under the APIs (core.unavailable).
@@ -14,8 +14,8 @@ admin.site.index_title = "Memory, sessions and tasks"
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
     path("setup/model/", views.setup_model, name="setup-model"),
-    path("healthz", monitoring.healthz, name="healthz"),
-    path("metrics", monitoring.prometheus_metrics, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("metrics", health.prometheus_metrics, name="metrics"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
     path("accounts/login/", oidc.SignIn.as_view(), name="login"),
     # Single sign-on (neotask_site.oidc); the URL names are mozilla-django-oidc's.

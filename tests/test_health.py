@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from core.ports import free_port
-from monitoring import health
+from health import checks as health
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.django_db
