@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from agent import views as agent_views
 from health import views as health
 from neotask_site import oidc, views
 
@@ -13,7 +14,7 @@ admin.site.index_title = "Memory, sessions and tasks"
 
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
-    path("setup/model/", views.setup_model, name="setup-model"),
+    path("setup/model/", agent_views.setup_model, name="setup-model"),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.prometheus_metrics, name="metrics"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
