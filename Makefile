@@ -37,6 +37,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports
 
 migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput

@@ -7,8 +7,8 @@ from django.http import HttpRequest
 
 from agent.approvals import PERMISSION
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer, TerminalAllowedPrefix
-from neotask_site.admin import RecordedAdmin
-from neotask_site.ownership import OwnedAdmin, OwnedAdminForm
+from core.admin import RecordedAdmin
+from core.ownership import OwnedAdmin, OwnedAdminForm
 
 
 class TerminalTrustAdmin(OwnedAdmin):

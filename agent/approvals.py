@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 from agent.mcp_tools import server_of_call
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
+from core.history import Actor
+from core.ownership import Owner
 
 PERMISSION = "agent.use_terminal"
 

@@ -11,8 +11,8 @@ from django.db import transaction
 from agent import outbound, providers
 from agent.models import McpServer, ModelProvider
 from agent.outbound import Policy
-from neotask_site.ownership import Owner
-from neotask_site.sealing import hint, seal
+from core.ownership import Owner
+from core.sealing import hint, seal
 
 MODEL_NAME_LENGTH = 200
 MAX_MODELS = 50

@@ -10,8 +10,8 @@ import json
 import re
 from typing import Any
 
+from core.ownership import Owner
 from memory.models import Macro
-from neotask_site.ownership import Owner
 
 ToolUse = tuple[str, dict[str, Any]]
 SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_-]*$")

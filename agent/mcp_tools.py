@@ -33,10 +33,10 @@ from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.outbound import Policy, Refused, policy_of
 from agent.tools.registry import Tool, ToolContext, ToolError, call_text
 from agent.transport import asyncio_transport
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
-from neotask_site.process_cache import ProcessCache
-from neotask_site.sealing import SealError, hint, seal, unseal
+from core.history import Actor
+from core.ownership import Owner
+from core.process_cache import ProcessCache
+from core.sealing import SealError, hint, seal, unseal
 
 CALL_SECONDS = 30.0
 LIST_SECONDS = 10.0

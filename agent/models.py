@@ -10,9 +10,9 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from agent.rules import Rule, rule_for, rule_problem
-from neotask_site.history import Actor, Recorded, as_json, record_change, snapshot
-from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel
+from core.history import Actor, Recorded, as_json, record_change, snapshot
+from core.models import Change
+from core.ownership import OwnedModel
 
 # A server's tool may do anything its server allows, with any arguments: "Allow
 # always" remembers one call, that tool with exactly these arguments (McpAllowedCall),
@@ -191,7 +191,7 @@ class ModelProvider(models.Model):
     base_url = models.CharField(
         "Base URL", max_length=500, help_text="Usually ends in /v1, e.g. http://localhost:11434/v1"
     )
-    # neotask_site.sealing; never sent to a page again, only its hint.
+    # core.sealing; never sent to a page again, only its hint.
     sealed_api_key = models.TextField(blank=True)
     api_key_hint = models.CharField(max_length=16, blank=True)
     offered_models = models.TextField(
@@ -304,7 +304,7 @@ class McpServer(Recorded, OwnedModel):
         help_text="Lowercase letters, digits and _; its tools appear as mcp_<name>__<tool>.",
     )
     url = models.CharField("URL", max_length=500)
-    # neotask_site.sealing, as a model provider's key; only its hint is shown again.
+    # core.sealing, as a model provider's key; only its hint is shown again.
     sealed_token = models.TextField(blank=True)
     token_hint = models.CharField(max_length=16, blank=True)
     enabled = models.BooleanField(default=True)

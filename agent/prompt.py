@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from agent.llm import Endpoint, LLMClient, as_sent
 from agent.tools import brings_outside_text
+from core.ownership import Owner
+from core.process_cache import ProcessCache
 from memory.models import Event, EventType, Fact
 from memory.retrieval import (
     RECALLED_CHARS,
@@ -33,8 +35,6 @@ from memory.retrieval import (
 )
 from memory.sources import PromptChunk, prompt_chunks
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
-from neotask_site.process_cache import ProcessCache
 
 # Fixed text, the same in every turn (a prompt cache reuses it): no time, facts or
 # memory in it. Written for the small embedded models (docs/models.md): they

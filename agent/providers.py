@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
 from asgiref.sync import async_to_sync
@@ -29,11 +29,8 @@ from agent.llm import Endpoint, LLMClient, LLMError, configured_endpoint
 from agent.local_model import default_model, installed_models
 from agent.models import ModelProvider
 from agent.outbound import Refused, policy_of
-from neotask_site.ownership import Owner
-from neotask_site.sealing import SealError, unseal
-
-if TYPE_CHECKING:
-    from sessions_app.models import Session
+from core.ownership import Owner
+from core.sealing import SealError, unseal
 
 EMBEDDED = "embedded"
 CONFIG = "config"
@@ -122,7 +119,26 @@ def effective_key(owner: Owner, *keys: str) -> str:
     return default_key()
 
 
-def chat_endpoint(session: Session, fast: bool = False) -> Endpoint:
+class ChatAgent(Protocol):
+    @property
+    def model(self) -> str: ...
+
+
+class Chat(Protocol):
+    """What chat_endpoint reads of a chat: a sessions_app Session, named by its
+    shape because sessions_app sits above agent (docs/architecture.md#floors)."""
+
+    @property
+    def owner(self) -> Owner: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def agent(self) -> ChatAgent: ...
+
+
+def chat_endpoint(session: Chat, fast: bool = False) -> Endpoint:
     """The endpoint that answers in `session` (a sessions_app Session); `fast`:
     config.toml's fast_model where the chat uses config.toml's endpoint."""
     key = effective_key(session.owner, session.model, session.agent.model)

@@ -44,12 +44,12 @@ from agent.tools import (
 )
 from agent.tools.confirmation import confirmation
 from agent.tools.registry import JSON_TYPES
+from core.ownership import Owner
 from memory import recording, undo
 from memory.models import UNKNOWN, UNRECALLED_IMPORTANCE, Event, EventType, Unknown
 from memory.recall import record_recall
 from memory.sources import answer_sources
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from agent.forms import McpServerForm, ProviderForm
 from agent.local_model import installed_models
 from agent.models import McpAllowedCall, McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 
 
 def terminal_prefixes(request: HtmxHttpRequest) -> HttpResponse:
@@ -79,6 +79,28 @@ def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
         return view(request, *args, **kwargs)
 
     return check
+
+
+def setup_model(request: HtmxHttpRequest) -> HttpResponse:
+    """First run, second step (the first: the admin account, neotask_site.views):
+    chat with the embedded model, or connect one (the Models page's form and Test,
+    saved as the default)."""
+    if not request.user.is_staff:
+        raise PermissionDenied("Only the site's staff chooses its models.")
+    form = ProviderForm(request.user, request.POST or None, initial={"is_default": True})
+    if request.method == "POST" and form.is_valid():
+        provider = form.save()
+        messages.success(request, f"Chats now use {provider.name} · {provider.model_names[0]}.")
+        return redirect("home")
+    context = {
+        "form": form,
+        "provider": form.instance,
+        "config_sets_endpoint": providers.config_sets_endpoint(),
+        "config_label": providers.config_label(),
+        "local_model": settings.NEOTASK["llm"]["local_model"],
+    }
+    status = 400 if form.errors else 200
+    return render(request, "neotask_site/setup_model.html", context, status=status)
 
 
 @staff_only

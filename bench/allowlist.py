@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent import rules, safe_git, sandbox  # noqa: E402  (no Django needed)
 from bench.terminal_sandbox import percentiles  # noqa: E402
-from neotask_site.config import SCHEMA  # noqa: E402
+from core.config import SCHEMA  # noqa: E402
 
 COMMANDS = [
     "ls -la memory",

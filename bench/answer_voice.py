@@ -48,10 +48,10 @@ AS_THE_USER = re.compile(
 
 
 def prepare(owner: Any) -> None:
+    from core.history import Actor
     from memory import recording
     from memory.models import Fact
     from memory.tasks import embed_missing
-    from neotask_site.history import Actor
 
     for category, key, value in FACTS:
         Fact.objects.remember(

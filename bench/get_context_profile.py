@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CALLER = ("get_context", "memory/retrieval.py")
 PRODUCT = ("VectorQuery.compute", "memory/vector_index.py")
-OURS = tuple(f"{ROOT}/{package}/" for package in ("memory", "neotask_site", "agent"))
+OURS = tuple(f"{ROOT}/{package}/" for package in ("memory", "core", "neotask_site", "agent"))
 
 
 def record(raw: Path, events: int, calls: int, rate: int) -> None:

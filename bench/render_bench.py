@@ -58,7 +58,7 @@ PATTERNS: dict[str, Callable[[int], str]] = {
     "list items": repeat("- a\n"),
     "table rows": lambda n: ("| a | b |\n|---|---|\n" + "| x | y |\n" * (n // 10))[:n],
     "tables": lambda n: (TABLE_BOMB * (n // len(TABLE_BOMB) + 1))[:n],
-    # Code blocks in the language whose lexer was slowest within neotask_site.highlight's
+    # Code blocks in the language whose lexer was slowest within core.highlight's
     # bounds: lines of 300 symbols, quotes and escapes.
     "css code": repeat(
         "```css\n" + "\n".join(["<{[(\"'`/*\\#$@%&|;:,.!?-+=~^" * 11] * 3) + "\n```\n"
@@ -78,7 +78,7 @@ def costs(lengths: tuple[int, int] = (5_000, 20_000)) -> list[dict[str, Any]]:
     import nh3
     from markdown_it import MarkdownIt
 
-    from neotask_site import markdown
+    from core import markdown
 
     parser = MarkdownIt("commonmark", {"html": False, "breaks": True})
     parser.enable(["table", "strikethrough"])
@@ -209,9 +209,9 @@ def store_answer(pattern: str, length: int) -> str:
     """An answer of `pattern` and `length` in a new chat of the user `bench`, stored as
     an import stores it (no embedding): the chat's key. Run in the app's Django
     (tests.support.processes.run_program)."""
+    from core.users import find_user
     from memory import recording
     from memory.models import EventType
-    from neotask_site.users import find_user
     from sessions_app.chat import start_chat
 
     user = find_user("bench")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from django.conf import settings  # noqa: E402
 
 from agent import cgroups, sandbox  # noqa: E402
-from neotask_site.config import SCHEMA  # noqa: E402
+from core.config import SCHEMA  # noqa: E402
 
 # The workspace's limit is all of Neotask's settings the terminal's code reads here.
 settings.configure(NEOTASK={"terminal": {"workspace_mb": 100}})

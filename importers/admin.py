@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
+from core.ownership import OwnedAdmin
 from importers.models import ExportJob, ImportedArchive, ImportJob
-from neotask_site.ownership import OwnedAdmin
 
 
 @admin.register(ImportJob)

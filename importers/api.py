@@ -11,13 +11,13 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
 
+from core.ownership import get_owned_or_404
 from importers import jobs, views
 from importers.archive import jobs as archive_jobs
 from importers.archive.download import archive_response
 from importers.forms import ImportForm
 from importers.models import ExportJob, ImportJob
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import get_owned_or_404
 from sessions_app.api import ApiError, ApiRequest, endpoint
 
 

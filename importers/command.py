@@ -6,11 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.progress import progress_bar
+from core.users import find_user
 from importers.kinds import IMPORTERS
 from importers.report import ImportRefused, ImportStopped
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.progress import progress_bar
-from neotask_site.users import find_user
 
 
 class ImportCommand(BaseCommand):

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.ownership import Owner
+from core.progress import Progress, no_progress
 from importers.report import ImportRefused, ImportReport, ImportStopped
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress, no_progress
 
 # (path, owner, agent name, the report to fill, progress); ImportRefused when it cannot start
 Run = Callable[[str | Path, Any, str, ImportReport, Progress], None]

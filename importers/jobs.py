@@ -17,12 +17,12 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import get_valid_filename
 
+from core.ownership import Owner
+from core.progress import Progress
 from importers import uploads
 from importers.archive.reading import manifest_digest
 from importers.models import ExportJob, ImportedArchive, ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
+from core.ownership import OwnedModel
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import OwnedModel
 
 
 class ImportJob(OwnedModel):

@@ -10,14 +10,14 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 from importers import jobs, uploads
 from importers.archive import jobs as archive_jobs
 from importers.archive.download import archive_response
 from importers.forms import ImportForm
 from importers.models import ExportJob, ImportJob
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
 
 RECENT_JOBS = 10
 # Room for the form fields and multipart boundaries around the file.

@@ -6,6 +6,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.admin import RecordedAdmin
+from core.history import Actor
+from core.ownership import OwnedAdmin
 from memory import forgetting
 from memory.files.paths import MemoryPathError
 from memory.models import (
@@ -17,9 +20,6 @@ from memory.models import (
     MemoryChunk,
     MemoryFile,
 )
-from neotask_site.admin import RecordedAdmin
-from neotask_site.history import Actor
-from neotask_site.ownership import OwnedAdmin
 
 
 class EmbeddingFilter(admin.SimpleListFilter):

@@ -27,9 +27,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.history import Actor
 from memory import recording
 from memory.models import Event, EventType, Fact, transcript
-from neotask_site.history import Actor
 
 log = logging.getLogger(__name__)
 

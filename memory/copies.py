@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
+from core.history import Actor
+from core.ownership import Owner
 from memory import forgetting, fulltext
 from memory.files import paths
 from memory.forgetting import Forgotten
 from memory.models import Event, EventType, Fact, MemoryFile
 from memory.vector_index import in_database, index_for
 from memory.workspace import DEFAULT_AGENT, workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 
 # Cosine of all-MiniLM-L6-v2 vectors (the default embedding model), measured on
 # 10 pairs of paraphrases ("I am allergic to peanuts" / "Peanuts give me an

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
+from django.core import signing
 from django.db.models import Count
 from django.urls import reverse
 
+from core.history import Actor
+from core.ownership import Owner
 from memory.conversion import (
     MB,
     Converted,
@@ -48,8 +51,6 @@ from memory.files.paths import (
 )
 from memory.models import MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 
 MAX_UPLOAD_MB = 20
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * MB
@@ -252,6 +253,26 @@ class AddedDocument:
     @property
     def url(self) -> str:
         return f"{reverse('memory-file')}?{urlencode({'agent': self.agent, 'path': self.path})}"
+
+
+# The chat a paperclip's upload came from, as the chat page (sessions_app, a floor
+# above) vouches for it: signed with the owner, so memory needs no look at sessions.
+CHAT_SALT = "neotask.memory.documents.chat"
+
+
+def chat_voucher(owner: Owner, session_id: str) -> str:
+    """What the chat page gives its paperclip for the chat session `session_id`."""
+    return signing.dumps([owner.pk, session_id], salt=CHAT_SALT)
+
+
+def vouched_chat(owner: Owner, voucher: str) -> str:
+    """The chat session a voucher of the owner's names; "" for anything else (another
+    user's, forged, a bare id)."""
+    try:
+        owner_pk, session_id = signing.loads(voucher, salt=CHAT_SALT)
+    except (signing.BadSignature, TypeError, ValueError):
+        return ""
+    return session_id if owner_pk == owner.pk and isinstance(session_id, str) else ""
 
 
 def added_in(owner: Owner, session_id: str) -> list[AddedDocument]:

@@ -31,7 +31,7 @@ deletes the owner's export archives made before (they would still hold it).
 After the commit (`after_commit`, idempotent, once per transaction): on SQLite
 the FTS5 index is optimized (its segments still hold a deleted row's words
 until merged) and the WAL checkpointed and truncated (it holds the pages as
-they were); `PRAGMA secure_delete` (neotask_site.profiles) zeroes freed
+they were); `PRAGMA secure_delete` (core.profiles) zeroes freed
 content, so neither the database file nor a backup taken afterwards keeps the
 text. On PostgreSQL dead tuples stay in the files until VACUUM reuses them:
 raw bytes there are the database administrator's (and autovacuum's) concern.
@@ -51,6 +51,9 @@ from django.db.models import Q, QuerySet
 from django.dispatch import Signal
 from django.utils import timezone
 
+from core.history import Actor, record_change
+from core.models import Change
+from core.ownership import Owner
 from memory import fulltext
 from memory.files import indexing, paths
 from memory.files.history import record_file_change
@@ -58,9 +61,6 @@ from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
 from memory.vector_index import in_database
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor, record_change
-from neotask_site.models import Change
-from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 

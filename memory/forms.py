@@ -5,9 +5,9 @@ from typing import Any
 from django import forms
 from django.db import IntegrityError, transaction
 
+from core.history import Actor
+from core.ownership import Owner
 from memory.models import Fact
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 
 
 class FactForm(forms.ModelForm):

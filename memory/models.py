@@ -9,11 +9,11 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core.history import Actor, Recorded, snapshot
+from core.models import Change
+from core.ownership import OwnedModel, OwnedQuerySet, Owner
 from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.history import Actor, Recorded, snapshot
-from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 
 
 class EventType(models.TextChoices):

@@ -36,10 +36,10 @@ import numpy as np
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from core.process_cache import ProcessCache
 from memory import fulltext
 from memory.fulltext import INDEXED_TYPES, KEY_SQL, POSTGRES_WORDS, WORDS_TABLE
 from memory.vectors import EMBEDDING_DIM
-from neotask_site.process_cache import ProcessCache
 
 Hits = list[tuple[int, float]]
 NEIGHBOUR_WEIGHT = 0.5  # as memory.vector_index's

@@ -14,13 +14,13 @@ import numpy as np
 from django.conf import settings
 from django.urls import reverse
 
+from core.ownership import Owner
 from memory import recording
 from memory.files.search import FileHit
 from memory.models import Event, EventType
 from memory.provenance import Provenance, chat_titles, said_in
 from memory.retrieval import RECALLED_CHARS, RecalledItem
 from memory.search import search_memory
-from neotask_site.ownership import Owner
 
 
 def recall(

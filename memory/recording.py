@@ -16,12 +16,12 @@ from typing import Any
 
 from django.utils import timezone
 
+from core.ownership import Owner
 from memory.models import UNKNOWN, Event, Unknown, default_importance
 from memory.tasks import request_embeddings
 from memory.vector_index import learn_vector
 from memory.vectors import pack
 from memory.working import working_memory
-from neotask_site.ownership import Owner
 
 BATCH = 500  # rows per INSERT: a bulk writer's batch stays one statement of bounded size
 

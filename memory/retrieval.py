@@ -21,6 +21,7 @@ from typing import NotRequired, TypedDict
 import numpy as np
 from django.conf import settings
 
+from core.ownership import Owner
 from memory.models import RECALLED, Event, EventType
 from memory.search import (
     MAX_QUERY_CHARS,
@@ -33,7 +34,6 @@ from memory.search import (
 from memory.vector_index import in_database, index_for
 from memory.working import working_memory
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
 
 RECALLED_BRANCHES = ("relevance", "similarity", "search")
 # How much of a recalled event the prompt carries (agent.prompt words it).

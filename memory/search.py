@@ -29,13 +29,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from core.ownership import Owner
 from memory import fulltext, pgvector
 from memory.files.search import FileHit, search_files
 from memory.models import RECALLED, Event, is_recalled
 from memory.pgvector import PgQuery
 from memory.vector_index import VectorQuery, in_database, index_for
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
 CANDIDATES = 50  # per branch, before fusing

@@ -32,8 +32,8 @@ from memory.documents import original_names
 from memory.fulltext import STOPWORDS
 
 if TYPE_CHECKING:
+    from core.ownership import Owner
     from memory.retrieval import RecalledItem
-    from neotask_site.ownership import Owner
 
 # Measured on 36 answers of the embedded Qwen2.5-Coder-0.5B (bench/answer_sources.py):
 # with both rules, 19 of the 19 that used their chunk are cited and none of the 17

@@ -23,11 +23,11 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from core.progress import Progress
 from memory.fulltext import WORDS_TABLE
 from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
 from memory.vectors import pack
-from neotask_site.progress import Progress
 
 log = logging.getLogger(__name__)
 

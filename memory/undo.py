@@ -19,11 +19,11 @@ from typing import Any
 from django.db import transaction
 from django.http import Http404
 
+from core.history import Actor
+from core.models import FORGOTTEN, Change
+from core.ownership import Owner, get_owned_or_404
 from memory import forgetting
 from memory.models import Event, EventType, Fact
-from neotask_site.history import Actor
-from neotask_site.models import FORGOTTEN, Change
-from neotask_site.ownership import Owner, get_owned_or_404
 
 FACT_TOOLS = ("remember_fact",)
 FILE_TOOLS = ("write_memory_file", "append_memory_file")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +14,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 from memory import copies, documents, forgetting
 from memory.files import indexing, paths
 from memory.files.history import record_file_change, text_now
@@ -23,10 +25,6 @@ from memory.models import Fact, Macro
 from memory.provenance import where_said, with_provenance
 from memory.search import SHOWN_RATIO, SearchHit, kept_by_cutoff, search_memory
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name, workspace_dir
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
-from sessions_app.models import Session
 
 RESULTS = 20
 MAX_QUERY = 2000
@@ -140,17 +138,6 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
     return redirect(file_url(agent, shown))
 
 
-def chat_session(request: HtmxHttpRequest) -> str:
-    """The chat session the paperclip sent the document from, if it is the user's: it
-    lists the document (memory.documents.added_in). Anything else names none."""
-    try:
-        session = uuid.UUID(request.POST.get("session", ""))
-    except ValueError:
-        return ""
-    owned = Session.objects.owned_by(request.user).filter(pk=session).exists()
-    return str(session) if owned else ""
-
-
 @require_POST
 def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
     """A document converted into a memory file of the agent, from the files page or
@@ -171,7 +158,12 @@ def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
         documents.check_upload_size(name, upload.size or 0)
         # The file Django received it into, copied to the converter's: never read whole here.
         shown = documents.add_document(
-            request.user, agent, name, upload.file, Actor.user(request.user), chat_session(request)
+            request.user,
+            agent,
+            name,
+            upload.file,
+            Actor.user(request.user),
+            documents.vouched_chat(request.user, request.POST.get("session", "")),
         )
     except (documents.DocumentError, paths.MemoryPathError) as exc:
         context["error"] = str(exc)

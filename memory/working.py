@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db.models import Count, Expression, Max, Subquery
 from django.db.models.functions import Coalesce
 
+from core.ownership import Owner
 from memory.models import Event, EventType
-from neotask_site.ownership import Owner
 
 MAX_SESSIONS = 2000  # sessions kept per process; the least recently used go first
 

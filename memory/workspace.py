@@ -15,7 +15,9 @@ from typing import TypeGuard
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-DEFAULT_AGENT = "main"
+# Named in config.toml's defaults, so stated there; the apps import it from here.
+from core.config import DEFAULT_AGENT as DEFAULT_AGENT
+
 # Compared with fullmatch: "$" alone would let a trailing newline through. The pattern
 # text is also that of Agent.name's validator in sessions_app's migration 0001.
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

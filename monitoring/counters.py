@@ -1,5 +1,5 @@
 """Counters every process adds to: rows of `monitoring.Counter` (see
-monitoring.metrics for why the totals are not kept in process memory).
+health.metrics for why the totals are not kept in process memory).
 
 What a process counts waits a moment in it (`PendingCounts`) and goes to the
 database as one upsert per `window`: a turn costs no statement of its own, and
@@ -29,7 +29,7 @@ FIRST_TOKEN_BUCKET = "first_token_seconds_bucket"
 FIRST_TOKEN_SUM = "first_token_seconds_sum"
 SANDBOX_RUNS = "sandbox_runs"
 JOB_FAILURES = "job_failures"
-HEALTH_WRITES = "health_write_checks"  # /healthz's write probes (monitoring.health)
+HEALTH_WRITES = "health_write_checks"  # /healthz's write probes (health.checks)
 
 # Seconds from an input's start to its first streamed token: a model answering
 # at once takes well under a second; 100 chats on two cores took 4-5 s (p50).

@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import HttpRequest
 
-from neotask_site.client_address import client_address
+from core.client_address import client_address
 
 
 def token_file() -> Path:

@@ -31,8 +31,8 @@ from mozilla_django_oidc.views import (
     OIDCLogoutView,
 )
 
-from neotask_site.forms import ThrottledAuthenticationForm
-from neotask_site.ownership import Owner
+from core.forms import ThrottledAuthenticationForm
+from core.ownership import Owner
 from neotask_site.single_sign_on import (
     ProviderUnavailable,
     SignInRefused,

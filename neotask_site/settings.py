@@ -2,7 +2,7 @@
 
 Read from the environment (deployment: where data lives, which services) and
 from config.toml (behaviour: memory, sessions, the LLM). A bad value stops
-start-up with one line naming it — see neotask_site/config.py.
+start-up with one line naming it — see core/config.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from agent import sandbox
+from core import client_address, profiles
+from core.config import ConfigError, config_path, load_config
 from monitoring import logs
-from neotask_site import client_address, profiles
-from neotask_site.config import ConfigError, config_path, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -84,25 +84,27 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "django_q",
-    "neotask_site",
+    # Its label is neotask_site (core/apps.py): the models' tables keep their names.
+    "core",
     "memory",
     "agent",
     "sessions_app",
     "scheduler",
     "importers",
     "monitoring",
+    "neotask_site",  # the project: the serve command and the template tags
 ]
 
 MIDDLEWARE = [
     "monitoring.logs.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "neotask_site.middleware.RefuseNulMiddleware",
+    "core.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "neotask_site.middleware.FirstRunMiddleware",
+    "core.middleware.FirstRunMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -147,7 +149,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 AUTHENTICATION_BACKENDS = [
-    "neotask_site.throttle.LoginThrottleBackend",
+    "core.throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
     # Single sign-on ([oidc] in config.toml): answers only its callback.
     "neotask_site.oidc.OIDCBackend",

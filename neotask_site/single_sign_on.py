@@ -33,8 +33,8 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from neotask_site.config import comma_list, group_map
-from neotask_site.models import SignOnLink
+from core.config import comma_list, group_map
+from core.models import SignOnLink
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")

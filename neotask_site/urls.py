@@ -1,11 +1,12 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from monitoring import views as monitoring
+from agent import views as agent_views
+from health import views as health
 from neotask_site import oidc, views
 
-# 503 for a database that is down, JSON under the APIs (neotask_site.unavailable).
-handler500 = "neotask_site.unavailable.server_error"
+# 503 for a database that is down, JSON under the APIs (core.unavailable).
+handler500 = "core.unavailable.server_error"
 
 admin.site.site_header = "Neotask administration"
 admin.site.site_title = "Neotask admin"
@@ -13,9 +14,9 @@ admin.site.index_title = "Memory, sessions and tasks"
 
 urlpatterns = [
     path("setup/", views.setup, name="setup"),
-    path("setup/model/", views.setup_model, name="setup-model"),
-    path("healthz", monitoring.healthz, name="healthz"),
-    path("metrics", monitoring.prometheus_metrics, name="metrics"),
+    path("setup/model/", agent_views.setup_model, name="setup-model"),
+    path("healthz", health.healthz, name="healthz"),
+    path("metrics", health.prometheus_metrics, name="metrics"),
     path("manifest.webmanifest", views.web_manifest, name="web-manifest"),
     path("accounts/login/", oidc.SignIn.as_view(), name="login"),
     # Single sign-on (neotask_site.oidc); the URL names are mozilla-django-oidc's.
@@ -27,7 +28,7 @@ urlpatterns = [
     ),
     # Before django.contrib.auth's: logs out at the provider too.
     path("accounts/logout/", oidc.LogOut.as_view(), name="logout"),
-    # Both password-change pages count wrong current passwords (neotask_site.throttle).
+    # Both password-change pages count wrong current passwords (core.throttle).
     path("accounts/password_change/", views.PasswordChange.as_view(), name="password_change"),
     path("accounts/", include("django.contrib.auth.urls")),
     path(

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_not_required
@@ -18,17 +17,15 @@ from django.urls import reverse
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
-from agent import providers
-from agent.forms import ProviderForm
-from neotask_site import first_run
-from neotask_site.forms import (
+from core.forms import (
     AdminAccountForm,
     HistoryFilterForm,
     NewUserForm,
     ThrottledPasswordChangeForm,
 )
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.models import Change
+from core.htmx import HtmxHttpRequest, render_page
+from core.models import Change
+from neotask_site import first_run
 
 
 @login_not_required
@@ -52,27 +49,6 @@ def setup(request: HttpRequest) -> HttpResponse:
         return redirect("setup-model")
     token = request.POST.get("token") or request.GET.get("token") or ""
     return render(request, "neotask_site/setup.html", {"form": form, "token": token})
-
-
-def setup_model(request: HtmxHttpRequest) -> HttpResponse:
-    """First run, second step: chat with the embedded model, or connect one (the
-    Models page's form and Test, saved as the default)."""
-    if not request.user.is_staff:
-        raise PermissionDenied("Only the site's staff chooses its models.")
-    form = ProviderForm(request.user, request.POST or None, initial={"is_default": True})
-    if request.method == "POST" and form.is_valid():
-        provider = form.save()
-        messages.success(request, f"Chats now use {provider.name} · {provider.model_names[0]}.")
-        return redirect("home")
-    context = {
-        "form": form,
-        "provider": form.instance,
-        "config_sets_endpoint": providers.config_sets_endpoint(),
-        "config_label": providers.config_label(),
-        "local_model": settings.NEOTASK["llm"]["local_model"],
-    }
-    status = 400 if form.errors else 200
-    return render(request, "neotask_site/setup_model.html", context, status=status)
 
 
 def add_user(request: HtmxHttpRequest) -> HttpResponse:

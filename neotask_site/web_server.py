@@ -24,6 +24,6 @@ def main() -> None:
 
 
 # A guard, not a plain call: the Markdown renderer's processes start by
-# importing the main module again (neotask_site/markdown.py).
+# importing the main module again (core/markdown.py).
 if __name__ == "__main__":
     main()

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from agent.admin import TerminalTrustAdmin
-from neotask_site.admin import RecordedAdmin
+from core.admin import RecordedAdmin
 from scheduler.models import ScheduledTask
 
 

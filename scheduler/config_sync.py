@@ -19,10 +19,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.history import Actor
+from core.ownership import Owner
+from core.users import UnknownUser, find_user
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
-from neotask_site.users import UnknownUser, find_user
 from scheduler.models import ScheduledTask
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, plan
 from scheduler.schedule import ScheduleError

@@ -8,9 +8,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from neotask_site.history import Actor, Recorded
-from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
+from core.history import Actor, Recorded
+from core.models import Change
+from core.ownership import OwnedModel, OwnedQuerySet, Owner
 from scheduler.planning import Plan, TaskError, check_name, check_prompt, default_name, plan
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app.keys import SessionKey

@@ -26,11 +26,11 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.models import ApprovalRequest
+from core.history import Actor, record_change, snapshot
+from core.models import Change
 from memory import recording
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.history import Actor, record_change, snapshot
-from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from scheduler.schedule import ScheduleError, next_run
 from sessions_app import quotas, runner

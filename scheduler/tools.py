@@ -9,7 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.tools.registry import Tool, ToolContext, ToolError, register
-from neotask_site.history import Actor
+from core.history import Actor
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_NAME_CHARS, MAX_PROMPT_CHARS, Plan, TaskError
 from sessions_app.models import Agent

@@ -16,9 +16,9 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 from scheduler import runner
 from scheduler.forms import TaskEditForm, TaskForm
 from scheduler.models import ScheduledTask

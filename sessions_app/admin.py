@@ -5,9 +5,9 @@ from django.contrib.auth.admin import GroupAdmin
 from django.contrib.auth.models import Group
 from django.http import HttpRequest
 
+from core.admin import RecordedAdmin
+from core.ownership import OwnedAdmin
 from memory.workspace import validate_agent_name
-from neotask_site.admin import RecordedAdmin
-from neotask_site.ownership import OwnedAdmin
 from sessions_app.models import (
     Agent,
     ApiToken,

@@ -25,17 +25,17 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
+from core import unavailable
+from core.forms import HistoryFilterForm
+from core.history import Actor
+from core.models import Change
+from core.ownership import Owner, get_owned_or_404
 from memory import forgetting as memory_forgetting
 from memory.files.paths import MemoryPathError, NotFound
 from memory.forgetting import Forgotten, NothingToForget
 from memory.models import Event, Fact
 from memory.provenance import provenance_of
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from neotask_site import unavailable
-from neotask_site.forms import HistoryFilterForm
-from neotask_site.history import Actor
-from neotask_site.models import Change
-from neotask_site.ownership import Owner, get_owned_or_404
 from sessions_app import chat, forgetting, quotas, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.forms import ChatTitleForm

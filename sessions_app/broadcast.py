@@ -62,7 +62,7 @@ def render_event(event: Event) -> str:
 async def broadcast(owner_id: int, key: str, frame: Frame) -> None:
     """`frame` to every tab of the chat; an event with its HTML, rendered once here,
     in a worker thread: a long answer's Markdown takes up to ~0.4 s (in a process
-    of its own, neotask_site/markdown.py), which the event loop's other sockets and
+    of its own, core/markdown.py), which the event loop's other sockets and
     requests must not wait for.
 
     Without the channel layer (Redis restarting) the frame is dropped and the

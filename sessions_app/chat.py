@@ -12,9 +12,9 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from core.ownership import Owner
 from memory import fulltext
 from memory.models import Event
-from neotask_site.ownership import Owner
 from sessions_app.keys import SessionKey, SessionKeyError
 from sessions_app.models import Agent, Session
 

@@ -17,9 +17,9 @@ from django.db.models import Count, QuerySet, Sum, TextField
 from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
 
+from core.history import Actor
 from memory.forgetting import forget_sessions
 from memory.models import Event
-from neotask_site.history import Actor
 from sessions_app.models import Session
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from channels.db import database_sync_to_async
 
 from agent.frames import Error, Frame, Notice
 from agent.tools import ToolContext, call_tool
-from neotask_site.ownership import Owner
+from core.ownership import Owner
 from sessions_app.chat import ChatError, find_chat
 
 # A command's argument as its tool's arguments; None when it cannot be read.

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from agent.approvals import ApprovalError
 from agent.frames import Error, Frame
-from neotask_site.ownership import Owner
+from core.ownership import Owner
 from sessions_app import broadcast, chat, deactivation, quotas, runner
 from sessions_app.turns import RetryError, check_retry
 

@@ -20,10 +20,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.history import Actor
+from core.ownership import Owner
 from memory.forgetting import Busy, Forgotten, NothingToForget, forget_events, forget_sessions
 from memory.models import Event, EventType
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 from sessions_app.models import ChatClaim, ChatInput, Session
 
 

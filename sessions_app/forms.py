@@ -7,8 +7,8 @@ from django import forms
 
 from agent import providers
 from agent.forms import ModelChoiceField
+from core.ownership import Owner
 from memory.workspace import validate_agent_name
-from neotask_site.ownership import Owner
 from sessions_app.models import Agent, Api, ApiToken, Session, every_api
 
 SYSTEM_PROMPT_LENGTH = 20_000  # characters: it is in every prompt the agent sends

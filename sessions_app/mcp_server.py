@@ -28,11 +28,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import AnyUrl
 
 from agent.tools import ToolContext, call_tool, get_tool
+from core.ownership import Owner
+from core.websocket_origin import from_another_site, known_host
 from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
-from neotask_site.websocket_origin import from_another_site, known_host
 from sessions_app import quotas
 from sessions_app.api import AUTH_HINT, token_owner
 from sessions_app.models import Api, ApiToken

@@ -18,10 +18,10 @@ from agent.llm import Endpoint, as_sent
 from agent.prompt import build_messages, estimate_prompt_tokens, prompt_tokens
 from agent.providers import chat_endpoint
 from agent.runtime import embed_query
+from core.markdown import escape_markdown as md
 from memory.models import Event, EventType, Fact
 from memory.provenance import Provenance, provenance_of
 from memory.retrieval import get_context
-from neotask_site.markdown import escape_markdown as md
 from sessions_app.models import Session
 
 

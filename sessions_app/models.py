@@ -18,13 +18,13 @@ from django.utils import timezone
 
 from agent.frames import Outcome
 from agent.llm import Usage
+from core.history import Actor, Recorded
+from core.models import Change
+from core.ownership import OwnedModel, OwnedQuerySet, Owner
 from memory import recording
 from memory.models import Event, EventType, Fact
 from memory.working import working_memory
 from memory.workspace import AGENT_NAME, DEFAULT_AGENT
-from neotask_site.history import Actor, Recorded
-from neotask_site.models import Change
-from neotask_site.ownership import OwnedModel, OwnedQuerySet, Owner
 from sessions_app.keys import SCHEDULED_CHANNEL, SessionKey
 
 TITLE_LENGTH = 60  # characters of the first message that name a chat

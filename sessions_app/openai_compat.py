@@ -34,9 +34,9 @@ from django.http import JsonResponse
 
 from agent.frames import Outcome
 from agent.runtime import ClientTurn, pending_client_calls
+from core.ownership import Owner
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
 from sessions_app import chat
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, ChatInput, Session

@@ -17,7 +17,7 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from agent.frames import Outcome
-from neotask_site.ownership import Owner
+from core.ownership import Owner
 from sessions_app import runner
 from sessions_app.api import ApiError, json_body, token_owner
 from sessions_app.broadcast import ChatFrames

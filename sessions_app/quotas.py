@@ -44,8 +44,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agent.frames import Refused
-from neotask_site.ownership import Owner
-from neotask_site.process_cache import ProcessCache
+from core.ownership import Owner
+from core.process_cache import ProcessCache
 from sessions_app.models import ChatInput, DailyUsage, GroupQuota
 
 WINDOW = timedelta(minutes=1)

@@ -54,10 +54,10 @@ from agent.frames import (
     Started,
 )
 from agent.llm import Usage
+from core.markdown import render_markdown
+from core.ownership import Owner
 from memory.models import EventType
 from monitoring import counters, logs
-from neotask_site.markdown import render_markdown
-from neotask_site.ownership import Owner
 from sessions_app import meter, quotas, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
 from sessions_app.chat import ChatError, find_chat

@@ -10,8 +10,8 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from agent.models import ApprovalRequest
+from core.history import Actor
 from memory.forgetting import forget_sessions, forgotten
-from neotask_site.history import Actor
 from sessions_app import deactivation, forgetting, quotas
 from sessions_app.models import GroupQuota, Session
 

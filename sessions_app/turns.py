@@ -40,9 +40,9 @@ from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
 from agent.runtime import Before, ClientTurn, TurnRequest, run_turn
+from core.ownership import Owner
 from memory import recording
 from memory.models import Event, EventType
-from neotask_site.ownership import Owner
 from sessions_app import quotas
 from sessions_app.chat import ChatError, find_chat
 from sessions_app.compaction import CompactionError, compact

@@ -20,14 +20,14 @@ from agent.forms import ChatModelForm
 from agent.local_model import fallback_notice
 from agent.models import ApprovalRequest
 from agent.prompt import superseded
+from core.history import Actor
+from core.htmx import HtmxHttpRequest, render_page
+from core.ownership import get_owned_or_404
 from memory import documents, undo
 from memory.documents import AddedDocument
 from memory.forgetting import NothingToForget
 from memory.models import Event
 from memory.recall import name_recalled_chats
-from neotask_site.history import Actor
-from neotask_site.htmx import HtmxHttpRequest, render_page
-from neotask_site.ownership import get_owned_or_404
 from sessions_app import chat, cleanup, forgetting, transcripts
 from sessions_app.agents import RenameError, rename_agent
 from sessions_app.forms import (
@@ -121,6 +121,7 @@ def chat_page(request: HtmxHttpRequest, key: str) -> HttpResponse:
         ),
         "model_notice": fallback_notice(),
         "model_form": chat_model_form(session),
+        "paperclip_chat": documents.chat_voucher(request.user, str(session.pk)),
     }
     return render(request, "sessions_app/chat.html", context)
 

@@ -8,12 +8,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
+from core import process_cache
 from memory import tasks
 from memory.files.search import forget_chunk_indexes
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
 from monitoring import counters
-from neotask_site import process_cache
 from sessions_app import chat
 from sessions_app.models import Session
 from tests.support.records import FRIDAY

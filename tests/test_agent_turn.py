@@ -469,8 +469,8 @@ async def test_a_repeated_call_ends_on_what_it_did_with_the_note_in_the_fold(own
 
 
 async def test_forgetting_the_fact_forgets_what_the_turn_said_it_saved(owner, llm):
+    from core.history import Actor
     from memory.forgetting import forget_facts
-    from neotask_site.history import Actor
 
     peanuts = {"category": "health", "key": "allergy", "value": "peanuts"}
     tea = {"category": "pref", "key": "drink", "value": "tea"}

@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from agent.llm import LLMClient, configured_endpoint
 from agent.prompt import build_messages, message_tokens
 from agent.runtime import TurnRequest, run_turn
+from core.config import ConfigError, load_config
 from memory import recording
 from memory.models import Event, EventType
-from neotask_site.config import ConfigError, load_config
 from sessions_app.broadcast import render_event
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import ignore

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.template.loader import render_to_string
 
 from agent.runtime import TurnRequest, run_turn
+from core.history import Actor
 from memory.documents import add_document, original_names
 from memory.models import Event, EventType
 from memory.sources import (
@@ -20,7 +21,6 @@ from memory.sources import (
     prompt_chunks,
     shared_words,
 )
-from neotask_site.history import Actor
 from sessions_app.transcripts import event_record
 from tests.support.documents import BUDGET_PDF, ORION_PDF
 from tests.support.scripted_llm import Reply

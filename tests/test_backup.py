@@ -593,7 +593,7 @@ def test_it_refuses_a_bad_archive_and_writes_nothing(tmp_path, alice, case):
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
-    # Only what starting Django makes (the job cluster's status cache: neotask_site.profiles).
+    # Only what starting Django makes (the job cluster's status cache: core.profiles).
     left = {path.name for path in (tmp_path / "restored").iterdir()} - {"cache"}
     assert sorted(left) == ["secret_key", "static"]
     with closing(open_restored(env)) as target:

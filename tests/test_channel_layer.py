@@ -1,4 +1,4 @@
-"""The team profile's channel layer (neotask_site/channel_layer.py) against a
+"""The team profile's channel layer (core/channel_layer.py) against a
 real Redis: a consumer leaving while the process's read is in flight loses
 nobody else's message, which channels_redis's own layer does."""
 
@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 from channels_redis.core import RedisChannelLayer as StockRedisChannelLayer
 
-from neotask_site.channel_layer import RedisChannelLayer, Watched
+from core.channel_layer import RedisChannelLayer, Watched
 from tests.support.processes import PrivateRedis
 
 

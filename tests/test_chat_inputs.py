@@ -19,10 +19,10 @@ from django.utils import timezone
 from agent import approvals
 from agent.frames import Outcome
 from agent.models import ApprovalRequest
+from core.history import Actor
 from memory import recording
 from memory.models import Event
 from neotask_site.asgi import application
-from neotask_site.history import Actor
 from sessions_app import chat, runner
 from sessions_app.broadcast import APPROVAL, INPUT, signal
 from sessions_app.models import LOST, ApiToken, ChatClaim, ChatInput, Session

@@ -7,8 +7,8 @@ from django.utils import timezone
 from agent.approvals import create_request
 from agent.models import TerminalAllowedPrefix
 from agent.runtime import embed_query
+from core.markdown import render_markdown
 from memory import recording
-from neotask_site.markdown import render_markdown
 from sessions_app import broadcast, chat
 from sessions_app.keys import SCHEDULED_CHANNEL
 from sessions_app.meter import meter, status_text

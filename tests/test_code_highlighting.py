@@ -6,8 +6,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from neotask_site import highlight
-from neotask_site.markdown import markdown_to_html, render_markdown
+from core import highlight
+from core.markdown import markdown_to_html, render_markdown
 
 
 def test_it_highlights_a_code_block_that_names_its_language():
@@ -76,7 +76,7 @@ def test_it_ships_the_theme_css_that_pygments_generates():
     committed = Path(settings.BASE_DIR, "static", "neotask", "highlight.css").read_text()
     assert committed == highlight.theme_css(), (
         "static/neotask/highlight.css is stale: regenerate it with "
-        "python -c 'from neotask_site.highlight import theme_css; print(theme_css(), end=\"\")'"
+        "python -c 'from core.highlight import theme_css; print(theme_css(), end=\"\")'"
         " > static/neotask/highlight.css"
     )
     assert "@media (prefers-color-scheme: dark)" in committed

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from neotask_site import profiles
-from neotask_site.config import SCHEMA, ConfigError, config_path, load_config
+from core import profiles
+from core.config import SCHEMA, ConfigError, config_path, load_config
 from tests.support.files import write_config
 from tests.support.processes import ROOT
 
@@ -214,7 +214,7 @@ def test_it_uses_sqlite_in_the_data_dir_without_database_url(tmp_path):
 
 def test_it_switches_to_postgresql_with_database_url(tmp_path):
     config = profiles.databases("postgresql://postgres@127.0.0.1:5432/neotask", tmp_path)
-    assert config["default"]["ENGINE"] == "neotask_site.postgresql"  # Django's, checked less often
+    assert config["default"]["ENGINE"] == "core.postgresql"  # Django's, checked less often
     assert config["default"]["NAME"] == "neotask"
     assert config["default"]["HOST"] == "127.0.0.1"
 
@@ -232,7 +232,7 @@ def test_it_switches_layer_and_broker_to_redis_with_redis_url():
     assert profiles.q_cluster(None, 2)["orm"] == "default"
     url = "redis://127.0.0.1:6379/0"
     layer = profiles.channel_layers(url)["default"]
-    assert layer["BACKEND"] == "neotask_site.channel_layer.RedisChannelLayer"
+    assert layer["BACKEND"] == "core.channel_layer.RedisChannelLayer"
     assert layer["CONFIG"]["hosts"] == [url]
     cluster = profiles.q_cluster(url, 2)
     assert cluster["redis"] == url

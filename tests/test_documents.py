@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import socket
@@ -10,21 +11,22 @@ from pathlib import Path
 import docx
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from docx.opc.constants import RELATIONSHIP_TYPE
 from pypdf import PdfReader, PdfWriter
 
 from agent.runtime import TurnRequest, run_turn
+from core.history import Actor
+from core.models import Change
 from memory import documents, recording
 from memory.documents import DocumentError, add_document, convert
 from memory.files.paths import MemoryPathError
 from memory.models import MemoryChunk, MemoryFile
 from memory.search import search_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.models import Change
 from sessions_app.chat import start_chat
-from sessions_app.models import Agent
+from sessions_app.models import Agent, Session
 from tests.support.documents import BUDGET_PDF, make_pdf, nothing_written
 from tests.support.scripted_llm import Reply
 from tests.support.websocket import ignore
@@ -372,6 +374,11 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
 
 
 def paperclip(client, agent: str, name: str, data: bytes, back: str = "/", session: str = ""):
+    """The chat's paperclip, sending what the chat page of `session` gives it (a
+    voucher for that chat signed for the chat's owner), or `session` as it is if
+    no chat has that id."""
+    with contextlib.suppress(ValueError, ValidationError, Session.DoesNotExist):
+        session = documents.chat_voucher(Session.objects.get(pk=session).owner, session)
     return client.post(
         "/memory/files/upload/",
         {"agent": agent, "next": back, "session": session, "document": named(data, name)},
@@ -386,7 +393,8 @@ def upload_notes(page: str) -> list[str]:
 def test_the_chat_shows_its_documents_notes_again_after_a_reload(alice, alice_client, workspace):
     session = start_chat(alice)
     back = f"/chat/{session.key}/"
-    assert f'name="session" value="{session.pk}"' in alice_client.get(back).content.decode()
+    voucher = documents.chat_voucher(alice, str(session.pk))
+    assert f'name="session" value="{voucher}"' in alice_client.get(back).content.decode()
     recording.record(alice, str(session.pk), "user_message", {"content": "before the upload"})
     live = paperclip(
         alice_client, "main", "Plan v2.md", b"# Plan\n\nShip it.", back, str(session.pk)
@@ -416,6 +424,7 @@ def test_the_chat_shows_its_documents_notes_again_after_a_reload(alice, alice_cl
 
 def test_a_document_cannot_be_listed_in_another_users_chat(alice, bob, alice_client, workspace):
     bobs = start_chat(bob)
+    # Alice sends what Bob's chat page gives his paperclip: signed for him, not her.
     response = paperclip(alice_client, "main", "mine.md", b"Mine.", "/", str(bobs.pk))
 
     assert response.status_code == 200  # added to her memory, listed in no chat

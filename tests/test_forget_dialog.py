@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from core.history import Actor
 from memory import recording
 from memory.copies import SIMILAR, CopyError, copies_of, forget_selected
 from memory.embeddings import embed_text
@@ -20,7 +21,6 @@ from memory.files.paths import FileConflict, read_memory_file
 from memory.models import Event, EventType, Fact
 from memory.search import search_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
 from sessions_app.chat import start_chat
 from sessions_app.models import ChatClaim, Session
 from tests.support.files import write

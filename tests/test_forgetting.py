@@ -19,6 +19,7 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from agent.models import ApprovalRequest
+from core.history import Actor
 from memory import forgetting as memory_forgetting
 from memory import recording
 from memory.files.indexing import index_workspace
@@ -30,7 +31,6 @@ from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
 from sessions_app import cleanup, forgetting
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from agent.tools.facts import forget_fact
 from agent.tools.registry import ToolContext
+from core.history import Actor
 from importers.archive import jobs
 from importers.models import ExportJob
 from memory import recording
@@ -30,7 +31,6 @@ from memory.models import Event, EventType, Fact
 from memory.search import SearchHit, search_memory
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
 from sessions_app import forgetting
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatClaim, Session

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from monitoring import health
-from neotask_site.ports import free_port
+from core.ports import free_port
+from health import checks as health
 from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = pytest.mark.django_db

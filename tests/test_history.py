@@ -11,6 +11,8 @@ from django.urls import reverse
 from agent.approvals import create_request, decide
 from agent.models import TerminalAllowedPrefix
 from agent.tools import ToolContext, get_tool
+from core.history import Actor, record_change
+from core.models import Change, ChangeIsPermanent
 from importers.aidaemon import run as import_aidaemon_database
 from importers.archive.importing import import_archive
 from importers.archive.writing import export_user
@@ -18,8 +20,6 @@ from importers.report import ImportReport
 from memory.files.paths import write_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor, record_change
-from neotask_site.models import Change, ChangeIsPermanent
 from scheduler.config_sync import sync_config_tasks
 from scheduler.models import ScheduledTask
 from scheduler.runner import pause_broken, run_due_tasks

@@ -7,8 +7,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from neotask_site.history import Actor, record_change
-from neotask_site.models import Change
+from core.history import Actor, record_change
+from core.models import Change
 from neotask_site.views import HISTORY_PER_PAGE
 from sessions_app.models import ApiToken
 from tests.support.web import HTMX, text

@@ -10,7 +10,17 @@ from pathlib import Path
 
 from tests.support.processes import ROOT
 
-APPS = ("agent", "importers", "memory", "neotask_site", "scheduler", "sessions_app")
+APPS = (
+    "agent",
+    "core",
+    "health",
+    "importers",
+    "memory",
+    "monitoring",
+    "neotask_site",
+    "scheduler",
+    "sessions_app",
+)
 
 
 def project_modules() -> dict[str, Path]:

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from core.models import Change
 from importers.openclaw import import_openclaw, reading, writing
 from importers.report import ImportRefused
 from memory.models import Event, MemoryFile
 from memory.search import search_memory
 from memory.tasks import embed_missing
 from memory.workspace import workspace_dir
-from neotask_site.models import Change
 from sessions_app.models import Agent, Session
 from tests.support.records import take_queued_tasks
 

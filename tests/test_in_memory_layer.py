@@ -1,4 +1,4 @@
-"""The embedded profile's channel layer (neotask_site/channel_layer.py): channels'
+"""The embedded profile's channel layer (core/channel_layer.py): channels'
 in-memory layer, its expiry walk run at most once a second and its group sends
 made in turn — with channels' behaviour kept."""
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from channels.layers import InMemoryChannelLayer as StockInMemoryChannelLayer
 
-from neotask_site.channel_layer import InMemoryChannelLayer
+from core.channel_layer import InMemoryChannelLayer
 
 
 async def joined(layer: InMemoryChannelLayer, count: int, group: str = "chat") -> list[str]:

@@ -9,9 +9,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agent.frames import EventFrame
+from core import markdown
 from memory import recording
 from memory.models import EventType
-from neotask_site import markdown
 from neotask_site.templatetags import neotask
 from sessions_app import chat
 from sessions_app.broadcast import broadcast, channel_layer, group_name

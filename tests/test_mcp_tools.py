@@ -20,10 +20,10 @@ from agent.approvals import ApprovalError, create_request, decide
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.runtime import TurnRequest, run_turn
 from agent.tools.registry import ToolContext
+from core.history import Actor
+from core.models import Change
+from core.sealing import unseal
 from memory.models import Event
-from neotask_site.history import Actor
-from neotask_site.models import Change
-from neotask_site.sealing import unseal
 from scheduler.runner import run_due_tasks
 from sessions_app import chat
 from sessions_app.models import Session

@@ -11,10 +11,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from core.history import Actor
 from memory import recording
 from memory.models import Event, EventType, Fact
 from memory.undo import UNDONE_CHANGED, UNDONE_CREATED
-from neotask_site.history import Actor
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import connect, send, stored, until
 

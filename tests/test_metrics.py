@@ -13,8 +13,9 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.tools import ToolContext, ToolError, get_tool
+from health import checks as health
 from memory import recording
-from monitoring import counters, health
+from monitoring import counters
 from monitoring.models import Counter
 from sessions_app import runner
 from sessions_app.models import ChatInput

@@ -25,7 +25,7 @@ from agent.model_files import (
     safe_remove,
     verify,
 )
-from neotask_site.config import SCHEMA, ConfigError, load_config
+from core.config import SCHEMA, ConfigError, load_config
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 700, b"c" * 300]
 

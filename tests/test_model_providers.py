@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 
 from agent import providers
 from agent.models import ModelProvider
-from neotask_site.sealing import SealError, seal, unseal
+from core.sealing import SealError, seal, unseal
 from sessions_app import chat
 from sessions_app.models import Agent, Session
 from sessions_app.turns import converse

@@ -7,9 +7,9 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.management import CommandError
 from django.http import Http404
 
+from core.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
+from core.users import find_user
 from memory.models import Event
-from neotask_site.ownership import OwnedModel, OwnedQuerySet, get_owned_or_404
-from neotask_site.users import find_user
 from sessions_app.models import Session
 from tests.support.records import OWNED_MODELS, PROJECT_APPS, SITE_MODELS, make_rows
 

@@ -1,5 +1,5 @@
 """Pages that htmx updates: a plain request gets the whole page, an htmx request
-only the part it swaps, without the page's chrome (neotask_site.htmx)."""
+only the part it swaps, without the page's chrome (core.htmx)."""
 
 from __future__ import annotations
 

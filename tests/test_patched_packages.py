@@ -9,8 +9,9 @@ from importlib import metadata
 import pytest
 
 from agent import transport
+from core import channel_layer
 from monitoring import logs
-from neotask_site import channel_layer, request_bodies
+from neotask_site import request_bodies
 from tests.support.processes import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.history import Actor
 from memory import fulltext, pgvector, recording, vector_index
 from memory.checks import pgvector_installed
 from memory.forgetting import forget_events
@@ -18,7 +19,6 @@ from memory.models import Event, ForgottenEvent
 from memory.search import SearchHit, search_memory
 from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
-from neotask_site.history import Actor
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="pgvector is the team profile's (PostgreSQL)"

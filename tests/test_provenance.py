@@ -19,13 +19,13 @@ from django.utils import timezone
 from agent.consolidation import run
 from agent.runtime import TurnRequest, run_turn
 from agent.tools import ToolContext, call_tool
+from core.history import Actor
 from importers.aidaemon import run as import_aidaemon_database
 from importers.report import ImportReport
 from memory import recording
 from memory.fulltext import ensure_index
 from memory.models import Event, EventType, Fact
 from memory.provenance import provenance_of
-from neotask_site.history import Actor
 from sessions_app import chat
 from sessions_app.meter import fact_lines
 from sessions_app.models import ApiToken, Session

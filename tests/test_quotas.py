@@ -14,8 +14,8 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
+from core.config import ConfigError, load_config
 from memory.models import Event, EventType
-from neotask_site.config import ConfigError, load_config
 from scheduler import runner as scheduler_runner
 from sessions_app import chat, quotas
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, DailyUsage, GroupQuota, Session

@@ -14,8 +14,8 @@ from django_q.models import Schedule
 
 from agent.models import ApprovalRequest
 from agent.tools import ToolError, available_tools, get_tool
+from core.history import Actor
 from memory.models import Event, EventType
-from neotask_site.history import Actor
 from scheduler import runner
 from scheduler.config_sync import SyncError, sync_config_tasks
 from scheduler.models import ScheduledTask

@@ -14,9 +14,9 @@ from django.contrib.auth import authenticate
 from django.contrib.auth.models import Group, User
 from django.test import Client, RequestFactory
 
-from neotask_site.config import ConfigError, load_config
+from core.config import ConfigError, load_config
+from core.ports import free_port
 from neotask_site.oidc import OIDCBackend
-from neotask_site.ports import free_port
 from neotask_site.single_sign_on import (
     ProviderUnavailable,
     SignInRefused,

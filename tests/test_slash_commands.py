@@ -10,9 +10,9 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
 
 from agent.tools import ToolContext, ToolError, get_tool
+from core.markdown import render_markdown
 from memory import recording, tasks
 from memory.models import Fact
-from neotask_site.markdown import render_markdown
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.commands import HELP, TABLE, parse_command

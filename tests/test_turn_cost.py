@@ -42,7 +42,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (monitoring.counters), and embedding requests gathered for 0.5 s and sent as
 # one job by a thread of their own (memory.tasks; the minute's sweep embeds what
 # a lost request missed), as in production: both held here; the quota limits,
-# MCP tools and facts come from per-process copies (neotask_site.process_cache).
+# MCP tools and facts come from per-process copies (core.process_cache).
 MAX_QUERIES = {"sqlite": {0: 20, 1: 25, 2: 39}, "postgresql": {0: 15, 1: 20, 2: 34}}
 
 

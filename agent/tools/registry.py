@@ -11,9 +11,9 @@ from typing import Any
 
 from django.conf import settings
 
+from core.history import Actor
+from core.ownership import Owner
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 
 
 class ToolError(Exception):

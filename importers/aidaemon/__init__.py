@@ -35,12 +35,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.ownership import Owner
+from core.progress import Progress
 from importers.aidaemon.reading import count_rows, open_database, usable_tables
 from importers.aidaemon.writing import DatabaseImport
 from importers.importer import Importer
 from importers.report import ImportReport
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 
 
 def run(

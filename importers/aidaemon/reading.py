@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from core.ownership import Owner
 from importers.aidaemon.database import Database
 from importers.aidaemon.database import open_database as open_file
 from importers.report import ImportRefused, ImportReport
@@ -18,7 +19,6 @@ from importers.text import MAX_EVENT_BYTES, storable
 from memory.legacy import event_for, parse_timestamp
 from memory.models import Event, EventType
 from memory.recording import draft
-from neotask_site.ownership import Owner
 
 LEGACY_ID_LENGTH = 64  # Event.legacy_message_id
 MAX_ROWS = 5_000_000  # a table: a larger one is refused before anything is written

@@ -19,6 +19,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
+from core.history import Actor
+from core.ownership import Owner
+from core.progress import Progress
 from importers.aidaemon.database import Database
 from importers.aidaemon.reading import (
     CUT,
@@ -37,9 +40,6 @@ from importers.report import ImportReport, ImportStopped
 from importers.text import cut, storable
 from memory.models import Event, EventType, Fact, Macro
 from memory.recording import record_imported
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import (
     MAX_NAME_CHARS,

@@ -19,6 +19,9 @@ from django.utils import timezone
 
 from agent.llm import Usage
 from agent.models import TerminalAllowedPrefix
+from core.history import Actor
+from core.ownership import Owner
+from core.progress import Progress
 from importers.archive import layout
 from importers.archive.reading import Archive, member_count, refused
 from importers.importer import Importer
@@ -33,9 +36,6 @@ from memory.files.workspace_fs import MemoryPathError
 from memory.models import Event, EventType, Fact, Macro
 from memory.recording import draft, record_imported
 from memory.workspace import check_agent_name, is_agent_name, workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_NAME_CHARS, TaskError, check_name, check_prompt
 from scheduler.schedule import ScheduleError, next_run

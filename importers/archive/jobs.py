@@ -9,10 +9,10 @@ import shutil
 from django.db import transaction
 from django.utils import timezone
 
+from core.ownership import Owner
 from importers.archive.writing import export_user, total_steps
 from importers.jobs import JOB_TIMEOUT, STALE_AFTER, JobProgress, mark_stale, stale_jobs
 from importers.models import ExportJob
-from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
+from core.ownership import Owner
+from core.progress import Progress, no_progress
 from importers.archive import layout
 from memory.files.discovery import scan_workspace
 from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
 from memory.models import Event, EventType, Fact, Macro
 from memory.workspace import workspace_dir
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress, no_progress
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
 from sessions_app.transcripts import event_batches, event_record
@@ -193,7 +193,7 @@ def snapshot() -> Iterator[None]:
             yield
     else:
         # Django's transactions take SQLite's write lock at once (BEGIN IMMEDIATE, see
-        # neotask_site/profiles.py), which would stop every chat for the export's length;
+        # core/profiles.py), which would stop every chat for the export's length;
         # a deferred one reads WAL's snapshot and lets them write. A write in it would
         # take the lock until the end (or fail, once another connection has written):
         # query_only makes one fail at once, as READ ONLY does on PostgreSQL.

@@ -12,7 +12,7 @@ from django.db import migrations
 
 def import_job_state():
     """The model as neotask_site's 0001 created it, its table named."""
-    site_initial = import_module("neotask_site.migrations.0001_initial").Migration
+    site_initial = import_module("core.migrations.0001_initial").Migration
     [create] = copy.deepcopy(site_initial.operations)
     create.options["db_table"] = "neotask_site_importjob"
     return create

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.ownership import Owner
+from core.progress import Progress
 from importers.importer import Importer
 from importers.openclaw.memory_files import copy_memory_files
 from importers.openclaw.reading import SESSIONS, Folder, find_sources
 from importers.openclaw.writing import import_session, imported_sessions
 from importers.report import ImportReport
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 
 
 def run(

@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from core.history import Actor
+from core.ownership import Owner
 from importers.openclaw.reading import Folder
 from importers.report import ImportReport
 from memory.files.discovery import scan_workspace
@@ -24,8 +26,6 @@ from memory.files.paths import (
 )
 from memory.files.workspace_fs import FileStat, WorkspaceFS
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.ownership import Owner
 from sessions_app.models import Agent
 
 MEMORY_FILES = "memory files"  # the report's kind

@@ -14,6 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.llm import Usage
+from core.ownership import Owner
+from core.progress import Progress
 from importers.models import ImportJob
 from importers.openclaw.reading import (
     MAX_LINE_BYTES,
@@ -31,8 +33,6 @@ from importers.report import ImportReport
 from importers.text import cut, storable
 from memory.models import Event, EventType
 from memory.recording import draft, record_imported
-from neotask_site.ownership import Owner
-from neotask_site.progress import Progress
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, Session
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.history import Actor, record_change
+from core.models import Change
+from core.ownership import Owner
 from memory.files.paths import MemoryPathError, read_memory_file
-from neotask_site.history import Actor, record_change
-from neotask_site.models import Change
-from neotask_site.ownership import Owner
 
 
 def text_now(workspace: Path, path: str) -> str | None:

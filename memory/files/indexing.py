@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from core.ownership import Owner
 from memory.embeddings import embed_texts
 from memory.files.chunking import Chunk, chunk_markdown, chunk_settings
 from memory.files.discovery import scan_workspace, workspaces_with_files
@@ -24,7 +25,6 @@ from memory.files.workspace_fs import FileStat, LinkRefused, MemoryPathError, Wo
 from memory.models import MemoryChunk, MemoryFile
 from memory.vectors import pack
 from memory.workspace import DEFAULT_AGENT, check_agent_name, workspace_dir
-from neotask_site.ownership import Owner
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from django.conf import settings
 
+from core.ownership import Owner
 from memory.models import MemoryChunk
 from memory.pgvector import CHUNKS_TABLE, PgIndex
 from memory.vector_index import CHUNKS, IndexCache, NumpyIndex, in_database
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
 
 if TYPE_CHECKING:
     from memory.lancedb_index import LanceChunkIndex

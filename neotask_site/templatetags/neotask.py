@@ -3,9 +3,9 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
+from core.markdown import render_markdown
 from memory.models import Event
 from memory.recall import ShownItem, shown_items
-from neotask_site.markdown import render_markdown
 
 register = template.Library()
 

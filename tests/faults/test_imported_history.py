@@ -15,12 +15,12 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agent.consolidation import run
+from core.history import Actor
 from importers.archive import layout
 from importers.archive.importing import import_archive
 from importers.archive.writing import export_user
 from memory import forgetting, recording
 from memory.models import Event, EventType
-from neotask_site.history import Actor
 from sessions_app import chat
 from tests.support.archives import lines, members
 from tests.support.consolidation import answer

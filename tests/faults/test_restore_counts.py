@@ -11,7 +11,7 @@ from contextlib import closing
 import pytest
 from django.db import connection
 
-from neotask_site.backup.snapshot import dump_counts, pg_arguments, pg_program, run_pg, table_counts
+from importers.backup.snapshot import dump_counts, pg_arguments, pg_program, run_pg, table_counts
 from tests.support.processes import app_env
 from tests.test_backup import back_up, open_restored, rebuilt, restore, table_names
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from monitoring import health
+from health import checks as health
 from sessions_app.runner import UNSAVED
 from tests.programs import accounts, events
 from tests.support.processes import (
@@ -244,7 +244,7 @@ def test_healthz_says_the_database_is_down_when_it_cannot_write(on_a_small_disk:
     with contextlib.closing(sqlite3.connect(app.disk / "neotask.sqlite3")) as cluster:
         cluster.execute("SELECT count(*) FROM auth_user").fetchone()
         fill(app.disk)
-        # Its write probe is kept a few seconds (monitoring.health.WRITE_CACHE_SECONDS).
+        # Its write probe is kept a few seconds (health.checks.WRITE_CACHE_SECONDS).
         deadline = time.monotonic() + 4 * health.WRITE_CACHE_SECONDS
         while (answer := healthz(app.port))[1]["db"] == "ok" and time.monotonic() < deadline:
             time.sleep(0.5)

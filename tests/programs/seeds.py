@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.models import TerminalAllowedPrefix
+from core.models import Change
 from importers.models import ImportedArchive, ImportJob
 from importers.report import ImportReport
 from memory import recording
@@ -20,7 +21,6 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryFile
 from memory.workspace import workspace_dir
-from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, Session
 from tests.support.records import OWNED_MODELS, make_rows

@@ -1,7 +1,7 @@
 """Bad config.toml values, for every key of every section: start-up stops with one
 line naming the file, the key (or variable) and what is wrong.
 
-The cases are derived from neotask_site.config.SCHEMA, so a new key is covered
+The cases are derived from core.config.SCHEMA, so a new key is covered
 as soon as it exists; tests/test_config.py holds the hand-written examples."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from neotask_site.config import (
+from core.config import (
     SCHEDULED_TASK_KEYS,
     SCHEMA,
     ConfigError,

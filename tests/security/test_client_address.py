@@ -17,9 +17,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from neotask_site import throttle
-from neotask_site.client_address import refuse_rewriting_server, resolve, trusted_proxies
-from neotask_site.config import ConfigError
+from core import throttle
+from core.client_address import refuse_rewriting_server, resolve, trusted_proxies
+from core.config import ConfigError
 from tests.programs import accounts
 from tests.support.processes import (
     ROOT,

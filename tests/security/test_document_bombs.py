@@ -15,9 +15,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.handlers.asgi import ASGIHandler
 
+from core.history import Actor
 from memory import documents
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
 from neotask_site.request_bodies import MESSAGES_PER_TURN, body_in_slices
 from tests.support.documents import nothing_written, paragraph_bomb_docx, per_page_streams_pdf
 from tests.support.processes import (

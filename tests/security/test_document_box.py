@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from core.history import Actor
 from memory import conversion, documents
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
 from tests.support.documents import nothing_written, per_page_streams_pdf
 
 MB = 1024 * 1024

@@ -17,7 +17,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from neotask_site import first_run, profiles, throttle
+from core import profiles, throttle
+from neotask_site import first_run
 from tests.programs import accounts
 from tests.support.processes import (
     ROOT,

@@ -25,8 +25,8 @@ from django.http import HttpResponseBase
 from django.test import Client
 from django.urls import get_resolver, reverse
 
-from neotask_site.models import Change
-from neotask_site.ownership import OwnedAdmin
+from core.models import Change
+from core.ownership import OwnedAdmin
 from sessions_app.models import ApiToken
 from tests.support.records import OWNED_MODELS, take_queued_tasks
 from tests.support.web import HTMX, client_for, project_urls, uid, walk

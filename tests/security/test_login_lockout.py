@@ -1,7 +1,7 @@
 """Anyone may type anyone's username (issue 40, L7): failed logins from one
 address lock the account from that address only, so a stranger cannot lock a
 person out; the account's own limit still stops guessing spread over many
-addresses (neotask_site.throttle)."""
+addresses (core.throttle)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from neotask_site import throttle
+from core import throttle
 
 REFUSED = "Too many failed logins"
 

@@ -21,8 +21,8 @@ from agent.llm import LLMClient, LLMError, configured_endpoint
 from agent.models import McpServer, ModelProvider
 from agent.outbound import Policy, Refused
 from agent.tools.registry import ToolError
-from neotask_site.models import Change
-from neotask_site.sealing import seal
+from core.models import Change
+from core.sealing import seal
 from sessions_app.models import ApiToken
 from tests.support.mcp_server import served, weather_app
 from tests.support.scripted_llm import Reply, ScriptedLLM

@@ -145,7 +145,7 @@ def rows() -> dict[str, int]:
         for model in apps.get_models()
         if model._meta.label_lower not in NOT_COUNTED
     }
-    # /healthz's write probe counts itself (monitoring/health.py): the one write a
+    # /healthz's write probe counts itself (health/checks.py): the one write a
     # GET makes, by design, to tell a database that cannot write.
     counted["monitoring.counter"] = Counter.objects.exclude(name=HEALTH_WRITES).count()
     return counted

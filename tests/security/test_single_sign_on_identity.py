@@ -96,7 +96,7 @@ def test_the_linked_subject_finds_its_account_whatever_it_is_called_here(signs_i
     _, again = signs_in("alice")
     assert again is not None and again.pk == alice.pk
     assert people().count() == 1
-    from neotask_site.models import SignOnLink  # here: before the fix there was none
+    from core.models import SignOnLink  # here: before the fix there was none
 
     link = SignOnLink.objects.get()
     assert (link.owner_id, link.issuer, link.subject) == (alice.pk, provider.issuer, "alice")
@@ -107,7 +107,7 @@ def test_the_first_sign_in_links_an_unlinked_account_of_that_name(signs_in):
     existing = User.objects.create(username="Alice", password=make_password(None))
     _, user = signs_in("alice")  # case-folded, the same name
     assert user is not None and user.pk == existing.pk
-    from neotask_site.models import SignOnLink
+    from core.models import SignOnLink
 
     assert SignOnLink.objects.get().owner_id == existing.pk
     assert signs_in("alice-impostor")[1] is None  # linked now: taken

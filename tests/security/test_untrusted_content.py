@@ -21,14 +21,14 @@ from agent import approvals, mcp_tools
 from agent.approvals import create_request
 from agent.models import ApprovalRequest, McpAllowedCall
 from agent.runtime import TurnRequest, run_turn
+from core.history import Actor
+from core.models import Change
 from memory import recording
 from memory.files.indexing import index_path
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact
 from memory.workspace import workspace_dir
 from neotask_site.asgi import application
-from neotask_site.history import Actor
-from neotask_site.models import Change
 from scheduler.models import ScheduledTask
 from scheduler.runner import run_due_tasks
 from sessions_app import chat

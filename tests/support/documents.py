@@ -92,8 +92,8 @@ def paragraph_bomb_docx(paragraphs: int) -> bytes:
 
 def nothing_written(owner, workspace: Path) -> bool:
     """No memory file of `owner`'s on disk or in the database, no chunk, no history row."""
+    from core.models import Change
     from memory.models import MemoryChunk, MemoryFile
-    from neotask_site.models import Change
 
     docs = workspace / "memory" / "docs"
     return (

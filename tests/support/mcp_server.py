@@ -12,7 +12,7 @@ from typing import Any, Literal
 import uvicorn
 from mcp.server.fastmcp import FastMCP
 
-from neotask_site.ports import free_port
+from core.ports import free_port
 
 
 @contextmanager

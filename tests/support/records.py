@@ -23,12 +23,12 @@ from agent.models import (
     ModelProvider,
     TerminalAllowedPrefix,
 )
+from core.history import Actor
+from core.models import Change, SignOnLink
 from importers.models import ExportJob, ImportedArchive, ImportJob
 from memory import recording
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from monitoring.models import Counter
-from neotask_site.history import Actor
-from neotask_site.models import Change, SignOnLink
 from scheduler.models import ScheduledTask
 from sessions_app.models import (
     Agent,

@@ -20,6 +20,9 @@ from django.db import models
 from django.utils import timezone
 
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer, TerminalAllowedPrefix
+from core.history import Actor
+from core.models import Change, SignOnLink
+from core.sealing import seal
 from importers.archive.writing import export_user
 from importers.models import ExportJob, ImportedArchive, ImportJob
 from memory import recording, tasks
@@ -27,9 +30,6 @@ from memory.files.indexing import index_workspace
 from memory.files.paths import write_memory_file
 from memory.models import Event, Fact, ForgottenEvent, Macro, MemoryChunk, MemoryFile
 from memory.workspace import workspace_dir
-from neotask_site.history import Actor
-from neotask_site.models import Change, SignOnLink
-from neotask_site.sealing import seal
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import Agent, ApiToken, ChatClaim, ChatInput, DailyUsage, Session

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from agent.consolidation import run
-from neotask_site.users import find_user
+from core.users import find_user
 
 
 class Command(BaseCommand):

@@ -20,7 +20,7 @@ from agent.model_files import (
     safe_remove,
     verify,
 )
-from neotask_site.progress import progress_bar
+from core.progress import progress_bar
 
 
 class Command(BaseCommand):

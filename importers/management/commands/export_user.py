@@ -8,9 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from core.progress import progress_bar
+from core.users import find_user
 from importers.archive.writing import export_user, total_steps
-from neotask_site.progress import progress_bar
-from neotask_site.users import find_user
 
 
 class Command(BaseCommand):

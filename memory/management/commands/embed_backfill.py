@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from core.progress import progress_bar
 from memory.tasks import embed_missing, needs_embedding
-from neotask_site.progress import progress_bar
 
 
 class Command(BaseCommand):

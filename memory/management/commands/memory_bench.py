@@ -40,6 +40,8 @@ from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
 
+from core.ownership import Owner
+from core.progress import progress_bar
 from memory import fulltext
 from memory.copies import copies_of
 from memory.embeddings import embed_text, embed_texts, get_model
@@ -52,8 +54,6 @@ from memory.tasks import analyze_database
 from memory.vector_index import index_for
 from memory.vectors import EMBEDDING_DIM, pack, unpack
 from memory.workspace import DEFAULT_AGENT
-from neotask_site.ownership import Owner
-from neotask_site.progress import progress_bar
 
 POOL = 2000
 STAGES = (  # what is timed, in the order printed

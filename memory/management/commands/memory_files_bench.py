@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.test import override_settings
 
+from core.ownership import Owner
 from memory.embeddings import embed_texts
 from memory.evaluation import throwaway_user
 from memory.files.indexing import index_workspace
@@ -29,7 +30,6 @@ from memory.files.search import forget_chunk_indexes, search_files
 from memory.management.commands.memory_bench import percentiles
 from memory.models import MemoryChunk
 from memory.workspace import DEFAULT_AGENT, workspace_dir
-from neotask_site.ownership import Owner
 
 FILE_BYTES = 5000
 SAMPLES = 200

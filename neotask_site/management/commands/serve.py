@@ -22,9 +22,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm import LOCAL_KEY_VARIABLE, LOCAL_URL_VARIABLE
+from core.config import env_name
+from core.ports import port_is_free
 from neotask_site import first_run
-from neotask_site.config import env_name
-from neotask_site.ports import port_is_free
 from scheduler.config_sync import SyncError, sync_config_tasks
 
 STOP_GRACE_SECONDS = 10.0

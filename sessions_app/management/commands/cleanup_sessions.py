@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from neotask_site.users import find_user
+from core.users import find_user
 from sessions_app import cleanup
 from sessions_app.models import Session
 

@@ -10,8 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
-from neotask_site.progress import progress_bar
-from neotask_site.users import find_user
+from core.progress import progress_bar
+from core.users import find_user
 from sessions_app.models import Session
 from sessions_app.transcripts import INDEX_NAME, export_session, remove_deleted, write_index
 

@@ -1,6 +1,6 @@
 """The history of changes to what a user's agent knows and may do (issue 26):
 who or what changed which fact, memory file, terminal rule or task, when, from
-what to what. Written through neotask_site.history; never edited afterwards."""
+what to what. Written through core.history; never edited afterwards."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from neotask_site.ownership import OwnedModel, OwnedQuerySet
+from core.ownership import OwnedModel, OwnedQuerySet
 
 
 class ChangeIsPermanent(Exception):

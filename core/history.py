@@ -2,7 +2,7 @@
 
 Each write path of those (on their models and querysets) calls `record_change`
 with the actor it was given, so that every change — by the user, the agent, an
-import, a task or the admin — lands in one history (neotask_site.models.Change)."""
+import, a task or the admin — lands in one history (core.models.Change)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 
-from neotask_site.models import FORGOTTEN, Change
-from neotask_site.ownership import Owner
+from core.models import FORGOTTEN, Change
+from core.ownership import Owner
 
 MAX_VALUE_CHARS = 10_000  # a memory file's text is summarised, not copied whole
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory.workspace import DEFAULT_AGENT
+# The agent a chat or a task talks to unless told another: its workspace's
+# directory name (memory.workspace, which every app imports it from).
+DEFAULT_AGENT = "main"
 
 
 class ConfigError(Exception):

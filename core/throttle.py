@@ -15,7 +15,7 @@ The same gate refuses every password while they are switched off ([oidc]
 local_login = false: single sign-on only), on the admin's login page too.
 
 Counted in the cache, which is Redis on the team profile: every web process
-sees the same counts. The address is the client's (neotask_site.client_address:
+sees the same counts. The address is the client's (core.client_address:
 X-Forwarded-For only from NEOTASK_TRUSTED_PROXIES).
 """
 
@@ -31,7 +31,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from neotask_site.client_address import client_address
+from core.client_address import client_address
 
 WINDOW_SECONDS = 15 * 60
 PER_ACCOUNT_AND_ADDRESS = 5  # guessing one account's password from one address

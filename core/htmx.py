@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
-from neotask_site.ownership import Owner
+from core.ownership import Owner
 
 FULL_BASE = "base.html"
 PARTIAL_BASE = "_partial.html"

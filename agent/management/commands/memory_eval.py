@@ -8,8 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.evaluation import DatasetError, evaluate, load_dataset
-from neotask_site.progress import progress_bar
+from agent.memory_eval import evaluate
+from core.progress import progress_bar
+from memory.evaluation import DatasetError, load_dataset
 
 
 class Command(BaseCommand):

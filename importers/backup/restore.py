@@ -13,17 +13,17 @@ from typing import Any
 
 from django.conf import settings
 
-from neotask_site.backup import BackupError
-from neotask_site.backup.archive import (
+from core.progress import Progress, no_progress
+from importers.backup import BackupError
+from importers.backup.archive import (
     extract_archive,
     has_entries,
     member_path,
     verify_archive,
     workspaces_root,
 )
-from neotask_site.backup.manifest import SECRET_KEY_NAME, WORKSPACES_PREFIX
-from neotask_site.backup.snapshot import archived_counts, check_target, restore_database
-from neotask_site.progress import Progress, no_progress
+from importers.backup.manifest import SECRET_KEY_NAME, WORKSPACES_PREFIX
+from importers.backup.snapshot import archived_counts, check_target, restore_database
 
 
 @dataclass(frozen=True)

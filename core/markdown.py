@@ -1,7 +1,7 @@
 """Markdown from the model or the user, rendered to HTML that is safe to show.
 
 Two layers: markdown-it escapes raw HTML in the source (code blocks are escaped
-by Pygments, which highlights them: neotask_site.highlight), and nh3 then keeps
+by Pygments, which highlights them: core.highlight), and nh3 then keeps
 only an allow-list of tags and attributes (no scripts, no event handlers, no
 javascript: links), adding rel="noopener noreferrer" to every link.
 
@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 import nh3
 from markdown_it import MarkdownIt
 
-from neotask_site.highlight import budget_for_message, highlight_code
+from core.highlight import budget_for_message, highlight_code
 
 _renderer = MarkdownIt(
     "commonmark", {"html": False, "breaks": True, "highlight": highlight_code}

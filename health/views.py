@@ -8,7 +8,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from monitoring import health, metrics
+from health import checks as health
+from health import metrics
 
 # The text format every Prometheus reads (Neotask's names need no UTF-8 escaping).
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"

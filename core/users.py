@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from neotask_site.ownership import Owner
+from core.ownership import Owner
 
 
 class UnknownUser(CommandError):

@@ -22,16 +22,9 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from memory.files.workspace_fs import (
-    DIRECTORY,
-    MAX_USAGE_DEPTH,
-    READ,
-    MemoryPathError,
-    WorkspaceFS,
-    atomic_file,
-)
-from neotask_site.backup import BackupError
-from neotask_site.backup.manifest import (
+from core.progress import Progress, no_progress
+from importers.backup import BackupError
+from importers.backup.manifest import (
     DATABASE_MEMBERS,
     MANIFEST_MAX_BYTES,
     MANIFEST_NAME,
@@ -40,8 +33,15 @@ from neotask_site.backup.manifest import (
     build_manifest,
     parse_manifest,
 )
-from neotask_site.backup.snapshot import take_snapshot
-from neotask_site.progress import Progress, no_progress
+from importers.backup.snapshot import take_snapshot
+from memory.files.workspace_fs import (
+    DIRECTORY,
+    MAX_USAGE_DEPTH,
+    READ,
+    MemoryPathError,
+    WorkspaceFS,
+    atomic_file,
+)
 
 CHUNK = 1024 * 1024
 # A workspace file can change while it is read (a sandboxed command writing it): it is

@@ -24,9 +24,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from health import checks as health
 from memory.models import Event, EventType, MemoryChunk
 from memory.tasks import MAX_ATTEMPTS
-from monitoring import health
 from monitoring.counters import (
     BUCKET_LABELS,
     FIRST_TOKEN_BUCKET,

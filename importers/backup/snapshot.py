@@ -25,8 +25,8 @@ from typing import Any
 from django.db import DatabaseError, connection
 from django.db.backends.postgresql.client import DatabaseClient
 
-from neotask_site.backup import BackupError
-from neotask_site.backup.manifest import DATABASE_MEMBERS
+from importers.backup import BackupError
+from importers.backup.manifest import DATABASE_MEMBERS
 
 PACKAGE_HINT = (
     "install the postgresql-client package (Debian/Ubuntu: apt install postgresql-client)"

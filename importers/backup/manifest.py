@@ -18,7 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from neotask_site.backup import BackupError
+from importers.backup import BackupError
 
 FORMAT = "neotask-backup"
 FORMAT_VERSION = 1

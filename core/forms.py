@@ -14,10 +14,10 @@ from django.contrib.auth.forms import (
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from neotask_site import throttle
-from neotask_site.client_address import client_address
-from neotask_site.models import Change
-from neotask_site.ownership import Owner
+from core import throttle
+from core.client_address import client_address
+from core.models import Change
+from core.ownership import Owner
 
 
 class AdminAccountForm(UserCreationForm):

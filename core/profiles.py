@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import dj_database_url
 
-from neotask_site.config import FALSE_WORDS, TRUE_WORDS, ConfigError
+from core.config import FALSE_WORDS, TRUE_WORDS, ConfigError
 
 # At most one writer at a time is SQLite's rule; these make writers queue
 # instead of failing: WAL lets readers run beside the writer, IMMEDIATE takes
@@ -114,7 +114,7 @@ def databases(url: str | None, directory: Path) -> dict[str, dict[str, Any]]:
     try:
         config = dj_database_url.parse(
             url,
-            engine="neotask_site.postgresql",  # Django's, its health check made when needed
+            engine="core.postgresql",  # Django's, its health check made when needed
             conn_max_age=CONN_MAX_AGE,
             conn_health_checks=True,
         )
@@ -171,13 +171,13 @@ def channel_layers(redis_url: str | None) -> dict[str, Any]:
     if not redis_url:
         return {
             "default": {
-                "BACKEND": "neotask_site.channel_layer.InMemoryChannelLayer",
+                "BACKEND": "core.channel_layer.InMemoryChannelLayer",
                 "CONFIG": {"capacity": CHANNEL_CAPACITY},
             }
         }
     return {
         "default": {
-            "BACKEND": "neotask_site.channel_layer.RedisChannelLayer",
+            "BACKEND": "core.channel_layer.RedisChannelLayer",
             "CONFIG": {"hosts": [check_redis_url(redis_url)], "capacity": CHANNEL_CAPACITY},
         }
     }

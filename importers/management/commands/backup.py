@@ -12,9 +12,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from neotask_site.backup import BackupError
-from neotask_site.backup.archive import write_backup
-from neotask_site.progress import progress_bar
+from core.progress import progress_bar
+from importers.backup import BackupError
+from importers.backup.archive import write_backup
 
 
 class Command(BaseCommand):

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from django.conf import settings
 from django.http import HttpRequest
 
-from neotask_site.config import ConfigError
+from core.config import ConfigError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -1,6 +1,6 @@
 """Secrets kept at rest encrypted (a model provider's API key): Fernet
 (AES-128-CBC + HMAC-SHA256) with a key derived from Django's SECRET_KEY, which
-lives in the data dir (neotask_site.profiles.secret_key) or NEOTASK_SECRET_KEY.
+lives in the data dir (core.profiles.secret_key) or NEOTASK_SECRET_KEY.
 
 A backup restored without its secret key cannot open them: `unseal` then says
 so, and the person enters the key again."""

@@ -6,9 +6,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from neotask_site.history import Actor
-from neotask_site.models import Change, SignOnLink
-from neotask_site.ownership import OwnedAdmin
+from core.history import Actor
+from core.models import Change, SignOnLink
+from core.ownership import OwnedAdmin
 
 
 class RecordedAdmin(admin.ModelAdmin):

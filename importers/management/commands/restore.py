@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from neotask_site.backup import BackupError
-from neotask_site.backup.restore import restore_backup
-from neotask_site.progress import progress_bar
+from core.progress import progress_bar
+from importers.backup import BackupError
+from importers.backup.restore import restore_backup
 
 
 class Command(BaseCommand):
