@@ -1,11 +1,7 @@
 #!/usr/bin/env python
-"""Neotask's command-line utility for administrative tasks."""
-
-import os
-import sys
+"""Neotask's command-line utility for administrative tasks (neotask_site/__main__.py)."""
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "neotask_site.settings")
-    from django.core.management import execute_from_command_line
+    from neotask_site.__main__ import main
 
-    execute_from_command_line(sys.argv)
+    main()

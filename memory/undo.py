@@ -3,7 +3,7 @@ peanuts", with Undo — and undoing it.
 
 The agent's tool result carries the change (`data["memory"]`, set by
 agent.runtime from `noted`), so the chat draws the notice from the stored event,
-live and after a reload alike (templates/sessions_app/_event.html). Undo of a
+live and after a reload alike (neotask_site/templates/sessions_app/_event.html). Undo of a
 fact the turn created forgets it through the one deletion path
 (memory.forgetting, which also redacts the call and this result); undo of an
 update puts the value back from the history. A fact the agent forgot, or a

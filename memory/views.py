@@ -142,8 +142,9 @@ def memory_file_new(request: HtmxHttpRequest) -> HttpResponse:
 def memory_document_upload(request: HtmxHttpRequest) -> HttpResponse:
     """A document converted into a memory file of the agent, from the files page or
     the chat's paperclip. A form post goes back to `next` (a page of this site) or the
-    files page, with a message; the paperclip's request (htmx's header: static/neotask/
-    attach.js) gets the chat's note saying what happened, 400 if the file was refused."""
+    files page, with a message; the paperclip's request (htmx's header:
+    neotask_site/static/neotask/attach.js) gets the chat's note saying what happened,
+    400 if the file was refused."""
     agent, _ = workspace_of(request)
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):

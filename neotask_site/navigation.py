@@ -1,6 +1,6 @@
 """The site's navigation, defined once: Chat, then its pages in groups (Memory,
 Automations, Settings), each link marked when it is the page shown (the base
-template draws it; `static/neotask/toggles.js` opens and closes the groups)."""
+template draws it; `neotask_site/static/neotask/toggles.js` opens and closes the groups)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,9 @@ from core.config import ConfigError, config_path, load_config
 from monitoring import logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The pages and static files live in this package, so that an installed wheel
+# has them too (tests/test_packaging.py).
+SITE_DIR = Path(__file__).resolve().parent
 
 # Everything Neotask writes (the data dir, the database, secret key, workspaces,
 # uploads) is its user's alone, whatever the umask of the shell that started it.
@@ -117,7 +120,8 @@ ASGI_APPLICATION = "neotask_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Before the apps' own (APP_DIRS), so that ours override admin's.
+        "DIRS": [SITE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -164,7 +168,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# neotask_site/static is found as the app's (AppDirectoriesFinder); listing it in
+# STATICFILES_DIRS too would find every file twice.
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 # Serve straight from the app folders: `make run` needs no collectstatic step.

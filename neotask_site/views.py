@@ -84,7 +84,7 @@ def admin_password_change(request: HttpRequest) -> HttpResponseBase:
     return view(request)
 
 
-THEME_COLOR = "#4f46e5"  # the accent of static/neotask/neotask.css and the icons
+THEME_COLOR = "#4f46e5"  # the accent of neotask.css and the icons
 
 
 # Open to all: a browser fetches the manifest without the session cookie.

@@ -73,10 +73,10 @@ def test_it_keeps_spans_only_with_their_class():
 
 
 def test_it_ships_the_theme_css_that_pygments_generates():
-    committed = Path(settings.BASE_DIR, "static", "neotask", "highlight.css").read_text()
+    committed = Path(settings.SITE_DIR, "static", "neotask", "highlight.css").read_text()
     assert committed == highlight.theme_css(), (
-        "static/neotask/highlight.css is stale: regenerate it with "
+        "neotask_site/static/neotask/highlight.css is stale: regenerate it with "
         "python -c 'from core.highlight import theme_css; print(theme_css(), end=\"\")'"
-        " > static/neotask/highlight.css"
+        " > neotask_site/static/neotask/highlight.css"
     )
     assert "@media (prefers-color-scheme: dark)" in committed

@@ -368,7 +368,7 @@ def test_it_takes_a_document_from_the_chat_paperclip_and_returns_to_the_chat(
     assert MemoryFile.objects.get(owner=alice).agent == "research"
 
 
-# The chat's paperclip (static/neotask/attach.js) asks as htmx does: it gets the note
+# The chat's paperclip (neotask_site/static/neotask/attach.js) asks as htmx does: it gets the note
 # the chat shows, and no message is left for the next page (the flash that used to
 # reload the chat).
 

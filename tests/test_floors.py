@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import tomllib
 
+from setuptools import find_packages
+
 from tests.support.processes import ROOT
 
 
@@ -29,8 +31,6 @@ def test_the_docs_list_the_contract_s_floors():
 def test_every_package_is_on_a_floor():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     on_floors = {name for floor in contract_floors() for name in floor.split(" | ")}
-    packaged = {
-        pattern.rstrip("*")
-        for pattern in config["tool"]["setuptools"]["packages"]["find"]["include"]
-    }
+    find = config["tool"]["setuptools"]["packages"]["find"]
+    packaged = {name for name in find_packages(ROOT, exclude=find["exclude"]) if "." not in name}
     assert on_floors == packaged == set(config["tool"]["importlinter"]["root_packages"])

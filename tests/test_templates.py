@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent.parent / "neotask_site" / "templates"
 UNCLOSED_COMMENT = re.compile(r"\{#(?:(?!#\}).)*$", re.MULTILINE)
 
 

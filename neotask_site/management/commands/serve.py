@@ -89,7 +89,8 @@ class Command(BaseCommand):
         if not get_user_model().objects.exists():
             # From another machine the first-run page needs the token.
             self.stdout.write(first_run.setup_link(f"http://{host}:{port}", self.stdout.isatty()))
-        manage = str(settings.BASE_DIR / "manage.py")
+        # manage.py's commands, also where a wheel is installed and there is no manage.py.
+        manage = ["-m", "neotask_site"]
         env = dict(os.environ)
         verbose = verbose or settings.NEOTASK["server"]["verbose"]
         if verbose:  # the children's logging (monitoring.logs.logging_config) too
@@ -102,13 +103,13 @@ class Command(BaseCommand):
         if not settings.NEOTASK["llm"]["base_url"]:
             address_file.unlink(missing_ok=True)  # a previous run's port is not ours
             env[LOCAL_KEY_VARIABLE] = secrets.token_urlsafe(32)
-            local_llm = [sys.executable, manage, "local_llm", "--address-file", str(address_file)]
+            local_llm = [sys.executable, *manage, "local_llm", "--address-file", str(address_file)]
             commands["embedded model"] = local_llm
             optional.add("embedded model")
         commands["web server"] = web_server_command(host, port, verbose=verbose)
         if not no_jobs:
             commands["job cluster"] = at_nice(
-                [sys.executable, manage, "qcluster"], JOB_CLUSTER_NICE
+                [sys.executable, *manage, "qcluster"], JOB_CLUSTER_NICE
             )
 
         children: dict[str, subprocess.Popen] = {}
