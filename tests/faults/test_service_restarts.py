@@ -11,7 +11,6 @@ import contextlib
 import itertools
 import json
 import re
-import shutil
 import subprocess
 import threading
 import urllib.error
@@ -42,18 +41,6 @@ from tests.support.processes import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    server = PrivateRedis()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
