@@ -98,6 +98,12 @@ def session(owner) -> Session:
 
 
 @pytest.fixture
+def alice_session(alice) -> Session:
+    """A web chat of `alice`'s."""
+    return chat.start_chat(alice)
+
+
+@pytest.fixture
 def configure(settings):
     """Change [section] keys of the Neotask config for one test."""
 
