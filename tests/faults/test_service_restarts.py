@@ -33,10 +33,9 @@ from tests.support.processes import (
     message_frame,
     run_program,
     say,
-    spawn_daphne,
+    start_daphne,
     stop_process,
     until_done,
-    wait_for_health,
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
@@ -52,13 +51,7 @@ def scripted_llm() -> Iterator[ScriptedLLM]:
 
 def serve(env: dict[str, str], log_dir: Path) -> tuple[int, subprocess.Popen]:
     port = free_port()
-    server = spawn_daphne(env, port, open(log_dir / "daphne.log", "w"))  # noqa: SIM115
-    try:
-        wait_for_health(port, server)
-    except BaseException:
-        stop_process(server)
-        raise
-    return port, server
+    return port, start_daphne(env, port, open(log_dir / "daphne.log", "w"))
 
 
 def ada_chatting(
