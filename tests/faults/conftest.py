@@ -1,6 +1,6 @@
 """What the fault tests share: PostgreSQL and Redis servers of their own, to stop
 and start, or to run several processes on whatever the profile (the machine's
-shared ones serve other tests)."""
+shared ones serve other tests); the scripted LLM for an app run apart."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.processes import PrivatePostgres, PrivateRedis, postgres_bin_dir
+from tests.support.scripted_llm import ScriptedLLM
 
 
 @contextlib.contextmanager
@@ -70,4 +71,11 @@ def module_postgres() -> Iterator[PrivatePostgres]:
 def module_redis() -> Iterator[PrivateRedis]:
     """A Redis of the module's own, for a stack of processes its tests share."""
     with redis_of_its_own() as server:
+        yield server
+
+
+@pytest.fixture
+def scripted_llm() -> Iterator[ScriptedLLM]:
+    """The scripted LLM without the test process's settings: the app runs apart."""
+    with ScriptedLLM() as server:
         yield server

@@ -15,7 +15,6 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,6 @@ from tests.support.processes import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def scripted_llm() -> Iterator[ScriptedLLM]:
-    """The scripted LLM without the test process's settings: the app runs apart."""
-    with ScriptedLLM() as server:
-        yield server
 
 
 def serve(env: dict[str, str], log_dir: Path) -> tuple[int, subprocess.Popen]:

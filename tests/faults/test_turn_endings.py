@@ -50,13 +50,6 @@ DISK_MB = 256  # the data dir, the embedding model included
 
 
 @pytest.fixture
-def scripted_llm() -> Iterator[ScriptedLLM]:
-    """The scripted LLM without the test process's settings: the app runs apart."""
-    with ScriptedLLM() as server:
-        yield server
-
-
-@pytest.fixture
 def servers() -> Iterator[list[subprocess.Popen]]:
     started: list[subprocess.Popen] = []
     yield started
