@@ -14,8 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agent.runtime import TurnRequest, run_turn
-from memory import recall, recording, retrieval
-from memory.models import EventType
+from memory import recall, retrieval
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import ignore
 
@@ -24,16 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Upper bounds from the code, which ran 16, 23 and 39 queries on SQLite (12, 18 and
 # 33 on PostgreSQL; with one memory search per round it had been 19, 35 and 60).
 MAX_QUERIES = {0: 16, 1: 23, 2: 39}
-
-
-@pytest.fixture
-def user_with_memories(db) -> User:
-    """A plain user with 30 old messages for memory to find."""
-    user = User.objects.create_user("owner")
-    for n in range(30):  # something for every branch to find
-        said = f"My cousin number {n} likes sailing on the lake and reading about trains."
-        recording.record(user, "old", EventType.USER_MESSAGE, {"content": said})
-    return user
 
 
 @pytest.fixture
