@@ -87,7 +87,8 @@ pgvector:
 	@bash scripts/install-pgvector.sh
 
 # `make test`'s fault tests start a PostgreSQL of their own when its programs are
-# installed (tests/faults/test_service_restarts.py); its migrations need pgvector.
+# installed (tests/faults/conftest.py: service restarts, several processes on one
+# database); its migrations need pgvector.
 pgvector-if-postgres:
 	@if [ -d /usr/lib/postgresql ]; then bash scripts/install-pgvector.sh; fi
 

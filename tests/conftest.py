@@ -9,8 +9,9 @@ from django.db import connection
 from django.test import Client
 
 from core import process_cache
-from memory import tasks
+from memory import recording, tasks
 from memory.files.search import forget_chunk_indexes
+from memory.models import EventType
 from memory.vector_index import forget_indexes
 from memory.working import working_memory
 from monitoring import counters
@@ -95,6 +96,22 @@ def owner(db) -> User:
 def session(owner) -> Session:
     """A web chat of `owner`'s."""
     return chat.start_chat(owner)
+
+
+@pytest.fixture
+def alice_session(alice) -> Session:
+    """A web chat of `alice`'s."""
+    return chat.start_chat(alice)
+
+
+@pytest.fixture
+def user_with_memories(db) -> User:
+    """A plain user `owner` with 30 old messages, something for every branch of memory to find."""
+    user = User.objects.create_user("owner")
+    for n in range(30):
+        said = f"My cousin number {n} likes sailing on the lake and reading about trains."
+        recording.record(user, "old", EventType.USER_MESSAGE, {"content": said})
+    return user
 
 
 @pytest.fixture

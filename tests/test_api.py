@@ -37,7 +37,8 @@ def api(alice_token) -> Client:
 
 
 @pytest.fixture
-def session(alice) -> Session:
+def secret_session(alice) -> Session:
+    """A chat of alice's with her secret in it."""
     session = chat.start_chat(alice)
     recording.record(alice, str(session.pk), "user_message", {"content": "alice's secret plans"})
     return session
@@ -74,10 +75,10 @@ def test_it_lists_sessions_with_a_token_newest_first(alice, bob, api):
     assert {"title", "created_at", "last_activity_at"} <= first.keys()
 
 
-def test_it_accepts_the_browser_session(alice, alice_client, session):
+def test_it_accepts_the_browser_session(alice, alice_client, secret_session):
     body = alice_client.get("/api/v1/sessions/").json()
-    assert [s["id"] for s in body["sessions"]] == [str(session.pk)]
-    assert alice_client.get(f"/api/v1/sessions/{session.pk}/").status_code == 200
+    assert [s["id"] for s in body["sessions"]] == [str(secret_session.pk)]
+    assert alice_client.get(f"/api/v1/sessions/{secret_session.pk}/").status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -90,15 +91,15 @@ def test_it_accepts_the_browser_session(alice, alice_client, session):
         "Basic YWxpY2U6YWxpY2UtcGFzc3dvcmQ=",
     ],
 )
-def test_it_refuses_missing_and_bad_tokens(header, session):
+def test_it_refuses_missing_and_bad_tokens(header, secret_session):
     client = Client(headers={"Authorization": header} if header else {})
-    for method, path in [("get", "/api/v1/sessions/"), *endpoints(session)]:
+    for method, path in [("get", "/api/v1/sessions/"), *endpoints(secret_session)]:
         response = getattr(client, method)(path)
         assert response.status_code == 401, (method, path)
         assert "error" in response.json()
         assert response["WWW-Authenticate"].startswith("Bearer")
         assert b"secret plans" not in response.content
-    assert Session.objects.filter(pk=session.pk).exists()
+    assert Session.objects.filter(pk=secret_session.pk).exists()
 
 
 def test_it_refuses_a_token_with_the_right_prefix_and_a_wrong_secret(alice, alice_token):
@@ -156,17 +157,17 @@ def test_it_checks_csrf_for_the_browser_session_but_not_for_tokens(alice, alice_
 # Ownership and errors
 
 
-def test_it_answers_404_for_another_users_session_on_every_endpoint(bob, session):
+def test_it_answers_404_for_another_users_session_on_every_endpoint(bob, secret_session):
     bobs_token = ApiToken.issue(bob, "bob's script")[1]
     bob_browser = client_for(bob)
     for client in (Client(headers=bearer(bobs_token)), bob_browser):
-        for method, path in endpoints(session):
+        for method, path in endpoints(secret_session):
             response = getattr(client, method)(path)
             assert response.status_code == 404, (method, path)
             assert response.json() == {"error": "Not found."}
         assert client.get("/api/v1/sessions/").json()["sessions"] == []
-    assert Session.objects.filter(pk=session.pk).exists()
-    assert Event.objects.filter(session_id=str(session.pk)).count() == 1
+    assert Session.objects.filter(pk=secret_session.pk).exists()
+    assert Event.objects.filter(session_id=str(secret_session.pk)).count() == 1
 
 
 @pytest.mark.parametrize("pk", ["not-a-uuid", "00000000-0000-0000-0000-000000000000"])
@@ -175,12 +176,12 @@ def test_it_answers_404_in_json_for_unknown_sessions(api, pk):
     assert response.status_code == 404 and response.json() == {"error": "Not found."}
 
 
-def test_it_answers_405_for_wrong_methods(api, session):
+def test_it_answers_405_for_wrong_methods(api, secret_session):
     response = api.put("/api/v1/sessions/")
     assert response.status_code == 405 and response["Allow"] == "GET, POST"
-    assert api.post(f"/api/v1/sessions/{session.pk}/").status_code == 405
-    assert api.get(f"/api/v1/sessions/{session.pk}/messages").status_code == 405
-    assert api.delete(f"/api/v1/sessions/{session.pk}/transcript.jsonl").status_code == 405
+    assert api.post(f"/api/v1/sessions/{secret_session.pk}/").status_code == 405
+    assert api.get(f"/api/v1/sessions/{secret_session.pk}/messages").status_code == 405
+    assert api.delete(f"/api/v1/sessions/{secret_session.pk}/transcript.jsonl").status_code == 405
 
 
 # Sessions
@@ -270,29 +271,29 @@ def test_it_reads_a_session_with_its_events_in_pages(alice, api):
         assert response.status_code == 400, query
 
 
-def test_it_deletes_a_session_and_its_events(alice, api, session):
+def test_it_deletes_a_session_and_its_events(alice, api, secret_session):
     other = chat.start_chat(alice)
-    response = api.delete(f"/api/v1/sessions/{session.pk}/")
+    response = api.delete(f"/api/v1/sessions/{secret_session.pk}/")
     assert response.status_code == 204
-    assert not Session.objects.filter(pk=session.pk).exists()
-    assert not Event.objects.filter(session_id=str(session.pk)).exists()
+    assert not Session.objects.filter(pk=secret_session.pk).exists()
+    assert not Event.objects.filter(session_id=str(secret_session.pk)).exists()
     assert Session.objects.filter(pk=other.pk).exists()
-    assert api.delete(f"/api/v1/sessions/{session.pk}/").status_code == 404
+    assert api.delete(f"/api/v1/sessions/{secret_session.pk}/").status_code == 404
 
 
 def patch_json(client: Client, path: str, body: object) -> object:
     return client.patch(path, json.dumps(body), content_type="application/json")
 
 
-def test_it_renames_a_chat_and_all_its_sessions(alice, bob, api, session):
+def test_it_renames_a_chat_and_all_its_sessions(alice, bob, api, secret_session):
     archived = Session.objects.create(
-        owner=alice, agent=session.agent, key=session.key, status="archived"
+        owner=alice, agent=secret_session.agent, key=secret_session.key, status="archived"
     )
     bobs = chat.start_chat(bob)
-    response = patch_json(api, f"/api/v1/chats/{session.key}/", {"title": "  Trip plans "})
+    response = patch_json(api, f"/api/v1/chats/{secret_session.key}/", {"title": "  Trip plans "})
     assert response.status_code == 200
     assert response.json()["title"] == "Trip plans"
-    titles = Session.objects.filter(pk__in=[session.pk, archived.pk]).values_list("title")
+    titles = Session.objects.filter(pk__in=[secret_session.pk, archived.pk]).values_list("title")
     assert {title for (title,) in titles} == {"Trip plans"}
     # Bob's chat is not alice's to name, and an unknown key names nothing.
     assert patch_json(api, f"/api/v1/chats/{bobs.key}/", {"title": "Mine"}).status_code == 404
@@ -310,22 +311,22 @@ def test_it_renames_a_chat_and_all_its_sessions(alice, bob, api, session):
         ({"title": "x" * 1000}, "A title can have at most"),
     ],
 )
-def test_it_refuses_bad_chat_titles(api, session, body, error):
-    response = patch_json(api, f"/api/v1/chats/{session.key}/", body)
+def test_it_refuses_bad_chat_titles(api, secret_session, body, error):
+    response = patch_json(api, f"/api/v1/chats/{secret_session.key}/", body)
     assert response.status_code == 400
     assert error in response.json()["error"]
-    session.refresh_from_db()
-    assert session.title == ""
+    secret_session.refresh_from_db()
+    assert secret_session.title == ""
 
 
-def test_it_downloads_the_transcript_as_jsonl(alice, alice_client, api, session):
-    recording.record(alice, str(session.pk), "assistant_response", {"content": "Olá — fine"})
-    stored = Event.objects.filter(session_id=str(session.pk)).order_by("id")
+def test_it_downloads_the_transcript_as_jsonl(alice, alice_client, api, secret_session):
+    recording.record(alice, str(secret_session.pk), "assistant_response", {"content": "Olá — fine"})
+    stored = Event.objects.filter(session_id=str(secret_session.pk)).order_by("id")
     for client in (api, alice_client):
-        response = client.get(f"/api/v1/sessions/{session.pk}/transcript.jsonl")
+        response = client.get(f"/api/v1/sessions/{secret_session.pk}/transcript.jsonl")
         assert response.status_code == 200
         assert response["Content-Type"].startswith("application/jsonl")
-        assert f'filename="{session.pk}.jsonl"' in response["Content-Disposition"]
+        assert f'filename="{secret_session.pk}.jsonl"' in response["Content-Disposition"]
         lines = b"".join(response.streaming_content).decode().splitlines()
         assert [json.loads(line) for line in lines] == [event_record(e) for e in stored]
         assert "Olá — fine" in lines[1]
@@ -356,15 +357,17 @@ def test_it_posts_a_message_and_answers_with_the_turn(alice, api, llm):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_in_the_next_session_after_a_daily_reset(alice, api, session, llm, configure):
+def test_it_answers_in_the_next_session_after_a_daily_reset(
+    alice, api, secret_session, llm, configure
+):
     configure("sessions", daily_reset_hour=4, idle_minutes=0)
     two_days_ago = timezone.now() - timedelta(days=2)
-    Session.objects.filter(pk=session.pk).update(last_activity_at=two_days_ago)
+    Session.objects.filter(pk=secret_session.pk).update(last_activity_at=two_days_ago)
     llm.script(Reply(text="Good morning."))
-    response = post_json(api, f"/api/v1/sessions/{session.pk}/messages", {"text": "Hi"})
+    response = post_json(api, f"/api/v1/sessions/{secret_session.pk}/messages", {"text": "Hi"})
     body = response.json()
-    fresh = Session.objects.get(owner=alice, key=session.key, status=Session.Status.ACTIVE)
-    assert fresh.pk != session.pk and body["answer"] == "Good morning."
+    fresh = Session.objects.get(owner=alice, key=secret_session.key, status=Session.Status.ACTIVE)
+    assert fresh.pk != secret_session.pk and body["answer"] == "Good morning."
     assert body["session_id"] == str(fresh.pk)
     assert body["session_changes"] == [
         {"session_id": str(fresh.pk), "reason": "daily reset at 04:00"}
@@ -423,17 +426,17 @@ def test_it_reports_a_failed_turn(alice, api, llm):
         ('{"text": "/new"}', "Slash commands"),
     ],
 )
-def test_it_refuses_bad_messages(api, session, llm, raw, message):
-    path = f"/api/v1/sessions/{session.pk}/messages"
+def test_it_refuses_bad_messages(api, secret_session, llm, raw, message):
+    path = f"/api/v1/sessions/{secret_session.pk}/messages"
     response = api.post(path, raw, content_type="application/json")
     assert response.status_code == 400
     assert message in response.json()["error"]
     assert llm.requests == []
 
 
-def test_it_refuses_messages_to_an_archived_session(alice, api, session):
-    fresh = rollover(session, "/new")
-    response = post_json(api, f"/api/v1/sessions/{session.pk}/messages", {"text": "Hi"})
+def test_it_refuses_messages_to_an_archived_session(alice, api, secret_session):
+    fresh = rollover(secret_session, "/new")
+    response = post_json(api, f"/api/v1/sessions/{secret_session.pk}/messages", {"text": "Hi"})
     assert response.status_code == 409
     assert response.json()["active_session"] == str(fresh.pk)
 

@@ -33,11 +33,6 @@ from tests.support.websocket import connect, receive, send, until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_user("owner")
-
-
 def turns(session: Session) -> list[tuple[str, str, str | None]]:
     events = Event.objects.filter(session_id=str(session.pk)).order_by("id")
     return [(e.event_type, e.text, e.data.get("reason")) for e in events]
@@ -59,11 +54,13 @@ def crashed_holder(owner: User, session: Session, partial: str) -> None:
     recording.record(owner, str(session.pk), "user_message", {"content": "tell me everything"})
 
 
-async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(owner, session, llm):
-    await sync_to_async(crashed_holder)(owner, session, "The first half of")
+async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(
+    alice, alice_session, llm
+):
+    await sync_to_async(crashed_holder)(alice, alice_session, "The first half of")
     dead = await ChatInput.objects.aget()
     llm.script(Reply(text="Back again."))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     # Opening the chat is enough: nobody has to send the next message first.
     buried = await until(ws, timeout=20)
     assert [f["type"] for f in buried] == ["error", "done"]
@@ -72,7 +69,7 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
     await send(ws, type="message", text="hello?")
     answered = await until(ws, timeout=20)
     assert answered[-1]["status"] == "completed"
-    assert await sync_to_async(turns)(session) == [
+    assert await sync_to_async(turns)(alice_session) == [
         ("user_message", "tell me everything", None),
         ("assistant_response", "The first half of", "server_stopped"),
         ("error", LOST, None),
@@ -80,24 +77,24 @@ async def test_it_keeps_a_dead_holders_streamed_text_and_runs_the_next_message(o
         ("assistant_response", "Back again.", None),
     ]
     assert not await ChatInput.objects.aexists()  # nothing waits, nothing is kept
-    claim = await ChatClaim.objects.aget(owner=owner, key=session.key)
+    claim = await ChatClaim.objects.aget(owner=alice, key=alice_session.key)
     assert claim.token == "" and claim.partial == ""
     await ws.disconnect()
 
 
 async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs_out(
-    owner, session, llm, monkeypatch
+    alice, alice_session, llm, monkeypatch
 ):
     monkeypatch.setattr(runner, "WATCH_SECONDS", 0.2)
     await ChatClaim.objects.acreate(
-        owner=owner,
-        key=session.key,
+        owner=alice,
+        key=alice_session.key,
         token="b" * 32,
         lease_until=timezone.now() + timedelta(minutes=1),
-        session_id=str(session.pk),
+        session_id=str(alice_session.pk),
     )
     llm.script(Reply(text="Finally."))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="anyone?")
     queued = await receive(ws)
     assert queued["type"] == "queued" and queued["text"] == "anyone?"
@@ -105,7 +102,7 @@ async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs
     assert await ws.receive_nothing(timeout=0.1)
     assert llm.requests == []
     assert (await ChatInput.objects.aget()).status == ChatInput.Status.QUEUED
-    await ChatClaim.objects.filter(key=session.key).aupdate(
+    await ChatClaim.objects.filter(key=alice_session.key).aupdate(
         lease_until=timezone.now() - timedelta(seconds=1)
     )
     frames = await until(ws, timeout=20)
@@ -115,14 +112,14 @@ async def test_it_queues_behind_a_live_holder_and_takes_over_when_its_lease_runs
     await ws.disconnect()
 
 
-async def test_it_runs_an_api_message_after_the_turn_before_it(owner, session, llm):
-    token = (await sync_to_async(ApiToken.issue)(owner, "script"))[1]
+async def test_it_runs_an_api_message_after_the_turn_before_it(alice, alice_session, llm):
+    token = (await sync_to_async(ApiToken.issue)(alice, "script"))[1]
     release = threading.Event()
     llm.script(Reply(text="First answer.", hold=release), Reply(text="API answer."))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="from the page")
     await until(ws, "started", timeout=20)
-    api = asyncio.ensure_future(post(token, session, "from a script"))
+    api = asyncio.ensure_future(post(token, alice_session, "from a script"))
     await until(ws, "queued", timeout=20)
     release.set()
     response = await api
@@ -134,7 +131,7 @@ async def test_it_runs_an_api_message_after_the_turn_before_it(owner, session, l
         "from a script",
         "API answer.",
     ]
-    assert [text for _, text, _ in await sync_to_async(turns)(session)] == [
+    assert [text for _, text, _ in await sync_to_async(turns)(alice_session)] == [
         "from the page",
         "First answer.",
         "from a script",
@@ -160,12 +157,12 @@ async def post(token: str, session: Session, text: str) -> dict:
     return json.loads(response["body"])
 
 
-async def test_it_waits_for_many_api_turns_at_once_without_a_thread_each(owner, llm):
+async def test_it_waits_for_many_api_turns_at_once_without_a_thread_each(alice, llm):
     """50 API turns on one worker are all with the model at the same moment: a
     view holding a thread per turn would stop at the thread pool's size."""
     count = 50
-    token = (await sync_to_async(ApiToken.issue)(owner, "script"))[1]
-    sessions = [await sync_to_async(chat.start_chat)(owner) for _ in range(count)]
+    token = (await sync_to_async(ApiToken.issue)(alice, "script"))[1]
+    sessions = [await sync_to_async(chat.start_chat)(alice) for _ in range(count)]
     everyone_asked = threading.Event()
     llm.script(*(Reply(text=f"Answer {n}.", hold=everyone_asked) for n in range(count)))
 
@@ -190,21 +187,21 @@ async def test_it_waits_for_many_api_turns_at_once_without_a_thread_each(owner, 
 
 
 async def test_it_wakes_the_turn_waiting_for_approval_by_the_chats_signal(
-    owner, session, llm, configure, monkeypatch
+    alice, alice_session, llm, configure, monkeypatch
 ):
     """The decision is stored, then only signalled on the chat's control group (as
     a click in another process is): the waiting turn goes on at once, not at its
     next re-read of the database, here put out of reach."""
     monkeypatch.setattr(approvals, "RECHECK_SECONDS", 600.0)
     configure("terminal", enabled=True)
-    await sync_to_async(allow_terminal)(owner)
+    await sync_to_async(allow_terminal)(alice)
     llm.script(reply_with_tool("terminal", {"command": "echo signalled"}), Reply(text="Ran it."))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="run it")
     request_id = (await until(ws, "approval_request"))[-1]["request_id"]
     request = await ApprovalRequest.objects.aget(pk=request_id)
-    await sync_to_async(request.decide)("once", Actor.user(owner))
-    await signal(owner.pk, session.key, APPROVAL, request_id=request_id)
+    await sync_to_async(request.decide)("once", Actor.user(alice))
+    await signal(alice.pk, alice_session.key, APPROVAL, request_id=request_id)
     frames = await until(ws)
     assert frames[-1]["status"] == "completed"
     results = [
@@ -215,7 +212,7 @@ async def test_it_wakes_the_turn_waiting_for_approval_by_the_chats_signal(
 
 
 async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_input(
-    owner, session, llm, monkeypatch
+    alice, alice_session, llm, monkeypatch
 ):
     """An API call whose message waits behind a turn in another holder hears that
     the input ended from the holder's signal, not from its next look, here put out
@@ -223,11 +220,11 @@ async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_in
     monkeypatch.setattr(runner, "WATCH_SECONDS", 600.0)
     release = threading.Event()
     llm.script(Reply(text="First.", hold=release), Reply(text="Second."))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="one")
     await until(ws, "started")
     waiting = asyncio.ensure_future(
-        runner.submit(owner, session.key, "two", commands=False, wait=True)
+        runner.submit(alice, alice_session.key, "two", commands=False, wait=True)
     )
     await until(ws, "queued")
     release.set()
@@ -237,11 +234,11 @@ async def test_it_tells_a_waiting_caller_its_outcome_when_the_holder_ends_the_in
 
 
 def test_it_hands_an_awaited_outcome_to_its_caller_when_it_runs_in_the_same_process(
-    owner, session, llm
+    alice, alice_session, llm
 ):
     llm.script(Reply(text="Here."))
     with CaptureQueriesContext(connection) as queries:
-        outcome = async_to_sync(runner.submit)(owner, session.key, "hi", wait=True)
+        outcome = async_to_sync(runner.submit)(alice, alice_session.key, "hi", wait=True)
     assert outcome is not None and (outcome.status, outcome.answer) == ("completed", "Here.")
     # Handed over in process: the input's row went at its end, the outcome never in it.
     writes = [q["sql"] for q in queries.captured_queries if "sessions_app_chatinput" in q["sql"]]
@@ -250,15 +247,15 @@ def test_it_hands_an_awaited_outcome_to_its_caller_when_it_runs_in_the_same_proc
     assert not runner.WAITED_HERE
 
 
-def test_a_free_claim_is_not_taken_past_an_input_left_waiting(owner, session, llm):
+def test_a_free_claim_is_not_taken_past_an_input_left_waiting(alice, alice_session, llm):
     """An input stored just as its chat's holder let go (PostgreSQL: the holder's
     last look missed it) runs first: the next one is queued behind it."""
     llm.script(Reply(text="First."), Reply(text="Second."))
-    ChatInput.objects.create(owner=owner, key=session.key, text="left waiting")
-    item, holder = runner.enqueue(owner, session.key, {"text": "later"})
+    ChatInput.objects.create(owner=alice, key=alice_session.key, text="left waiting")
+    item, holder = runner.enqueue(alice, alice_session.key, {"text": "later"})
     assert item.status == ChatInput.Status.QUEUED
     if holder is None:  # SQLite: left to the waiting input's sender, whose wait takes over
-        assert async_to_sync(runner.take_over)(owner, session.key)
+        assert async_to_sync(runner.take_over)(alice, alice_session.key)
     else:  # PostgreSQL: the claim taken after storing it (queued), the queue run in order
         async_to_sync(holder.run_queue)()
     messages = Event.objects.filter(event_type="user_message").order_by("id")
@@ -266,29 +263,29 @@ def test_a_free_claim_is_not_taken_past_an_input_left_waiting(owner, session, ll
     assert not ChatInput.objects.exists()
 
 
-async def test_a_caller_reads_the_outcome_another_process_stored_for_it(owner, session):
+async def test_a_caller_reads_the_outcome_another_process_stored_for_it(alice, alice_session):
     """The input runs in another process (a holder's claim taken there): its outcome
     comes back through its row, which the caller then deletes."""
-    elsewhere = await sync_to_async(ChatClaim.objects.take)(owner.pk, session.key)
+    elsewhere = await sync_to_async(ChatClaim.objects.take)(alice.pk, alice_session.key)
     waiting = asyncio.ensure_future(
-        runner.submit(owner, session.key, "for the other process", commands=False, wait=True)
+        runner.submit(alice, alice_session.key, "for the other process", commands=False, wait=True)
     )
-    while not await ChatInput.objects.filter(owner=owner).aexists():
+    while not await ChatInput.objects.filter(owner=alice).aexists():
         await asyncio.sleep(0.01)
     # The other process runs it and lets go, as its Holder does.
-    item = await sync_to_async(ChatInput.objects.next_for)(owner.pk, session.key)
+    item = await sync_to_async(ChatInput.objects.next_for)(alice.pk, alice_session.key)
     assert item is not None and item.awaited
-    done = Outcome(session_id=str(session.pk), answer="From afar.")
+    done = Outcome(session_id=str(alice_session.pk), answer="From afar.")
     await sync_to_async(item.finish)(done)
     assert await sync_to_async(elsewhere.release)(unless_queued=True)
-    await signal(owner.pk, session.key, INPUT)
+    await signal(alice.pk, alice_session.key, INPUT)
     outcome = await asyncio.wait_for(waiting, 30)
     assert outcome == done
     assert not await ChatInput.objects.aexists()
 
 
 async def test_it_keeps_renewing_its_lease_through_a_database_error(
-    owner, session, llm, monkeypatch
+    alice, alice_session, llm, monkeypatch
 ):
     """A renewal that fails (PostgreSQL restarting) is tried again: a holder that
     stopped renewing would lose its live turn to a successor 20 s later."""
@@ -305,7 +302,7 @@ async def test_it_keeps_renewing_its_lease_through_a_database_error(
     monkeypatch.setattr(ChatClaim, "renew", restarting_once)
     release = threading.Event()
     llm.script(Reply(text="Still here.", hold=release))
-    ws = await connect(owner, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="are you there?")
     await until(ws, "started")
     for _ in range(200):

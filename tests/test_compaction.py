@@ -38,14 +38,9 @@ def conversation(owner: User, turns: int = 15) -> Session:
     return session
 
 
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_user("owner")
-
-
-async def test_it_compacts_without_losing_anything(owner, llm, configure):
+async def test_it_compacts_without_losing_anything(alice, llm, configure):
     configure("sessions", compaction_keep_recent=4)
-    session = await sync_to_async(conversation)(owner)
+    session = await sync_to_async(conversation)(alice)
     before = await sync_to_async(meter)(session)
     llm.script(
         reply_with_tool("remember_fact", {"category": "plan", "key": "trip", "value": "Kyoto"}),
@@ -67,19 +62,19 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
     condensed = [event.data["content"][:12] async for event in compaction.condensed.all()]
     assert len(condensed) == 26 and "question 13 " not in condensed
     hits = await sync_to_async(search_memory)(
-        owner, "question 3 about the Kyoto trip", branch="lexical"
+        alice, "question 3 about the Kyoto trip", branch="lexical"
     )
     assert any(hit.event.text.startswith("question 3 ") for hit in hits)
     # The memory flush saved a fact before summarising.
     assert (
-        await Fact.objects.filter(owner=owner, key="trip", value="kyoto").aexists()
-        or await Fact.objects.filter(owner=owner, key="trip").aexists()
+        await Fact.objects.filter(owner=alice, key="trip", value="kyoto").aexists()
+        or await Fact.objects.filter(owner=alice, key="trip").aexists()
     )
     # The summary call got the older messages, not the kept ones.
     summary_request = llm.requests[2]["messages"][1]["content"]
     assert "question 0 " in summary_request and "question 14 " not in summary_request
     # The fresh session opens with the summary plus the recent messages.
-    messages = await sync_to_async(build_messages)(owner, str(fresh.pk), "")
+    messages = await sync_to_async(build_messages)(alice, str(fresh.pk), "")
     context = [m["content"] for m in messages if m["role"] == "system"][1]
     assert SUMMARY in context
     assert [m["content"][:12] for m in messages if m["role"] != "system"] == [
@@ -93,8 +88,8 @@ async def test_it_compacts_without_losing_anything(owner, llm, configure):
     assert "compacted 1 time)" in await status(fresh)
 
 
-async def test_it_leaves_the_session_unchanged_when_the_summary_fails(owner, llm):
-    session = await sync_to_async(conversation)(owner)
+async def test_it_leaves_the_session_unchanged_when_the_summary_fails(alice, llm):
+    session = await sync_to_async(conversation)(alice)
     llm.script(Reply(text="DONE"), Reply(status=500, error="summariser down"))
     with pytest.raises(CompactionError, match="summary could not be written"):
         await compact(session)
@@ -104,19 +99,19 @@ async def test_it_leaves_the_session_unchanged_when_the_summary_fails(owner, llm
     assert not await Event.objects.filter(event_type="compaction").aexists()
 
 
-async def test_it_refuses_to_compact_a_short_conversation(owner, llm):
-    session = await sync_to_async(conversation)(owner, turns=2)
+async def test_it_refuses_to_compact_a_short_conversation(alice, llm):
+    session = await sync_to_async(conversation)(alice, turns=2)
     with pytest.raises(CompactionError, match="not enough conversation"):
         await compact(session)
     assert llm.requests == []
 
 
-async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, configure):
+async def test_it_compacts_by_itself_when_the_context_fills_up(alice, llm, configure):
     configure("llm", context_window=1024, max_answer_tokens=256)
     configure(
         "sessions", compaction_threshold=0.5, compaction_min_messages=10, compaction_keep_recent=2
     )
-    session = await sync_to_async(conversation)(owner)
+    session = await sync_to_async(conversation)(alice)
     llm.script(Reply(text="Sure."), Reply(text="DONE"), Reply(text=SUMMARY))
     frames: list = []
 
@@ -125,6 +120,6 @@ async def test_it_compacts_by_itself_when_the_context_fills_up(owner, llm, confi
 
     result = await converse(session, "one more question", emit)
     assert frames[-1].type == "session"
-    fresh = await Session.objects.aget(owner=owner, status="active")
+    fresh = await Session.objects.aget(owner=alice, status="active")
     assert frames[-1].session_id == str(fresh.pk) and fresh.compaction_count == 1
     assert result.done().meter["context_tokens"] < 0.5 * 1024

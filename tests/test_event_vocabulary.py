@@ -57,7 +57,7 @@ def chat_with_every_kind(owner: User) -> Session:
 
 
 @pytest.fixture
-def session(alice: User) -> Session:
+def every_kind_session(alice: User) -> Session:
     return chat_with_every_kind(alice)
 
 
@@ -65,8 +65,8 @@ def kinds(events: list[Event]) -> list[str]:
     return [event.event_type for event in events]
 
 
-def test_it_shows_the_model_the_exchange_and_a_compaction_as_its_summary(alice, session):
-    instructions, system, *history = build_messages(alice, str(session.pk), "")
+def test_it_shows_the_model_the_exchange_and_a_compaction_as_its_summary(alice, every_kind_session):
+    instructions, system, *history = build_messages(alice, str(every_kind_session.pk), "")
     assert instructions["role"] == system["role"] == "system"
     assert history == [
         {"role": "user", "content": said_by(EventType.USER_MESSAGE)},
@@ -87,15 +87,17 @@ def test_it_shows_the_model_the_exchange_and_a_compaction_as_its_summary(alice, 
 
 
 @pytest.mark.parametrize("branch", ["lexical", "recency"])
-def test_it_searches_what_was_said_and_summarised_but_no_tool_output(alice, session, branch):
+def test_it_searches_what_was_said_and_summarised_but_no_tool_output(
+    alice, every_kind_session, branch
+):
     hits = search_memory(alice, WORD, k=20, branch=branch)
     assert sorted(kinds([hit.event for hit in hits])) == sorted(
         [EventType.USER_MESSAGE, EventType.ASSISTANT_RESPONSE, *SUMMARIES]
     )
 
 
-def test_it_keeps_what_has_content_in_working_memory(alice, session):
-    recent = working_memory.recent(alice, str(session.pk), limit=50)
+def test_it_keeps_what_has_content_in_working_memory(alice, every_kind_session):
+    recent = working_memory.recent(alice, str(every_kind_session.pk), limit=50)
     assert kinds(recent) == [*SAID, *SUMMARIES]
 
 
@@ -108,13 +110,15 @@ def test_it_embeds_what_has_content(alice, django_capture_on_commit_callbacks):
     assert kinds(list(Event.objects.filter(pk__in=ids))) == [*SAID, *SUMMARIES]
 
 
-def test_compaction_summarises_only_what_has_content(session):
-    older, recent = split(session, keep=1)
+def test_compaction_summarises_only_what_has_content(every_kind_session):
+    older, recent = split(every_kind_session, keep=1)
     assert kinds(older + recent) == [*SAID, *SUMMARIES]
 
 
-def test_a_transcript_gives_each_event_its_role_in_a_chat(session):
-    lines = [json.loads(line) for line in "".join(transcript_chunks(session)).splitlines()]
+def test_a_transcript_gives_each_event_its_role_in_a_chat(every_kind_session):
+    lines = [
+        json.loads(line) for line in "".join(transcript_chunks(every_kind_session)).splitlines()
+    ]
     assert [(line["type"], line.get("role")) for line in lines] == [
         (EventType.SESSION_START, None),
         (EventType.USER_MESSAGE, "user"),

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.programs import jobs
 from tests.support.processes import (
-    ROOT,
     app_env,
     free_port,
     logged_in_chat,
     run_program,
     say,
+    spawn_daphne,
     start_qcluster,
     stop_process,
     stop_process_group,
@@ -36,8 +34,6 @@ from tests.support.processes import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 TOKEN = "prometheus-token-0123456789abcdef"
-DAPHNE = [sys.executable, "-m", "neotask_site.web_server", "-b", "127.0.0.1"]
-ASGI = "neotask_site.asgi:application"
 
 
 class Stack(NamedTuple):
@@ -65,11 +61,8 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         port = free_port()
         log = data_dir / "daphne.log"
         # As docs/deploy.md runs it with JSON logs: Neotask logs each request itself.
-        command = [*DAPHNE, "-p", str(port), "--access-log", os.devnull, ASGI]
         with open(log, "w") as output:
-            server = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
-            )
+            server = spawn_daphne(env, port, output, options=["--access-log", os.devnull])
         try:
             wait_for_health(port, server)
             yield Stack(env, port, cookie, key, llm, log)

@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,20 +35,9 @@ def env(tmp_path):
     return env
 
 
-def serve(env: dict[str, str], port: int, **output: Any) -> subprocess.Popen:
-    """`manage.py serve` in a process group of its own (its cluster and workers in it)."""
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        **output,
-    )
-
-
 def test_it_serves_the_app_and_stops_everything_on_ctrl_c(env):
     port = free_port()
-    server = serve(env, port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = spawn_serve(env, port, jobs=True, output=True)
     try:
         wait_for_health(port, server)
         # First run: the page that creates the admin account.
@@ -120,7 +108,7 @@ def test_it_runs_the_job_cluster_at_a_lower_priority(env):
 
     port = free_port()
     env = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # no embedded model
-    server = serve(env, port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = spawn_serve(env, port, jobs=True)
     try:
         wait_for_health(port, server)
         deadline = time.monotonic() + 60
@@ -148,15 +136,7 @@ def test_it_logs_requests_and_the_job_clusters_info_only_when_verbose(env, verbo
     port = free_port()
     env = {**env, "NEOTASK_LLM_BASE_URL": "http://127.0.0.1:9/v1"}  # no embedded model
     extra = ["--verbose"] if verbose else []
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), *extra],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = spawn_serve(env, port, *extra, jobs=True, output=True)
     try:
         wait_for_health(port, server)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/setup/", timeout=5) as r:

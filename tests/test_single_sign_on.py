@@ -44,8 +44,8 @@ def oidc(**overrides) -> dict:
 
 
 @pytest.fixture
-def configure(settings):
-    """Sets [oidc] for the test: configure(issuer=..., local_login="false", ...)."""
+def configure_oidc(settings):
+    """Sets [oidc] for the test: configure_oidc(issuer=..., local_login="false", ...)."""
 
     def apply(**overrides) -> dict:
         settings.NEOTASK = {**settings.NEOTASK, "oidc": oidc(**overrides)}
@@ -213,17 +213,17 @@ def test_it_refuses_bad_oidc_settings_naming_them(variables, message):
 # The pages
 
 
-def test_it_offers_the_provider_on_the_login_page_only_when_configured(alice, configure):
+def test_it_offers_the_provider_on_the_login_page_only_when_configured(alice, configure_oidc):
     page = text(Client().get("/accounts/login/"))
     assert "Sign in with" not in page and 'name="password"' in page
-    configure()
+    configure_oidc()
     page = text(Client().get("/accounts/login/?next=/memory/"))
     assert 'href="/accounts/oidc/start/?next=/memory/"' in page
     assert "Sign in with Test IdP" in page and 'name="password"' in page
 
 
-def test_it_refuses_passwords_when_local_login_is_off(alice, configure):
-    configure(local_login="false")
+def test_it_refuses_passwords_when_local_login_is_off(alice, configure_oidc):
+    configure_oidc(local_login="false")
     client = Client()
     page = text(client.get("/accounts/login/"))
     assert "Sign in with Test IdP" in page and 'name="password"' not in page
@@ -246,16 +246,16 @@ def test_it_answers_its_pages_with_not_found_when_not_configured(alice):
     assert Client().get("/accounts/oidc/callback/?code=c&state=s").status_code == 404
 
 
-def test_it_says_so_when_the_provider_is_down_at_the_start(alice, configure):
-    configure(issuer=DOWN)
+def test_it_says_so_when_the_provider_is_down_at_the_start(alice, configure_oidc):
+    configure_oidc(issuer=DOWN)
     response = Client().get("/accounts/oidc/start/")
     assert response.status_code == 503
     assert "Test IdP is not answering" in text(response)
     assert "The sign-in service is not available" in text(response)
 
 
-def test_it_says_so_when_the_provider_is_down_at_the_callback(alice, configure):
-    configure(issuer=DOWN)
+def test_it_says_so_when_the_provider_is_down_at_the_callback(alice, configure_oidc):
+    configure_oidc(issuer=DOWN)
     client = Client()
     session = client.session
     session["oidc_states"] = {"s1": {"nonce": "n1", "code_verifier": "v" * 64}}
@@ -266,8 +266,8 @@ def test_it_says_so_when_the_provider_is_down_at_the_callback(alice, configure):
     assert "_auth_user_id" not in client.session
 
 
-def test_it_explains_a_sign_in_the_provider_did_not_complete(alice, configure):
-    configure()
+def test_it_explains_a_sign_in_the_provider_did_not_complete(alice, configure_oidc):
+    configure_oidc()
     response = Client().get(
         "/accounts/oidc/callback/?error=access_denied&error_description=End-User+aborted"
     )
@@ -278,16 +278,16 @@ def test_it_explains_a_sign_in_the_provider_did_not_complete(alice, configure):
     assert "may have been started in another window" in text(response)
 
 
-def test_it_ignores_a_password_login_that_carries_a_code(alice, configure):
+def test_it_ignores_a_password_login_that_carries_a_code(alice, configure_oidc):
     """The OIDC backend answers only the callback: a code in a login page's URL
     is not exchanged at the provider."""
-    configure()
+    configure_oidc()
     request = RequestFactory().post("/accounts/login/?code=c&state=s")
     assert OIDCBackend().authenticate(request, username="alice", password="x") is None
 
 
-def test_it_refuses_an_id_token_of_another_application_or_issuer(alice, configure):
-    configure()
+def test_it_refuses_an_id_token_of_another_application_or_issuer(alice, configure_oidc):
+    configure_oidc()
     backend = OIDCBackend()
     backend.OIDC_RP_CLIENT_ID = CLIENT_ID
     backend.OIDC_OP_USER_ENDPOINT = f"{DOWN}/me"
@@ -302,8 +302,10 @@ def test_it_refuses_an_id_token_of_another_application_or_issuer(alice, configur
 
 
 @pytest.mark.slow
-def test_it_sends_the_browser_to_the_provider_with_state_nonce_and_pkce(alice, configure, provider):
-    configure(issuer=provider.issuer, scopes="openid email profile groups")
+def test_it_sends_the_browser_to_the_provider_with_state_nonce_and_pkce(
+    alice, configure_oidc, provider
+):
+    configure_oidc(issuer=provider.issuer, scopes="openid email profile groups")
     client = Client()
     response = client.get("/accounts/oidc/start/?next=/memory/")
     assert response.status_code == 302
@@ -320,8 +322,8 @@ def test_it_sends_the_browser_to_the_provider_with_state_nonce_and_pkce(alice, c
 
 
 @pytest.mark.slow
-def test_it_says_so_when_the_provider_refuses_the_code(alice, configure, provider):
-    configure(issuer=provider.issuer)
+def test_it_says_so_when_the_provider_refuses_the_code(alice, configure_oidc, provider):
+    configure_oidc(issuer=provider.issuer)
     client = Client()
     state = parse_qs(urlsplit(client.get("/accounts/oidc/start/")["Location"]).query)["state"][0]
     response = client.get(f"/accounts/oidc/callback/?code=forged-code&state={state}")
@@ -339,8 +341,8 @@ def test_it_refuses_a_provider_that_answers_as_another_issuer(provider):
 
 
 @pytest.mark.slow
-def test_it_logs_out_at_the_provider_after_a_single_sign_on(alice, configure, provider):
-    configure(issuer=provider.issuer)
+def test_it_logs_out_at_the_provider_after_a_single_sign_on(alice, configure_oidc, provider):
+    configure_oidc(issuer=provider.issuer)
     client = client_for(alice)
     session = client.session
     session["oidc_id_token"] = "the-id-token"
@@ -359,8 +361,10 @@ def test_it_logs_out_at_the_provider_after_a_single_sign_on(alice, configure, pr
     assert "_auth_user_id" not in client.session
 
 
-def test_it_logs_out_here_only_after_a_password_login_or_with_the_provider_down(alice, configure):
-    configure(issuer=DOWN)
+def test_it_logs_out_here_only_after_a_password_login_or_with_the_provider_down(
+    alice, configure_oidc
+):
+    configure_oidc(issuer=DOWN)
     client = client_for(alice)
     assert client.post("/accounts/logout/")["Location"] == "/accounts/login/"
     client = client_for(alice)

@@ -14,7 +14,6 @@ from core.markdown import render_markdown
 from memory import recording, tasks
 from memory.models import Fact
 from scheduler.models import ScheduledTask
-from sessions_app import chat
 from sessions_app.commands import HELP, TABLE, parse_command
 from sessions_app.models import Session
 from tests.support.records import make_task
@@ -22,11 +21,6 @@ from tests.support.scripted_llm import Reply
 from tests.support.websocket import connect, receive, send, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def session(alice) -> Session:
-    return chat.start_chat(alice)
 
 
 async def answer(user: User, key: str, text: str) -> dict:
@@ -124,11 +118,11 @@ def test_it_reads_commands_only_by_their_names():
     assert parse_command("remember a.b = c") is None
 
 
-async def test_it_remembers_and_updates_a_fact(alice, session):
-    assert await answer(alice, session.key, "/remember Preference.Tea = green") == notice(
+async def test_it_remembers_and_updates_a_fact(alice, alice_session):
+    assert await answer(alice, alice_session.key, "/remember Preference.Tea = green") == notice(
         "Remembered preference/tea: green"
     )
-    assert await answer(alice, session.key, "/remember preference.tea = oolong") == notice(
+    assert await answer(alice, alice_session.key, "/remember preference.tea = oolong") == notice(
         "Updated preference/tea: oolong"
     )
     fact = await Fact.objects.aget(owner=alice)
@@ -139,10 +133,10 @@ async def test_it_remembers_and_updates_a_fact(alice, session):
         "oolong",
         Fact.Source.USER,
     )
-    assert (fact.origin, fact.origin_session_id) == (Fact.Origin.MESSAGE, str(session.pk))
+    assert (fact.origin, fact.origin_session_id) == (Fact.Origin.MESSAGE, str(alice_session.pk))
 
 
-async def test_it_answers_bad_arguments_with_the_usage(alice, session, llm):
+async def test_it_answers_bad_arguments_with_the_usage(alice, alice_session, llm):
     cases = {
         "/remember tea is green": "Usage: /remember <category>.<key> = <value>",
         "/forget tea": "Usage: /forget <category>.<key>",
@@ -152,22 +146,23 @@ async def test_it_answers_bad_arguments_with_the_usage(alice, session, llm):
         "/pause": "Usage: /pause <task name or id>",
     }
     for typed, usage in cases.items():
-        assert await answer(alice, session.key, typed) == error(usage)
+        assert await answer(alice, alice_session.key, typed) == error(usage)
     assert not await Fact.objects.aexists()
     assert llm.requests == []
 
 
-async def test_it_answers_with_the_tools_own_validation(alice, session):
+async def test_it_answers_with_the_tools_own_validation(alice, alice_session):
     long_key = "k" * 256
-    assert await answer(alice, session.key, f"/remember preference.{long_key} = x") == error(
+    assert await answer(alice, alice_session.key, f"/remember preference.{long_key} = x") == error(
         "remember_fact: 'key' is longer than 255."
     )
     # The tool's own refusal, word for word, as the model would have read it.
     with pytest.raises(ToolError) as refused:
         await database_sync_to_async(get_tool("schedule_task").run)(
-            tool_context(alice, session), {"schedule": "whenever it rains", "prompt": "a coat"}
+            tool_context(alice, alice_session),
+            {"schedule": "whenever it rains", "prompt": "a coat"},
         )
-    assert await answer(alice, session.key, "/schedule whenever it rains: a coat") == error(
+    assert await answer(alice, alice_session.key, "/schedule whenever it rains: a coat") == error(
         str(refused.value)
     )
     assert not await ScheduledTask.objects.aexists()
@@ -177,20 +172,20 @@ def tool_context(user: User, session: Session) -> ToolContext:
     return ToolContext(user, str(session.pk), session.agent.name, workspace=Path("/nonexistent"))
 
 
-async def test_it_forgets_only_the_users_own_fact(alice, bob, session):
+async def test_it_forgets_only_the_users_own_fact(alice, bob, alice_session):
     await Fact.objects.acreate(owner=alice, category="preference", key="tea", value="green")
     await Fact.objects.acreate(owner=bob, category="person", key="sister", value="Ana")
-    assert await answer(alice, session.key, "/forget preference.tea") == notice(
+    assert await answer(alice, alice_session.key, "/forget preference.tea") == notice(
         "Forgot preference/tea."
     )
-    assert await answer(alice, session.key, "/forget person.sister") == error(
+    assert await answer(alice, alice_session.key, "/forget person.sister") == error(
         "There is no fact person/sister."
     )
     assert [fact.value async for fact in Fact.objects.all()] == ["Ana"]
 
 
-async def test_it_searches_the_users_own_memory(alice, bob, session):
-    assert await answer(alice, session.key, "/search dog carrots") == notice(
+async def test_it_searches_the_users_own_memory(alice, bob, alice_session):
+    assert await answer(alice, alice_session.key, "/search dog carrots") == notice(
         "Nothing in memory matches that."
     )
 
@@ -200,14 +195,18 @@ async def test_it_searches_the_users_own_memory(alice, bob, session):
         tasks.embed_missing()
 
     await database_sync_to_async(remember)()
-    found = (await answer(alice, session.key, "/search dog carrots"))["text"]
+    found = (await answer(alice, alice_session.key, "/search dog carrots"))["text"]
     assert "User message: My dog Biscuit loves carrots (source: session s1" in found
     assert "Rex" not in found
 
 
-async def test_it_schedules_lists_pauses_resumes_and_cancels_a_task(alice, session, llm):
-    assert await answer(alice, session.key, "/tasks") == notice("There are no scheduled tasks.")
-    scheduled = await answer(alice, session.key, "/schedule every weekday at 9am: plan my day")
+async def test_it_schedules_lists_pauses_resumes_and_cancels_a_task(alice, alice_session, llm):
+    assert await answer(alice, alice_session.key, "/tasks") == notice(
+        "There are no scheduled tasks."
+    )
+    scheduled = await answer(
+        alice, alice_session.key, "/schedule every weekday at 9am: plan my day"
+    )
     task = await ScheduledTask.objects.aget(owner=alice)
     assert scheduled["type"] == "notice"
     assert scheduled["text"].startswith(
@@ -215,38 +214,40 @@ async def test_it_schedules_lists_pauses_resumes_and_cancels_a_task(alice, sessi
     )
     assert (task.prompt, task.original_schedule) == ("plan my day", "every weekday at 9am")
 
-    listed = (await answer(alice, session.key, "/tasks"))["text"]
+    listed = (await answer(alice, alice_session.key, "/tasks"))["text"]
     assert f'"{task.name}" (id {task.pk})' in listed and "Prompt: plan my day" in listed
-    assert await answer(alice, session.key, f"/pause {task.name}") == notice(
+    assert await answer(alice, alice_session.key, f"/pause {task.name}") == notice(
         f'Paused "{task.name}" (id {task.pk}).'
     )
     assert (await ScheduledTask.objects.aget(pk=task.pk)).is_paused
-    assert await answer(alice, session.key, f"/resume {task.pk}") == notice(
+    assert await answer(alice, alice_session.key, f"/resume {task.pk}") == notice(
         f'Resumed "{task.name}" (id {task.pk}).'
     )
     assert not (await ScheduledTask.objects.aget(pk=task.pk)).is_paused
-    assert await answer(alice, session.key, f"/cancel {task.pk}") == notice(
+    assert await answer(alice, alice_session.key, f"/cancel {task.pk}") == notice(
         f'Cancelled "{task.name}" (id {task.pk}).'
     )
     assert not await ScheduledTask.objects.aexists()
     assert llm.requests == []
 
 
-async def test_it_refuses_another_users_task_as_not_found(alice, bob, session):
+async def test_it_refuses_another_users_task_as_not_found(alice, bob, alice_session):
     theirs = await database_sync_to_async(make_task)(bob, "Bob's report")
     for verb in ("pause", "cancel"):
-        assert await answer(alice, session.key, f"/{verb} {theirs.pk}") == error(
+        assert await answer(alice, alice_session.key, f"/{verb} {theirs.pk}") == error(
             f'You have no scheduled task "{theirs.pk}". List them with list_tasks.'
         )
-    assert await answer(alice, session.key, "/tasks") == notice("There are no scheduled tasks.")
+    assert await answer(alice, alice_session.key, "/tasks") == notice(
+        "There are no scheduled tasks."
+    )
     theirs = await ScheduledTask.objects.aget(pk=theirs.pk)
     assert not theirs.is_paused
 
 
-async def test_it_answers_while_the_model_is_answering(alice, session, llm):
+async def test_it_answers_while_the_model_is_answering(alice, alice_session, llm):
     release = threading.Event()
     llm.script(Reply(text="Slowly.", hold=release))
-    ws = await connect(alice, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="Tell me something")
     await until(ws, "event")  # the user's message, stored: the turn is under way
     await send(ws, type="message", text="/remember preference.tea = green")
@@ -259,10 +260,10 @@ async def test_it_answers_while_the_model_is_answering(alice, session, llm):
     assert len(llm.requests) == 1  # the message's turn only
 
 
-async def test_it_never_runs_a_command_the_model_writes(alice, session, llm):
+async def test_it_never_runs_a_command_the_model_writes(alice, alice_session, llm):
     await Fact.objects.acreate(owner=alice, category="preference", key="tea", value="green")
     llm.script(Reply(text="/forget preference.tea"))
-    ws = await connect(alice, session.key)
+    ws = await connect(alice, alice_session.key)
     await send(ws, type="message", text="Say the forget command")
     assert (await until(ws))[-1]["status"] == "completed"
     await ws.disconnect()

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory import recording, tasks
+from memory import tasks
 from memory.models import EventType
 from monitoring import counters
 from monitoring.models import Counter
@@ -47,12 +46,8 @@ MAX_QUERIES = {"sqlite": {0: 20, 1: 25, 2: 39}, "postgresql": {0: 15, 1: 20, 2: 
 
 
 @pytest.fixture
-def session(db) -> Session:
-    owner = User.objects.create_user("owner")
-    for n in range(30):  # something for every branch of memory to find
-        said = f"My cousin number {n} likes sailing on the lake and reading about trains."
-        recording.record(owner, "old", EventType.USER_MESSAGE, {"content": said})
-    return chat.start_chat(owner)
+def memories_session(user_with_memories) -> Session:
+    return chat.start_chat(user_with_memories)
 
 
 def send(session: Session, text: str) -> dict:
@@ -62,19 +57,23 @@ def send(session: Session, text: str) -> dict:
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 2])
-def test_it_answers_a_message_in_a_bounded_number_of_queries(session, llm, rounds, monkeypatch):
+def test_it_answers_a_message_in_a_bounded_number_of_queries(
+    memories_session, llm, rounds, monkeypatch
+):
     monkeypatch.setattr(counters, "COUNTS", counters.PendingCounts(window=600))
     requested: list[int] = []  # held for the sender thread, as in production
     monkeypatch.setattr(tasks.EMBEDDING_REQUESTS, "add", lambda *ids: requested.extend(ids))
     llm.script(Reply(text="Hello."))
-    send(session, "Hi, who likes sailing?")  # the session's first turn: auto-recall
+    send(memories_session, "Hi, who likes sailing?")  # the session's first turn: auto-recall
     tools = [reply_with_tool("list_memory_files", {}) for _ in range(rounds)]
     llm.script(*tools, Reply(text="Your cousins do."))
     with CaptureQueriesContext(connection) as queries:
-        outcome = send(session, "Who likes sailing on the lake?")
+        outcome = send(memories_session, "Who likes sailing on the lake?")
     assert outcome["answer"] == "Your cousins do."
     assert len(queries) <= MAX_QUERIES[connection.vendor][rounds], len(queries)
-    answer = session.events().get(event_type=EventType.ASSISTANT_RESPONSE, text="Your cousins do.")
+    answer = memories_session.events().get(
+        event_type=EventType.ASSISTANT_RESPONSE, text="Your cousins do."
+    )
     assert answer.pk in requested  # its vector asked for, after the commit
     counters.flush()  # both turns counted, once sent
     assert Counter.objects.get(name=counters.TURNS, label="completed").value == 2

@@ -14,8 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agent.runtime import TurnRequest, run_turn
-from memory import recall, recording, retrieval
-from memory.models import EventType
+from memory import recall, retrieval
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import ignore
 
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Upper bounds from the code, which ran 16, 23 and 39 queries on SQLite (12, 18 and
 # 33 on PostgreSQL; with one memory search per round it had been 19, 35 and 60).
 MAX_QUERIES = {0: 16, 1: 23, 2: 39}
-
-
-@pytest.fixture
-def owner(db) -> User:
-    user = User.objects.create_user("owner")
-    for n in range(30):  # something for every branch to find
-        said = f"My cousin number {n} likes sailing on the lake and reading about trains."
-        recording.record(user, "old", EventType.USER_MESSAGE, {"content": said})
-    return user
 
 
 @pytest.fixture
@@ -56,15 +46,17 @@ def turn(owner: User, text: str) -> None:
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 2])
-def test_memory_is_searched_once_per_turn_whatever_the_rounds(owner, llm, searches, rounds):
+def test_memory_is_searched_once_per_turn_whatever_the_rounds(
+    user_with_memories, llm, searches, rounds
+):
     # The session's first turn (auto-recall runs in it too), then a second one.
     llm.script(Reply(text="Hello."))
-    turn(owner, "Hi, who likes sailing?")
+    turn(user_with_memories, "Hi, who likes sailing?")
     searches.clear()
     tools = [reply_with_tool("list_memory_files", {}) for _ in range(rounds)]
     llm.script(*tools, Reply(text="Your cousins do."))
     with CaptureQueriesContext(connection) as queries:
-        turn(owner, "Who likes sailing on the lake?")
+        turn(user_with_memories, "Who likes sailing on the lake?")
     assert searches == {"memory.retrieval": 1}
     assert len(queries) <= MAX_QUERIES[rounds], len(queries)
     # Every round's prompt carries the same memory; the later ones also the tool results.
@@ -74,23 +66,29 @@ def test_memory_is_searched_once_per_turn_whatever_the_rounds(owner, llm, search
     assert [len(p) for p in prompts] == [len(prompts[0]) + 2 * n for n in range(rounds + 1)]
 
 
-def test_a_chat_reads_its_owners_facts_again_only_once_they_changed(owner, llm):
+def test_a_chat_reads_its_owners_facts_again_only_once_they_changed(user_with_memories, llm):
     from django.utils import timezone
 
     from memory.models import Fact
     from sessions_app import chat, runner
 
-    session = chat.start_chat(owner)
+    session = chat.start_chat(user_with_memories)
 
     def send(text: str) -> tuple[str, list[str]]:
         with CaptureQueriesContext(connection) as queries:
-            outcome = async_to_sync(runner.submit)(owner, session.key, text, wait=True)
+            outcome = async_to_sync(runner.submit)(user_with_memories, session.key, text, wait=True)
         assert outcome is not None and outcome.status == "completed"
         read = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "facts"')]
         return llm.requests[-1]["messages"][0]["content"], read
 
     def fact(key: str, value: str) -> Fact:
-        return Fact(owner=owner, category="pets", key=key, value=value, updated_at=timezone.now())
+        return Fact(
+            owner=user_with_memories,
+            category="pets",
+            key=key,
+            value=value,
+            updated_at=timezone.now(),
+        )
 
     llm.script(*(Reply(text="ok") for _ in range(4)))
     Fact.objects.bulk_create([fact("dog", "Biscuit")])

@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.browser import PASSWORD, add_tester, log_in, new_chat, send
-from tests.support.processes import ROOT, app_env, free_port, wait_for_health
+from tests.support.processes import app_env, free_port, spawn_serve, wait_for_health
 
 MODELS = os.environ.get("NEOTASK_TEST_MODELS_DIR", "")
 TEAM = bool(os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL"))
@@ -53,14 +51,7 @@ def test_it_remembers_a_fact_with_a_tool_and_recalls_it_in_a_new_chat(browser, t
     add_tester(env)
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
-    serve = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    serve = spawn_serve(env, port, log=log)
     try:
         wait_for_health(port, serve)
         context = browser.new_context(base_url=f"http://127.0.0.1:{port}")

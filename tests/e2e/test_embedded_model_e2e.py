@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 from tests.support.browser import PASSWORD, add_tester, log_in, new_chat, send
-from tests.support.processes import ROOT, app_env, free_port, wait_for_health
+from tests.support.processes import app_env, free_port, spawn_serve, wait_for_health
 
 
 def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
@@ -17,14 +15,7 @@ def test_it_answers_a_chat_message_with_the_embedded_model(browser, tmp_path):
     add_tester(env)
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
-    serve = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    serve = spawn_serve(env, port, log=log)
     try:
         wait_for_health(port, serve)
         context = browser.new_context(base_url=f"http://127.0.0.1:{port}")

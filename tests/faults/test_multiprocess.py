@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from memory.consolidation import PROMPT as CONSOLIDATION_PROMPT
 from tests.programs import accounts, events, tasks
 from tests.support.processes import (
     ROOT,
+    PrivatePostgres,
+    PrivateRedis,
     app_env,
     chat_socket,
     free_port,
@@ -38,13 +39,9 @@ from tests.support.processes import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM, reply_with_tool
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")),
-        reason="team profile only: several processes need a shared PostgreSQL and Redis",
-    ),
-]
+# Several processes share a PostgreSQL and a Redis of the module's own
+# (tests/faults/conftest.py), so that the tests run on either profile.
+pytestmark = pytest.mark.slow
 
 USERNAME = "multi"
 DEFAULT_ANSWER = "Noted."
@@ -96,11 +93,17 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    module_postgres: PrivatePostgres,
+    module_redis: PrivateRedis,
+) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("multiprocess")
     with RoutedLLM() as llm:
         env = app_env(
             data_dir,
+            DATABASE_URL=module_postgres.url,
+            REDIS_URL=module_redis.url,
             NEOTASK_LLM_BASE_URL=llm.url,
             NEOTASK_LLM_API_KEY=llm.api_key,
             NEOTASK_TERMINAL_ENABLED="true",

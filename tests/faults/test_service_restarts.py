@@ -11,12 +11,10 @@ import contextlib
 import itertools
 import json
 import re
-import shutil
 import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,44 +32,18 @@ from tests.support.processes import (
     message_frame,
     run_program,
     say,
-    spawn_daphne,
+    start_daphne,
     stop_process,
     until_done,
-    wait_for_health,
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    server = PrivateRedis()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.kill()
-
-
-@pytest.fixture
-def scripted_llm() -> Iterator[ScriptedLLM]:
-    """The scripted LLM without the test process's settings: the app runs apart."""
-    with ScriptedLLM() as server:
-        yield server
-
-
 def serve(env: dict[str, str], log_dir: Path) -> tuple[int, subprocess.Popen]:
     port = free_port()
-    server = spawn_daphne(env, port, open(log_dir / "daphne.log", "w"))  # noqa: SIM115
-    try:
-        wait_for_health(port, server)
-    except BaseException:
-        stop_process(server)
-        raise
-    return port, server
+    return port, start_daphne(env, port, open(log_dir / "daphne.log", "w"))
 
 
 def ada_chatting(

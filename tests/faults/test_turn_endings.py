@@ -37,6 +37,7 @@ from tests.support.processes import (
     message_frame,
     run_program,
     spawn_daphne,
+    start_daphne,
     stop_process,
     until_done,
     wait_for_health,
@@ -49,13 +50,6 @@ DISK_MB = 256  # the data dir, the embedding model included
 
 
 @pytest.fixture
-def scripted_llm() -> Iterator[ScriptedLLM]:
-    """The scripted LLM without the test process's settings: the app runs apart."""
-    with ScriptedLLM() as server:
-        yield server
-
-
-@pytest.fixture
 def servers() -> Iterator[list[subprocess.Popen]]:
     started: list[subprocess.Popen] = []
     yield started
@@ -65,9 +59,8 @@ def servers() -> Iterator[list[subprocess.Popen]]:
 
 def serve(env: dict[str, str], log: Path, servers: list[subprocess.Popen]) -> tuple[int, Any]:
     port = free_port()
-    server = spawn_daphne(env, port, open(log, "w"))  # noqa: SIM115
+    server = start_daphne(env, port, open(log, "w"))  # noqa: SIM115
     servers.append(server)
-    wait_for_health(port, server)
     return port, server
 
 

@@ -11,3 +11,9 @@ def world(alice, bob) -> World:
     built = build_alice(alice)
     build_bob(bob)
     return built
+
+
+@pytest.fixture
+def alices_world(alice) -> World:
+    """Alice's marked rows of everything, and nothing of bob's."""
+    return build_alice(alice)

@@ -176,14 +176,7 @@ def test_it_prints_the_setup_link_to_a_terminal_when_serving_a_fresh_instance(tm
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
     controller, terminal = pty.openpty()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs"],
-        cwd=ROOT,
-        env=env,
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = spawn_serve(env, port, log=terminal, stderr=subprocess.DEVNULL)
     os.close(terminal)
     try:
         with open(controller, encoding="utf-8", closefd=True) as output:

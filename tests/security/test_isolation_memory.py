@@ -34,8 +34,6 @@ from tests.support.world import (
     MEMORY_MD,
     SISTER,
     VAULT,
-    World,
-    build_alice,
     build_bob,
     leaks,
     secret,
@@ -52,11 +50,6 @@ QUESTIONS = [
     SISTER,
     MEMORY_MD,
 ]
-
-
-@pytest.fixture
-def world(alice) -> World:
-    return build_alice(alice)
 
 
 @pytest.fixture
@@ -83,39 +76,39 @@ def owners(hits: list[Any]) -> set[int]:
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
-def test_it_searches_only_bobs_memory(world, bob, bobs_session, branch):
+def test_it_searches_only_bobs_memory(alices_world, bob, bobs_session, branch):
     for question in QUESTIONS:
         hits = search_memory(bob, question, k=50, branch=branch)
         assert owners(hits) <= {bob.pk}, (branch, question)
-        assert not leaks(" ".join(str(vars(hit)) for hit in hits), world), (branch, question)
+        assert not leaks(" ".join(str(vars(hit)) for hit in hits), alices_world), (branch, question)
     # Alice's own search finds what bob's could not.
-    hits = search_memory(world.user, QUESTIONS[0], k=5, branch=branch)
-    assert owners(hits) == {world.user.pk}
+    hits = search_memory(alices_world.user, QUESTIONS[0], k=5, branch=branch)
+    assert owners(hits) == {alices_world.user.pk}
 
 
-def test_it_searches_only_bobs_memory_files(world, bob, bobs_session):
+def test_it_searches_only_bobs_memory_files(alices_world, bob, bobs_session):
     for question in QUESTIONS:
         files = [hit for hit in search_memory(bob, question, k=50) if isinstance(hit, FileHit)]
         assert {hit.path for hit in files} <= {"memory/bob.md"}, question
-    mine = search_memory(world.user, "Where is the spare key hidden?", k=3)
+    mine = search_memory(alices_world.user, "Where is the spare key hidden?", k=3)
     assert any(isinstance(hit, FileHit) and hit.path == "MEMORY.md" for hit in mine)
 
 
 @pytest.mark.usefixtures("everything_recalled")
 @pytest.mark.parametrize("question", QUESTIONS)
-def test_it_builds_bobs_context_from_bobs_events_only(world, bob, bobs_session, question):
+def test_it_builds_bobs_context_from_bobs_events_only(alices_world, bob, bobs_session, question):
     context = get_context(bob, str(bobs_session.pk), question)
     for branch in ("recency", "relevance", "similarity"):
         assert context.branch(branch), f"bob's own {branch} branch is empty"
     assert {item.event.owner_id for item in context.items} == {bob.pk}
-    assert not leaks(" ".join(item.event.text for item in context.items), world)
+    assert not leaks(" ".join(item.event.text for item in context.items), alices_world)
 
 
 @pytest.mark.usefixtures("everything_recalled")
-def test_it_gives_bob_nothing_for_alices_session_ids(world, bob, bobs_session):
+def test_it_gives_bob_nothing_for_alices_session_ids(alices_world, bob, bobs_session):
     # Alice's chat is in working memory; bob naming its id gets none of it.
-    assert get_context(world.user, str(world.chat.pk), VAULT).recent
-    for session in (world.chat, world.archived, world.cron):
+    assert get_context(alices_world.user, str(alices_world.chat.pk), VAULT).recent
+    for session in (alices_world.chat, alices_world.archived, alices_world.cron):
         context = get_context(bob, str(session.pk), VAULT)
         assert context.recent == [] and context.summary is None
         assert context.session_recall == []
@@ -137,16 +130,16 @@ def test_it_keeps_working_memory_apart_for_owners_of_the_same_session_id(alice, 
 
 @pytest.mark.usefixtures("everything_recalled")
 @pytest.mark.parametrize("question", QUESTIONS)
-def test_it_auto_recalls_only_bobs_memories(world, bob, bobs_session, question):
+def test_it_auto_recalls_only_bobs_memories(alices_world, bob, bobs_session, question):
     items = recall(bob, "main", "a-new-session", question, embed_text(question))
     assert items, "bob's own memories are recalled"
-    assert not leaks(json.dumps(items), world)
+    assert not leaks(json.dumps(items), alices_world)
     assert all("MEMORY.md" not in item["source"] for item in items)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("everything_recalled")
-def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_session, llm):
+def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(alices_world, bob, bobs_session, llm):
     """The whole prompt: system prompt, facts, MEMORY.md through recall, recalled
     memories and history, in a fresh session (auto-recall) and the next turn."""
     fresh = chat.start_chat(bob)
@@ -162,18 +155,18 @@ def test_it_sends_the_model_nothing_of_alices_in_bobs_turn(world, bob, bobs_sess
     for request in llm.requests:
         prompt = json.dumps(request["messages"])
         assert "Tea." in prompt or "gym" in prompt  # bob's own memory is there
-        assert not leaks(prompt, world)
-    assert not leaks(json.dumps(frames), world)
-    assert not leaks(async_to_sync(status)(fresh), world)
+        assert not leaks(prompt, alices_world)
+    assert not leaks(json.dumps(frames), alices_world)
+    assert not leaks(async_to_sync(status)(fresh), alices_world)
     assert Event.objects.filter(owner=bob, session_id=str(fresh.pk), event_type="recall").exists()
 
 
 @pytest.mark.usefixtures("everything_recalled")
-def test_it_builds_bobs_prompt_without_alices_facts_or_persona(world, bob, bobs_session):
+def test_it_builds_bobs_prompt_without_alices_facts_or_persona(alices_world, bob, bobs_session):
     messages = build_messages(bob, str(bobs_session.pk), "", query=VAULT)
     prompt = json.dumps(messages)
     assert "sport/gym: open late" in prompt
-    assert not leaks(prompt, world)
+    assert not leaks(prompt, alices_world)
 
 
 # The agent's tools, run for bob ------------------------------------------------
@@ -186,28 +179,34 @@ def use(bob: User, name: str, **arguments: Any) -> str:
     return tool.run(context, parse_arguments(tool, json.dumps(arguments)))
 
 
-def test_it_keeps_alices_facts_from_bobs_fact_tools(world, bob, bobs_session):
-    before = snapshot(world.user)
+def test_it_keeps_alices_facts_from_bobs_fact_tools(alices_world, bob, bobs_session):
+    before = snapshot(alices_world.user)
     with pytest.raises(ToolError, match="There is no fact"):
-        use(bob, "forget_fact", category=world.fact.category, key=world.fact.key)
+        use(bob, "forget_fact", category=alices_world.fact.category, key=alices_world.fact.key)
     # Same category and key: bob's own fact, alice's stays as it was.
-    use(bob, "remember_fact", category=world.fact.category, key=world.fact.key, value="bob's")
-    assert Fact.objects.get(owner=bob, key=world.fact.key).value == "bob's"
-    assert snapshot(world.user) == before
+    use(
+        bob,
+        "remember_fact",
+        category=alices_world.fact.category,
+        key=alices_world.fact.key,
+        value="bob's",
+    )
+    assert Fact.objects.get(owner=bob, key=alices_world.fact.key).value == "bob's"
+    assert snapshot(alices_world.user) == before
 
 
-def test_it_keeps_alices_memory_from_bobs_search_tool(world, bob, bobs_session):
+def test_it_keeps_alices_memory_from_bobs_search_tool(alices_world, bob, bobs_session):
     for question in QUESTIONS:
-        assert not leaks(use(bob, "search_memory", query=question), world), question
+        assert not leaks(use(bob, "search_memory", query=question), alices_world), question
 
 
-def test_it_keeps_alices_files_from_bobs_file_tools(world, bob, bobs_session):
-    before = snapshot(world.user)
+def test_it_keeps_alices_files_from_bobs_file_tools(alices_world, bob, bobs_session):
+    before = snapshot(alices_world.user)
     paths = [
         "MEMORY.md",
         f"memory/{secret('notes')}.md",
-        f"../../{world.user.pk}/main/MEMORY.md",
-        str(world.workspace / "MEMORY.md"),
+        f"../../{alices_world.user.pk}/main/MEMORY.md",
+        str(alices_world.workspace / "MEMORY.md"),
     ]
     for path in paths:
         for name, extra in [
@@ -219,31 +218,31 @@ def test_it_keeps_alices_files_from_bobs_file_tools(world, bob, bobs_session):
                 output = use(bob, name, path=path, **extra)
             except ToolError as exc:
                 output = str(exc)
-            assert not leaks(output, world, asked=path), (name, path)
+            assert not leaks(output, alices_world, asked=path), (name, path)
     # Lists the files bob just wrote under alice's names in his own workspace.
-    assert not leaks(use(bob, "list_memory_files"), world, asked=" ".join(paths))
-    assert snapshot(world.user) == before
+    assert not leaks(use(bob, "list_memory_files"), alices_world, asked=" ".join(paths))
+    assert snapshot(alices_world.user) == before
     # What bob wrote to "MEMORY.md" went to his own workspace.
     assert (workspace_dir(bob.pk, "main") / "MEMORY.md").read_text() == "bob was here"
 
 
-def test_it_keeps_alices_approvals_and_prefixes_from_bob(world, bob):
-    before = snapshot(world.user)
+def test_it_keeps_alices_approvals_and_prefixes_from_bob(alices_world, bob):
+    before = snapshot(alices_world.user)
     bob = User.objects.get(pk=bob.pk)
     bob.is_superuser = True  # every permission: only ownership stands in the way
     for decision in ("once", "always", "deny"):
         with pytest.raises(approvals.ApprovalError, match="no such approval request"):
-            approvals.decide(bob, world.approval.pk, decision)
+            approvals.decide(bob, alices_world.approval.pk, decision)
     # Alice's "Allow always" does not let bob's commands run unasked.
-    assert approvals.is_allowed(world.user, f"{world.prefix.prefix} more")
-    assert not approvals.is_allowed(bob, f"{world.prefix.prefix} more")
-    assert snapshot(world.user) == before
+    assert approvals.is_allowed(alices_world.user, f"{alices_world.prefix.prefix} more")
+    assert not approvals.is_allowed(bob, f"{alices_world.prefix.prefix} more")
+    assert snapshot(alices_world.user) == before
 
 
-def test_it_gives_bob_no_hints_from_alices_macros(world, bob, configure):
+def test_it_gives_bob_no_hints_from_alices_macros(alices_world, bob, configure):
     configure("macros", hint_confidence=0.0, min_uses=0)
-    assert macros.hint(world.user, world.macro.trigger_tool, {}) is not None
-    assert macros.hint(bob, world.macro.trigger_tool, {}) is None
+    assert macros.hint(alices_world.user, alices_world.macro.trigger_tool, {}) is not None
+    assert macros.hint(bob, alices_world.macro.trigger_tool, {}) is None
 
 
 # Consolidation -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from sessions_app import chat
 from tests.support.records import take_queued_tasks
 from tests.support.web import HTMX, client_for, project_urls, uid
 from tests.support.websocket import communicator
-from tests.support.world import World, build_alice
+from tests.support.world import World
 
 # URL name → the GETs tried on it for a user (their own ids where it takes one);
 # POST-only URLs are listed with none.
@@ -174,28 +174,23 @@ def get_everything(client: Client, paths: list[str]) -> None:
             b"".join(response)  # a streamed transcript runs to its end
 
 
-@pytest.fixture
-def world(alice) -> World:
-    return build_alice(alice)
-
-
-def test_it_creates_nothing_when_the_owner_looks_at_her_data(world):
-    client = client_for(world.user)
+def test_it_creates_nothing_when_the_owner_looks_at_her_data(alices_world):
+    client = client_for(alices_world.user)
     take_queued_tasks()
     before_rows, before_files = rows(), files()
-    get_everything(client, [path for urls in GETS.values() for path in urls(world)])
+    get_everything(client, [path for urls in GETS.values() for path in urls(alices_world)])
     assert changed(before_rows, rows()) == {}
     assert files() - before_files == set()
     assert take_queued_tasks() == []
 
 
-def test_it_creates_nothing_when_a_new_user_looks_around(world, db):
+def test_it_creates_nothing_when_a_new_user_looks_around(alices_world, db):
     """Carol has nothing yet: no chat, no agent, no workspace. Looking makes none."""
     carol = User.objects.create_user("carol")
     client = client_for(carol)
     before_rows, before_files = rows(), files()
     # Her list pages, and her view of alice's ids (404s, which must create nothing either).
-    get_everything(client, [path for urls in GETS.values() for path in urls(world)])
+    get_everything(client, [path for urls in GETS.values() for path in urls(alices_world)])
     assert changed(before_rows, rows()) == {}
     assert files() - before_files == set()
     home = client.get("/")

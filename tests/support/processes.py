@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -102,15 +102,25 @@ def wait_for_health(port: int, process: subprocess.Popen, seconds: float = 60) -
 
 
 def start_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess.DEVNULL):
-    """daphne serving Neotask on 127.0.0.1:`port`, once it answers /healthz."""
+    """daphne serving Neotask on 127.0.0.1:`port`, once it answers /healthz
+    (stopped if it never does)."""
     server = spawn_daphne(env, port, log)
-    wait_for_health(port, server)
+    try:
+        wait_for_health(port, server)
+    except BaseException:
+        stop_process(server)
+        raise
     return server
 
 
-def spawn_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess.DEVNULL):
-    """daphne starting on 127.0.0.1:`port`, not yet waited for (a caller that
-    must stop it even if it never answers keeps it first)."""
+def spawn_daphne(
+    env: dict[str, str],
+    port: int,
+    log: IO[Any] | int = subprocess.DEVNULL,
+    options: Sequence[str] = (),
+):
+    """daphne starting on 127.0.0.1:`port` with its `options`, not yet waited for
+    (a caller that must stop it even if it never answers keeps it first)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -120,6 +130,7 @@ def spawn_daphne(env: dict[str, str], port: int, log: IO[Any] | int = subprocess
             "127.0.0.1",
             "-p",
             str(port),
+            *options,
             "neotask_site.asgi:application",
         ],
         cwd=ROOT,
@@ -164,18 +175,28 @@ def logged_in_chat(env: dict[str, str], username: str, *, migrate: bool = False)
     return cookie, key
 
 
-def spawn_serve(env: dict[str, str], port: int, *extra: str, output: bool = False):
-    """`manage.py serve` on `port` (web server and embedded model, no job cluster),
-    not yet waited for; `output` keeps its stdout and stderr readable as text."""
-    stream = subprocess.PIPE if output else subprocess.DEVNULL
+def spawn_serve(
+    env: dict[str, str],
+    port: int,
+    *extra: str,
+    jobs: bool = False,
+    output: bool = False,
+    log: IO[Any] | int = subprocess.DEVNULL,
+    stderr: IO[Any] | int = subprocess.STDOUT,
+):
+    """`manage.py serve` on `port` (web server and embedded model; the job cluster
+    only with `jobs`), not yet waited for, in a process group of its own: a signal
+    to the group reaches its children. It writes to `log` (its stderr to `stderr`),
+    or with `output` to a pipe, readable as text."""
+    jobless = [] if jobs else ["--no-jobs"]
     return subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-jobs", *extra],
+        [sys.executable, "manage.py", "serve", "--port", str(port), *jobless, *extra],
         cwd=ROOT,
         env=env,
-        stdout=stream,
-        stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
+        stdout=subprocess.PIPE if output else log,
+        stderr=subprocess.STDOUT if output else stderr,
         text=output,
-        start_new_session=True,  # the model and the web server are stopped with it
+        start_new_session=True,  # the model, web server and cluster are stopped with it
     )
 
 
