@@ -3,6 +3,7 @@
 It talks to any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, a llama.cpp
 server) and to the embedded local model, which `manage.py serve` starts as a
 loopback service and announces through NEOTASK_LOCAL_LLM_URL / _KEY.
+A message's whole path, end to end: docs/chat-runtime.md#the-turn.
 """
 
 from __future__ import annotations

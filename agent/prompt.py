@@ -6,6 +6,7 @@ A turn's prompt is built once (`start_turn`): memory — facts, the session's
 summary and auto-recall, what relevance, similarity and search found for the
 message — is gathered once per turn, and each later round of tool calls re-reads
 only the recent exchange (`TurnPrompt.messages`).
+The prompt's order, and why: docs/chat-runtime.md#the-prompt.
 """
 
 from __future__ import annotations

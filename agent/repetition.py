@@ -25,6 +25,7 @@ Why these thresholds (tests/test_repetition.py holds the cases):
 
 A request to repeat something many times ("write the line 50 times") is stopped
 too, after the first 400 characters of it: the rare price of catching loops early.
+A message's whole path, end to end: docs/chat-runtime.md#the-turn.
 """
 
 from __future__ import annotations

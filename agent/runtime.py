@@ -4,6 +4,7 @@ Every step is stored as an Event and emitted as a protocol frame (docs/api.md,
 "The websocket protocol") through `emit`. No exception escapes a turn: LLM
 failures, bad tool calls and cancellation (/stop) all end with what was produced stored
 and the cause reported.
+A message's whole path, end to end: docs/chat-runtime.md#the-turn.
 """
 
 from __future__ import annotations

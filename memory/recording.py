@@ -7,6 +7,7 @@ writer (the benchmark) in batches, each stored as `record` would, and
 
 models.py does not import this module (nor jobs or working memory): the
 event log's table knows nothing of what is done with a new row.
+A message's whole path, end to end: docs/chat-runtime.md#events-and-memory.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ cosine above its 0.65 floor); the search branch is what makes the agent
 remember (`memory_eval`'s context figures, docs/memory.md). Items are
 de-duplicated by event id, each tagged with the branch that brought it (so
 /status can show why a memory was included), all scoped to the owner and agent.
+A message's whole path, end to end: docs/chat-runtime.md#events-and-memory.
 """
 
 from __future__ import annotations

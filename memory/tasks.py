@@ -5,6 +5,7 @@ Each stored message asks for its embedding through one entrance,
 second go out as one job. A sweep every minute embeds whatever is still
 missing, so nothing is lost when a worker dies or the broker is down. Failures
 are recorded on the event and retried with exponential backoff.
+A message's whole path, end to end: docs/chat-runtime.md#events-and-memory.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from the plain scores (q·(v + w·a + w·b) = s_v + w·s_a + w·s_b), so it cost
 gathers instead of a second matrix. Measured by `memory_eval` (docs/memory.md):
 the same speaker's neighbours help on both datasets; the other speaker's turns
 (the immediate neighbours) hurt, so they are left to the full-text context.
+A message's whole path, end to end: docs/chat-runtime.md#events-and-memory.
 """
 
 from __future__ import annotations

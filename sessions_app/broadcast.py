@@ -6,7 +6,8 @@ processes waiting for the chat (sessions_app.runner).
 
 A signal says only "look again": the database stays the truth, and whoever
 waits re-reads it every little while, since the channel layer may lose one
-(Redis restarting)."""
+(Redis restarting).
+A message's whole path, end to end: docs/chat-runtime.md#the-holder-runs-the-queue."""
 
 from __future__ import annotations
 

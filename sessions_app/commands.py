@@ -10,6 +10,7 @@ schedules are usable with any model, or none, answering. Like /status they
 answer the sender at once and are not stored in the chat. Only what the user
 typed is read as a command, never a model's output, and no tool that asks for
 approval (the terminal) is among them.
+A message's whole path, end to end: docs/chat-runtime.md#now-or-queued.
 """
 
 from __future__ import annotations

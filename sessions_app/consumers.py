@@ -4,6 +4,7 @@ Thin: it checks frames and ownership and hands every input to
 sessions_app.runner, which runs it wherever the chat's claim is held. The
 socket joins its chat's channel-layer group, so all tabs of the user see the
 same stream, whichever process runs the turn.
+A message's whole path, end to end: docs/chat-runtime.md#the-frame-arrives.
 """
 
 from __future__ import annotations

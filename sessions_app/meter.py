@@ -3,7 +3,8 @@ is — and /status, which shows it with why each memory is in the context.
 
 The model's own token count is an HTTP call (the embedded llama.cpp server's
 /tokenize), so `read_meter` makes it off the database thread; `meter` alone
-estimates, for pages that must not wait for the model."""
+estimates, for pages that must not wait for the model.
+A message's whole path, end to end: docs/chat-runtime.md#the-turn."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ input the waiters.
 
 Every run ends with one `done` frame; its frames go to all tabs of the chat and
 into an `Outcome`, which the API and the scheduler wait for.
+A message's whole path, end to end: docs/chat-runtime.md#the-holder-runs-the-queue.
 """
 
 from __future__ import annotations

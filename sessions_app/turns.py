@@ -21,6 +21,7 @@ added to the session, the meter read.
 
 The runner (sessions_app.runner) finds the chat's session, calls `run` and
 sends what it emits; `run` returns how the input `Ended`.
+A message's whole path, end to end: docs/chat-runtime.md#the-turn.
 """
 
 from __future__ import annotations
