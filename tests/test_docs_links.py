@@ -1,5 +1,6 @@
-"""Every `docs/<page>.md#<section>` a module cites names a heading of that page,
-so a renamed section breaks the build, not the reader's link."""
+"""Every `docs/<page>.md#<section>` a module cites, and every link to a section
+between the README and the docs, names a heading of that page, so a renamed
+section breaks the build, not the reader's link."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tomllib
 from tests.support.processes import ROOT
 
 LINK = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
+MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
 
 
 def anchors(page: str) -> set[str]:
@@ -39,4 +41,15 @@ def test_every_cited_section_exists():
         for path, page, anchor in sorted(cited())
         if anchor not in anchors(page)
     ]
+    assert missing == []
+
+
+def test_every_linked_section_exists():
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    missing = []
+    for source in pages:
+        for target, anchor in MARKDOWN_LINK.findall(source.read_text()):
+            page = (source.parent / target if target else source).resolve()
+            if anchor not in anchors(str(page.relative_to(ROOT / "docs"))):
+                missing.append((str(source.relative_to(ROOT)), f"{target}#{anchor}"))
     assert missing == []
