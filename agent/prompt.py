@@ -1,6 +1,6 @@
-"""What the model is sent, all its wording in one place: the system prompt with
-facts and what memory brought back (memory.retrieval returns the data), then the
-conversation.
+"""What the model is sent, all its wording in one place: the instructions, the
+conversation, and just before its newest question the turn's context — the time,
+the facts and what memory brought back (memory.retrieval returns the data).
 
 A turn's prompt is built once (`start_turn`): memory — facts, the session's
 summary and auto-recall, what relevance, similarity and search found for the
