@@ -115,6 +115,25 @@ class Fact(Recorded, OwnedModel):
     def __str__(self) -> str:
         return f"{self.category}/{self.key}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fact as the JSON API shows it and (without its id) the archive
+        keeps it: the one place its fields are listed."""
+        return {
+            "id": self.pk,
+            "category": self.category,
+            "key": self.key,
+            "value": self.value,
+            "source": self.source,
+            # Where its value came from: an event and session (in an archive, its
+            # ids), or just a label (an import, the admin).
+            "origin": self.origin,
+            "origin_event_id": self.origin_event_id,
+            "origin_session_id": self.origin_session_id,
+            "origin_label": self.origin_label,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
     @staticmethod
     def normalise(name: str) -> str:
         """Category and key as stored: the agent, the page and consolidation

@@ -240,10 +240,13 @@ class Session(OwnedModel):
             self.input_tokens, self.output_tokens, self.cache_read_tokens, self.cache_write_tokens
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        """What the API and the sessions.json index both say of a session (each
-        adds its own id key and extras; their field names are stable interfaces)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The session as the JSON API shows it; the sessions.json index
+        (sessions_app.transcripts) and the archive (importers.archive) build on it.
+        Every field name is a stable interface."""
         return {
+            "id": str(self.pk),
+            "key": self.key,
             "title": self.title,
             "status": self.status,
             "agent": self.agent.name,
