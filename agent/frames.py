@@ -79,7 +79,10 @@ class EventFrame(Frame):
 
 
 @dataclass(frozen=True)
-class ApprovalRequest(Frame):
+class ApprovalAsked(Frame):
+    """The chat asks the user to decide on a stored agent.models.ApprovalRequest
+    (the browser and the API know the frame by its type, "approval_request")."""
+
     type: ClassVar[str] = "approval_request"
     request_id: str
     command: str
@@ -199,7 +202,7 @@ class Outcome:
             self.session_changes.append({"session_id": frame.session_id, "reason": frame.reason})
         elif isinstance(frame, Error):
             self.warnings.append(frame.message)
-        elif isinstance(frame, ApprovalRequest):
+        elif isinstance(frame, ApprovalAsked):
             self.approvals.append(asdict(frame))
         elif isinstance(frame, Done):
             self.status, self.usage = frame.status, frame.usage

@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from agent import approvals, macros, mcp_tools
-from agent.frames import ApprovalRequest, Delta, Emit, Error, EventFrame, Status
+from agent.frames import ApprovalAsked, Delta, Emit, Error, EventFrame, Status
 from agent.llm import (
     Completion,
     Endpoint,
@@ -623,7 +623,7 @@ class Turn:
         )
         self.pending_approval = request
         await self.emit(
-            ApprovalRequest(
+            ApprovalAsked(
                 request_id=str(request.pk),
                 command=command,
                 prefix=request.prefix or None,

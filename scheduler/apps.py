@@ -11,6 +11,6 @@ class SchedulerConfig(AppConfig):
     def ready(self) -> None:
         # Registering the agent's scheduling tools here keeps `agent` free of
         # imports from `scheduler` (dependencies point from scheduler to agent).
-        from scheduler import runner, tools  # noqa: F401
+        from scheduler import due_tasks, tools  # noqa: F401
 
-        post_migrate.connect(runner.install_schedule, sender=self)
+        post_migrate.connect(due_tasks.install_schedule, sender=self)

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from core.history import Actor
 from core.htmx import HtmxHttpRequest, render_page
 from core.ownership import get_owned_or_404
-from scheduler import runner
+from scheduler import due_tasks
 from scheduler.forms import TaskEditForm, TaskForm
 from scheduler.models import ScheduledTask
 from scheduler.planning import TaskError, plan
@@ -159,7 +159,7 @@ def resume(task: ScheduledTask, actor: Actor) -> str:
 
 def run_now(task: ScheduledTask, actor: Actor) -> str:
     try:
-        runner.queue_run_now(task)
+        due_tasks.queue_run_now(task)
     except Exception as exc:  # the broker is down: say so instead of pretending it runs
         log.exception("could not queue scheduled task %s", task.pk)
         raise TaskError(f"Could not start the run ({type(exc).__name__}); try again.") from None

@@ -227,10 +227,6 @@ def owned_session(request: ApiRequest, pk: str) -> Session:
     return get_owned_or_404(sessions, request.user, pk=session_id(pk))
 
 
-def session_dict(session: Session) -> dict[str, Any]:
-    return {"id": str(session.pk), "key": session.key, **session.as_dict()}
-
-
 def paged(
     request: ApiRequest,
     name: str,
@@ -261,27 +257,17 @@ def list_sessions(request: ApiRequest) -> HttpResponse:
         .select_related("agent")
         .order_by("-created_at", "-pk")
     )
-    return paged(request, "sessions", sessions, lambda rows: [session_dict(s) for s in rows])
+    return paged(request, "sessions", sessions, lambda rows: [s.to_dict() for s in rows])
 
 
 def fact_dicts(facts: list[Fact]) -> list[dict[str, Any]]:
     told = provenance_of(facts)
     return [
         {
-            "id": fact.pk,
-            "category": fact.category,
-            "key": fact.key,
-            "value": fact.value,
-            "source": fact.source,
-            "origin": fact.origin,
-            "origin_event_id": fact.origin_event_id,
-            "origin_session_id": fact.origin_session_id,
-            "origin_label": fact.origin_label,
+            **fact.to_dict(),
             "provenance": (
                 {"text": told[fact.pk].text, "url": told[fact.pk].url} if fact.pk in told else None
             ),
-            "created_at": fact.created_at.isoformat(),
-            "updated_at": fact.updated_at.isoformat(),
         }
         for fact in facts
     ]
@@ -344,7 +330,7 @@ def start_session(request: ApiRequest) -> HttpResponse:
         agent = found
     session = chat.start_chat(request.user, agent)
     location = reverse("api-session", args=[session.pk])
-    return JsonResponse(session_dict(session), status=201, headers={"Location": location})
+    return JsonResponse(session.to_dict(), status=201, headers={"Location": location})
 
 
 def read_session(request: ApiRequest, pk: str) -> HttpResponse:
@@ -361,7 +347,7 @@ def read_session(request: ApiRequest, pk: str) -> HttpResponse:
     events = events[:limit]
     return JsonResponse(
         {
-            "session": session_dict(session),
+            "session": session.to_dict(),
             "events": [event.as_dict() for event in events],
             "next_after": events[-1].pk if more else None,
         }
@@ -400,7 +386,7 @@ def rename_chat(request: ApiRequest, key: str) -> HttpResponse:
         session = chat.rename_chat(request.user, key, form.cleaned_data["title"])
     except chat.ChatError:
         raise Http404 from None
-    return JsonResponse(session_dict(session))
+    return JsonResponse(session.to_dict())
 
 
 def row_id(pk: str) -> int:

@@ -21,12 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from agent.frames import Error, Frame, Notice
+from agent.frames import Emit, Error, Frame, Notice
 from agent.tools import ToolContext, call_tool
+from core.markdown import render_markdown
 from core.ownership import Owner
+from sessions_app import meter
+from sessions_app.broadcast import STOP, signal
 from sessions_app.chat import ChatError, find_chat
+from sessions_app.models import ChatClaim
 
 # A command's argument as its tool's arguments; None when it cannot be read.
 Reader = Callable[[str], dict[str, Any] | None]
@@ -130,8 +135,9 @@ TABLE = [
     ),
     SlashCommand(("help",), "", "this list"),
 ]
+NOTHING_RUNNING = "Nothing is running."
 BY_NAME = {name: command for command in TABLE for name in command.names}
-# Markdown: the chat shows it as a table (runner.answer_now).
+# Markdown: the chat shows it as a table (answer_now).
 HELP = "| Command | What it does |\n|---|---|\n" + "\n".join(
     f"| `{command.usage}` | {command.help} |" for command in TABLE
 )
@@ -174,3 +180,31 @@ async def run_tool(owner: Owner, key: str, command: Command) -> Frame:
     # As JSON, like the model's: through the same schema check its calls get.
     output = await call_tool(context, slash.tool, json.dumps(arguments))
     return Error(output.error) if output.error else Notice(output.text)
+
+
+async def answer_now(owner: Owner, key: str, command: Command, reply: Emit | None) -> None:
+    """A command that does not change the chat (/help, /status, /stop, a tool's):
+    answered at once to its sender (`reply`), never queued."""
+    if reply is None:
+        return
+    if command.slash.tool:
+        return await reply(await run_tool(owner, key, command))
+    if command.name == "help":
+        return await reply(await laid_out(HELP))
+    if command.name == "status":
+        try:
+            session = await database_sync_to_async(find_chat)(owner, key)
+        except ChatError as exc:
+            return await reply(Error(str(exc)))
+        return await reply(await laid_out(await meter.status(session)))
+    if not await database_sync_to_async(ChatClaim.objects.is_held)(owner.pk, key):
+        return await reply(Notice(NOTHING_RUNNING))
+    await signal(owner.pk, key, STOP)
+
+
+async def laid_out(markdown: str) -> Notice:
+    """A notice with structure (/help, /status), which the chat shows as lists and
+    tables: its text is Markdown, rendered safe (off the event loop: a long one
+    renders in another process)."""
+    html = await sync_to_async(render_markdown, thread_sensitive=False)(markdown)
+    return Notice(markdown, html=html)

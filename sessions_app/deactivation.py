@@ -7,7 +7,7 @@ waiting on one ends.
 
 Their browser sessions and API tokens already stop at the next request (Django's
 ModelBackend and ApiToken.authenticate refuse inactive users) and their
-scheduled tasks are not run (scheduler.runner)."""
+scheduled tasks are not run (scheduler.due_tasks)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.db import DatabaseError, connection, transaction
 
@@ -55,14 +55,13 @@ from agent.frames import (
     Started,
 )
 from agent.llm import Usage
-from core.markdown import render_markdown
 from core.ownership import Owner
 from memory.models import EventType
 from monitoring import counters, logs
-from sessions_app import meter, quotas, turns
+from sessions_app import quotas, turns
 from sessions_app.broadcast import APPROVAL, INPUT, STOP, Signals, broadcast, signal
-from sessions_app.chat import ChatError, find_chat
-from sessions_app.commands import HELP, Command, parse_command, run_tool
+from sessions_app.chat import ChatError
+from sessions_app.commands import NOTHING_RUNNING, answer_now, parse_command
 from sessions_app.models import LOST, ChatClaim, ChatInput
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,6 @@ WATCH_SECONDS = 5.0  # a waiter looks again this often, signalled or not
 RENEW_SECONDS = 5.0
 FAILED = "The server failed while answering; it was logged."
 UNSAVED = "The answer could not be saved: the database failed (it was logged)."
-NOTHING_RUNNING = "Nothing is running."
 DELETED = "The chat was deleted."
 ANSWERS = (EventType.ASSISTANT_RESPONSE,)  # a stored answer: the streamed text is kept
 
@@ -220,32 +218,6 @@ async def start(owner: Owner, key: str, item: ChatInput, holder: Holder | None) 
         return await holder.run_queue()
     await announce(owner, key, item)
     await wait_for(owner, key, item.pk)
-
-
-async def answer_now(owner: Owner, key: str, command: Command, reply: Emit | None) -> None:
-    if reply is None:
-        return
-    if command.slash.tool:
-        return await reply(await run_tool(owner, key, command))
-    if command.name == "help":
-        return await reply(await laid_out(HELP))
-    if command.name == "status":
-        try:
-            session = await database_sync_to_async(find_chat)(owner, key)
-        except ChatError as exc:
-            return await reply(Error(str(exc)))
-        return await reply(await laid_out(await meter.status(session)))
-    if not await database_sync_to_async(ChatClaim.objects.is_held)(owner.pk, key):
-        return await reply(Notice(NOTHING_RUNNING))
-    await signal(owner.pk, key, STOP)
-
-
-async def laid_out(markdown: str) -> Notice:
-    """A notice with structure (/help, /status), which the chat shows as lists and
-    tables: its text is Markdown, rendered safe (off the event loop: a long one
-    renders in another process)."""
-    html = await sync_to_async(render_markdown, thread_sensitive=False)(markdown)
-    return Notice(markdown, html=html)
 
 
 def answer_approval(user: Owner, key: str, request_id: str, decision: str) -> None:

@@ -89,10 +89,12 @@ async def atranscript_chunks(session: Session) -> AsyncIterator[str]:
 
 
 def index_entry(session: Session) -> dict[str, Any]:
+    fields = session.to_dict()
+    del fields["key"]  # the index is keyed by it
     return {
-        "session_id": str(session.pk),
+        "session_id": fields.pop("id"),
         "user": session.owner.get_username(),
-        **session.as_dict(),
+        **fields,
         "updated_at": session.updated_at.isoformat(),
         "transcript": f"{session.pk}.jsonl",
     }

@@ -196,7 +196,7 @@ async def respond(
         endpoint=endpoint,
         client=client,
         before=before,
-        # A task's runs are titled with its name (scheduler.runner.cron_session).
+        # A task's runs are titled with its name (scheduler.due_tasks.cron_session).
         task=(session.title or session.key) if session.is_scheduled else "",
     )
     result = await run_turn(request, text, emit)

@@ -21,8 +21,8 @@ from memory.files.paths import write_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import workspace_dir
 from scheduler.config_sync import sync_config_tasks
+from scheduler.due_tasks import pause_broken, run_due_tasks
 from scheduler.models import ScheduledTask
-from scheduler.runner import pause_broken, run_due_tasks
 from tests.support.archives import build_user_data
 from tests.support.imports import build_db
 from tests.support.records import FRIDAY, MONDAY_9, allow_terminal, config_task, make_task

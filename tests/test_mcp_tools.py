@@ -24,7 +24,7 @@ from core.history import Actor
 from core.models import Change
 from core.sealing import unseal
 from memory.models import Event
-from scheduler.runner import run_due_tasks
+from scheduler.due_tasks import run_due_tasks
 from sessions_app import chat
 from sessions_app.models import Session
 from tests.support.frames import Frames

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from core.config import ConfigError, load_config
 from memory.models import Event, EventType
-from scheduler import runner as scheduler_runner
+from scheduler import due_tasks
 from sessions_app import chat, quotas
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, DailyUsage, GroupQuota, Session
 from sessions_app.quotas import Limits, QuotaExceeded
@@ -264,11 +264,11 @@ def test_it_counts_scheduled_runs_without_holding_them_to_the_minute(alice, llm,
     assert admitted(alice, 1) == 1  # her minute is full
     task = make_task(alice)
     llm.script(Reply(text="Your todos.", usage={"prompt_tokens": 40, "completion_tokens": 10}))
-    assert scheduler_runner.run_task(task, timezone.now()).status == "completed"
+    assert due_tasks.run_task(task, timezone.now()).status == "completed"
     assert (usage_of(alice).messages, usage_of(alice).tokens) == (2, 50)
 
     # The day's tokens are used: the next run is refused, said so, and stores nothing.
-    run = scheduler_runner.run_task(task, timezone.now())
+    run = due_tasks.run_task(task, timezone.now())
     assert run.status == "failed"
     assert "did not run" in run.detail and "tokens for today" in run.detail
     errors = Event.objects.owned_by(alice).filter(event_type=EventType.ERROR)

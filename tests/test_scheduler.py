@@ -16,11 +16,11 @@ from agent.models import ApprovalRequest
 from agent.tools import ToolError, available_tools, get_tool
 from core.history import Actor
 from memory.models import Event, EventType
-from scheduler import runner
+from scheduler import due_tasks
 from scheduler.config_sync import SyncError, sync_config_tasks
+from scheduler.due_tasks import run_due_tasks
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS, TaskError
-from scheduler.runner import run_due_tasks
 from sessions_app.models import Agent, Session
 from tests.support.records import BERLIN, FRIDAY, MONDAY_9, allow_terminal, config_task, make_task
 from tests.support.scripted_llm import Reply, reply_with_tool
@@ -142,7 +142,7 @@ def test_it_runs_a_task_once_when_two_clusters_claim_it(alice, llm):
     task = make_task(alice)
     llm.script(Reply(text="Once."), Reply(text="Twice?"))
     start = threading.Barrier(2)
-    reports: list[runner.RunReport] = []
+    reports: list[due_tasks.RunReport] = []
 
     def cluster() -> None:
         try:
@@ -215,7 +215,7 @@ def test_it_records_a_failing_task_and_runs_the_next(alice, bob, llm):
 def test_it_survives_an_unexpected_exception(alice, bob, llm, monkeypatch):
     broken = make_task(alice)
     make_task(bob)
-    real_session = runner.cron_session
+    real_session = due_tasks.cron_session
     calls = []
 
     def flaky(task: ScheduledTask) -> Session:
@@ -224,7 +224,7 @@ def test_it_survives_an_unexpected_exception(alice, bob, llm, monkeypatch):
             raise RuntimeError("disk on fire")
         return real_session(task)
 
-    monkeypatch.setattr(runner, "cron_session", flaky)
+    monkeypatch.setattr(due_tasks, "cron_session", flaky)
     llm.script(Reply(text="Fine."))
     report = run_due_tasks(now=MONDAY_9)
     assert sorted(run.status for run in report.runs) == ["completed", "failed"]
@@ -271,8 +271,8 @@ def test_it_prints_what_ran(alice, llm, capsys):
 
 
 def test_it_is_scheduled_every_minute(db):
-    schedule = Schedule.objects.get(name=runner.SCHEDULE_NAME)
-    assert (schedule.func, schedule.minutes) == ("scheduler.runner.run_due_tasks", 1)
+    schedule = Schedule.objects.get(name=due_tasks.SCHEDULE_NAME)
+    assert (schedule.func, schedule.minutes) == ("scheduler.due_tasks.run_due_tasks", 1)
 
 
 # The tools -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A session's own behaviour (sessions_app/models.py): the chat's active
+"""A session's own behaviour (sessions_app/models/conversations.py): the chat's active
 session, continuing it in a fresh one, its events."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from memory.models import Event
-from scheduler import runner
+from scheduler import due_tasks
 from scheduler.models import ScheduledTask
 from scheduler.planning import MAX_PROMPT_CHARS
 from sessions_app.models import Session
@@ -186,7 +186,7 @@ def test_it_runs_a_task_now_in_a_worker_and_answers_in_its_cron_chat(alice_clien
     assert queued["args"] == (str(task.pk),)
 
     llm.script(Reply(text="You have 3 open todos."))
-    run = runner.run_now(str(task.pk))  # what the worker calls
+    run = due_tasks.run_now(str(task.pk))  # what the worker calls
     assert run is not None and run.status == "completed"
     session = Session.objects.get(key=f"cron:{task.pk}")
     answers = Event.objects.filter(session_id=str(session.pk), event_type="assistant_response")
@@ -202,7 +202,7 @@ def test_it_says_so_when_a_run_cannot_be_queued(alice_client, alice, monkeypatch
     def broker_down(task: ScheduledTask) -> None:
         raise ConnectionError("redis is down")
 
-    monkeypatch.setattr(runner, "queue_run_now", broker_down)
+    monkeypatch.setattr(due_tasks, "queue_run_now", broker_down)
     page = text(alice_client.post(reverse("task-run", args=[task.pk]), **HTMX))
     assert "Could not start the run (ConnectionError); try again." in page
 

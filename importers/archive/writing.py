@@ -50,30 +50,18 @@ def session_record(session: Session) -> dict[str, Any]:
     """A session file's first line: the session, then its events follow."""
     return {
         "type": "session",
-        "id": str(session.pk),
-        "key": session.key,
+        **session.to_dict(),
         "channel": session.channel,
         "chat": session.chat,
-        **session.as_dict(),
     }
 
 
 def fact_record(fact: Fact) -> dict[str, Any]:
-    """A fact as the archive holds it: the one place its fields are listed."""
-    return {
-        "category": fact.category,
-        "key": fact.key,
-        "value": fact.value,
-        "source": fact.source,
-        # Where its value came from: an event and session of this archive (their
-        # archive ids), or just a label (an import, the admin).
-        "origin": fact.origin,
-        "origin_event_id": fact.origin_event_id,
-        "origin_session_id": fact.origin_session_id,
-        "origin_label": fact.origin_label,
-        "created_at": stamp(fact.created_at),
-        "updated_at": stamp(fact.updated_at),
-    }
+    """A fact as the archive holds it: Fact.to_dict() less its id (the archive's
+    ids are its own)."""
+    record = fact.to_dict()
+    del record["id"]
+    return record
 
 
 def macro_record(macro: Macro) -> dict[str, Any]:

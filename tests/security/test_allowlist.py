@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import LITERAL, TABLE, Program, covers, rule_for, words_of
 from memory.workspace import workspace_dir
-from scheduler.runner import run_due_tasks
+from scheduler.due_tasks import run_due_tasks
 from tests.support.records import MONDAY_9, allow_terminal, make_task
 from tests.support.scripted_llm import Reply, reply_with_tool
 

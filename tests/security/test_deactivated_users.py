@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from scheduler import runner
+from scheduler import due_tasks
 from scheduler.models import ScheduledTask
 from sessions_app import chat
 from sessions_app.models import ApiToken, Session
@@ -69,7 +69,7 @@ def test_it_does_not_run_an_inactive_owners_tasks(alice, bob, llm):
     make_task(alice, "Alice's report")
     bobs = make_task(bob, "Bob's report")
     User.objects.filter(pk=alice.pk).update(is_active=False)
-    report = runner.run_due_tasks(now=MONDAY_9)
+    report = due_tasks.run_due_tasks(now=MONDAY_9)
     assert [run.task_id for run in report.runs] == [str(bobs.pk)]
     assert not Session.objects.filter(owner=alice).exists()
 
@@ -78,12 +78,12 @@ def test_it_does_not_run_an_inactive_owners_tasks(alice, bob, llm):
 def test_it_does_not_run_an_inactive_owners_task_queued_to_run_now(alice, llm):
     task = make_task(alice)
     User.objects.filter(pk=alice.pk).update(is_active=False)
-    assert runner.run_now(str(task.pk)) is None
+    assert due_tasks.run_now(str(task.pk)) is None
     assert not Session.objects.filter(owner=alice).exists()
     # Reactivated, the task is due again as after any downtime: it runs once.
     User.objects.filter(pk=alice.pk).update(is_active=True)
     llm.script(Reply(text="Done."))
-    assert [run.task_id for run in runner.run_due_tasks(now=MONDAY_9).runs] == [str(task.pk)]
+    assert [run.task_id for run in due_tasks.run_due_tasks(now=MONDAY_9).runs] == [str(task.pk)]
     assert ScheduledTask.objects.get(pk=task.pk).next_run_at > MONDAY_9
 
 

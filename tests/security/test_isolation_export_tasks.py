@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from agent.tools import ToolError
 from memory.models import Event
+from scheduler.due_tasks import run_due_tasks, run_now
 from scheduler.models import ScheduledTask
-from scheduler.runner import run_due_tasks, run_now
 from sessions_app.models import Agent, Session
 from tests.support.commands import export
 from tests.support.scripted_llm import Reply

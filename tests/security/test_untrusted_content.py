@@ -29,8 +29,8 @@ from memory.files.paths import write_memory_file
 from memory.models import Event, Fact
 from memory.workspace import workspace_dir
 from neotask_site.asgi import application
+from scheduler.due_tasks import run_due_tasks
 from scheduler.models import ScheduledTask
-from scheduler.runner import run_due_tasks
 from sessions_app import chat
 from sessions_app.compaction import compact
 from sessions_app.models import ApiToken, Session

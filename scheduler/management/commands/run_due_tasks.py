@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from scheduler.runner import run_due_tasks
+from scheduler.due_tasks import run_due_tasks
 
 
 class Command(BaseCommand):

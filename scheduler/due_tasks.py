@@ -196,7 +196,7 @@ def queue_run_now(task: ScheduledTask) -> None:
     """Hand "run now" to a worker: an agent turn takes far longer than a request should."""
     from django_q.tasks import async_task
 
-    async_task("scheduler.runner.run_now", str(task.pk), group="scheduled-tasks")
+    async_task("scheduler.due_tasks.run_now", str(task.pk), group="scheduled-tasks")
 
 
 def cron_session(task: ScheduledTask) -> Session:
@@ -305,7 +305,7 @@ def install_schedule(sender: object, **kwargs: object) -> None:
     Schedule.objects.update_or_create(
         name=SCHEDULE_NAME,
         defaults={
-            "func": "scheduler.runner.run_due_tasks",
+            "func": "scheduler.due_tasks.run_due_tasks",
             "schedule_type": Schedule.MINUTES,
             "minutes": 1,
             "repeats": -1,
