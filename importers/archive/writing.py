@@ -3,14 +3,12 @@ behind a manifest that lists each one's size and sha256."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from agent.models import TerminalAllowedPrefix
 from core.ownership import Owner
 from core.progress import Progress, no_progress
 from importers.archive import layout
+from importers.manifests import file_entry, neotask_version
 from memory.files.discovery import scan_workspace
 from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
@@ -30,7 +29,6 @@ from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
 from sessions_app.transcripts import event_batches, event_record
 
-CHUNK = 1024 * 1024
 SUMMARIES = (EventType.SUMMARY, EventType.COMPACTION)  # events that condense others
 
 
@@ -264,28 +262,11 @@ def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
             staging.counts["memory_files"] += 1
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def neotask_version() -> str:
-    try:
-        return metadata.version("neotask")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def write_zip(staging: Staging, target: Path) -> None:
+    entries = {name: file_entry(staging.root / name) for name in staging.members}
     members = {
-        name: {
-            "size": (staging.root / name).stat().st_size,
-            "sha256": file_digest(staging.root / name),
-        }
-        for name in staging.members
+        name: {"size": entry["size"], "sha256": entry["sha256"]}  # the order of version 1
+        for name, entry in entries.items()
     }
     manifest = {
         "format": layout.FORMAT,
