@@ -64,6 +64,12 @@ class BackgroundJob(OwnedModel):
             progress_done=done, heartbeat_at=timezone.now()
         )
 
+    def fail(self, error: str) -> None:
+        type(self).objects.filter(pk=self.pk).update(
+            status=self.FAILED, error=error, finished_at=timezone.now()
+        )
+        self.refresh_from_db()
+
     @staticmethod
     def stale_condition() -> Q:
         """Running, with a heartbeat stopped STALE_AFTER ago (or never beaten since

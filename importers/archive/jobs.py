@@ -39,7 +39,7 @@ def start(owner: Owner) -> ExportJob:
         )
     except Exception as exc:
         log.warning("could not queue export %s", job.pk, exc_info=True)
-        fail(job, f"The export could not be queued ({exc}); try again later.")
+        job.fail(f"The export could not be queued ({exc}); try again later.")
     return job
 
 
@@ -58,7 +58,7 @@ def run_export(job_id: str) -> None:
     except Exception as exc:
         log.exception("export %s failed", job.pk)
         shutil.rmtree(job.folder, ignore_errors=True)
-        fail(job, f"The export stopped: {type(exc).__name__}: {exc}")
+        job.fail(f"The export stopped: {type(exc).__name__}: {exc}")
         return
     finished = ExportJob.objects.filter(pk=job.pk, status=ExportJob.Status.RUNNING).update(
         status=ExportJob.Status.DONE,
@@ -101,13 +101,6 @@ def drop_exports(sender: object, owner: Owner, **kwargs: object) -> None:
 
 def remove_archive(sender: type[ExportJob], instance: ExportJob, **kwargs: object) -> None:
     shutil.rmtree(instance.folder, ignore_errors=True)
-
-
-def fail(job: ExportJob, error: str) -> None:
-    ExportJob.objects.filter(pk=job.pk).update(
-        status=ExportJob.Status.FAILED, error=error, finished_at=timezone.now()
-    )
-    job.refresh_from_db()
 
 
 def expire_stale(owner: Owner) -> None:
