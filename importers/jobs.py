@@ -7,13 +7,10 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from datetime import timedelta
 from pathlib import Path, PurePath
-from typing import TypeVar
 
 from django.core.exceptions import SuspiciousFileOperation
-from django.db import DatabaseError, OperationalError, connection
-from django.db.models import Q
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from django.utils.text import get_valid_filename
 
@@ -21,7 +18,7 @@ from core.ownership import Owner
 from core.progress import Progress
 from importers import uploads
 from importers.archive.reading import manifest_digest
-from importers.models import ExportJob, ImportedArchive, ImportJob
+from importers.models import STALE_AFTER, BackgroundJob, ImportedArchive, ImportJob
 from importers.report import ImportRefused, ImportReport, ImportStopped
 
 log = logging.getLogger(__name__)
@@ -30,10 +27,8 @@ log = logging.getLogger(__name__)
 JOB_TIMEOUT = 4 * 60 * 60
 PROGRESS_EVERY = 1.0  # seconds between progress writes
 # A running job writes its heartbeat at least this often (seconds); one whose
-# heartbeat is older than STALE_AFTER has lost its worker (SQLite: or has held its
-# write lock that long, see docs/data.md).
+# heartbeat is older than STALE_AFTER has lost its worker (BackgroundJob).
 HEARTBEAT_EVERY = 30.0
-STALE_AFTER = timedelta(minutes=5)
 
 
 def upload_path(job: ImportJob) -> Path:
@@ -90,7 +85,7 @@ class JobProgress:
     transaction (a test's) writes inline instead: no other connection could see its
     row, and on SQLite one would wait for that transaction's write lock."""
 
-    def __init__(self, job: ImportJob | ExportJob) -> None:
+    def __init__(self, job: BackgroundJob) -> None:
         self.job = job
         self.done = 0
         self.written_at = 0.0
@@ -120,9 +115,7 @@ class JobProgress:
             self.thread.join()
 
     def write(self, done: int) -> None:
-        type(self.job).objects.filter(pk=self.job.pk, status=self.job.Status.RUNNING).update(
-            progress_done=done, heartbeat_at=timezone.now()
-        )
+        self.job.beat(done)
 
     def beat(self) -> None:
         written, beaten = -1, 0.0
@@ -144,11 +137,7 @@ class JobProgress:
 
 def run_import(job_id: str) -> None:
     """The job: import the upload, store the report, remove the upload."""
-    now = timezone.now()
-    started = ImportJob.objects.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
-        status=ImportJob.Status.RUNNING, started_at=now, heartbeat_at=now
-    )
-    if not started:
+    if not ImportJob.claim(job_id):
         return  # done, or another worker has it (the broker delivered it twice)
     job = ImportJob.objects.select_related("owner").get(pk=job_id)
     progress = JobProgress(job)
@@ -197,33 +186,6 @@ STOPPED_NOTHING = (
     "{minutes} minutes) before the archive's rows were stored, so nothing of it was "
     "added. Import the file again."
 )
-StaleJob = TypeVar("StaleJob", ImportJob, ExportJob)
-
-
-def stale_jobs(model: type[StaleJob], owner: Owner) -> list[StaleJob]:
-    """The owner's running jobs whose heartbeat stopped STALE_AFTER ago (or that never
-    beat since they started): their worker died, or was stopped."""
-    return list(model.objects.owned_by(owner).filter(stale_condition()))
-
-
-def stale_condition() -> Q:
-    cutoff = timezone.now() - STALE_AFTER
-    return Q(status="running") & (
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
-    )
-
-
-def mark_stale(job: StaleJob, error: str) -> bool:
-    """Fail the job unless it beat meanwhile; whether it was failed."""
-    try:
-        return bool(
-            type(job)
-            .objects.filter(stale_condition(), pk=job.pk)
-            .update(status="failed", error=error, finished_at=timezone.now())
-        )
-    except OperationalError:  # SQLite's write lock held (by the import itself?): next look
-        log.info("job %s: not marked failed yet", job.pk, exc_info=True)
-        return False
 
 
 def expire_stale(owner: Owner) -> None:
@@ -231,14 +193,14 @@ def expire_stale(owner: Owner) -> None:
     failed, and its message says what it left (an archive's rows are all stored or
     none: ImportedArchive tells which)."""
     minutes = int(STALE_AFTER.total_seconds() // 60)
-    for job in stale_jobs(ImportJob, owner):
+    for job in ImportJob.stale_for(owner):
         if job.kind != ImportJob.Kind.NEOTASK:
             error = STOPPED
         elif archive_stored(job, owner):
             error = STOPPED_STORED
         else:
             error = STOPPED_NOTHING
-        if mark_stale(job, error.format(minutes=minutes)):
+        if job.fail_if_stale(error.format(minutes=minutes)):
             uploads.remove(job.upload_dir)
 
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from core.ownership import Owner
 from importers.archive.writing import export_user, total_steps
-from importers.jobs import JOB_TIMEOUT, STALE_AFTER, JobProgress, mark_stale, stale_jobs
-from importers.models import ExportJob
+from importers.jobs import JOB_TIMEOUT, JobProgress
+from importers.models import STALE_AFTER, ExportJob
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +39,13 @@ def start(owner: Owner) -> ExportJob:
         )
     except Exception as exc:
         log.warning("could not queue export %s", job.pk, exc_info=True)
-        fail(job, f"The export could not be queued ({exc}); try again later.")
+        job.fail(f"The export could not be queued ({exc}); try again later.")
     return job
 
 
 def run_export(job_id: str) -> None:
     """The job: write the archive under the job's folder, then mark it ready."""
-    now = timezone.now()
-    started = ExportJob.objects.filter(pk=job_id, status=ExportJob.Status.QUEUED).update(
-        status=ExportJob.Status.RUNNING, started_at=now, heartbeat_at=now
-    )
-    if not started:
+    if not ExportJob.claim(job_id):
         return  # done, or another worker has it (the broker delivered it twice)
     job = ExportJob.objects.select_related("owner").get(pk=job_id)
     progress = JobProgress(job)
@@ -62,7 +58,7 @@ def run_export(job_id: str) -> None:
     except Exception as exc:
         log.exception("export %s failed", job.pk)
         shutil.rmtree(job.folder, ignore_errors=True)
-        fail(job, f"The export stopped: {type(exc).__name__}: {exc}")
+        job.fail(f"The export stopped: {type(exc).__name__}: {exc}")
         return
     finished = ExportJob.objects.filter(pk=job.pk, status=ExportJob.Status.RUNNING).update(
         status=ExportJob.Status.DONE,
@@ -107,16 +103,9 @@ def remove_archive(sender: type[ExportJob], instance: ExportJob, **kwargs: objec
     shutil.rmtree(instance.folder, ignore_errors=True)
 
 
-def fail(job: ExportJob, error: str) -> None:
-    ExportJob.objects.filter(pk=job.pk).update(
-        status=ExportJob.Status.FAILED, error=error, finished_at=timezone.now()
-    )
-    job.refresh_from_db()
-
-
 def expire_stale(owner: Owner) -> None:
     """A job whose worker died stays "running" for ever; one whose heartbeat stopped failed."""
     minutes = int(STALE_AFTER.total_seconds() // 60)
-    for job in stale_jobs(ExportJob, owner):
-        if mark_stale(job, STOPPED.format(minutes=minutes)):
+    for job in ExportJob.stale_for(owner):
+        if job.fail_if_stale(STOPPED.format(minutes=minutes)):
             shutil.rmtree(job.folder, ignore_errors=True)

@@ -6,7 +6,6 @@ member's records afterwards checks each line as it goes."""
 from __future__ import annotations
 
 import hashlib
-import json
 import stat
 import zipfile
 import zlib
@@ -17,9 +16,16 @@ from typing import IO, Any
 
 from importers import uploads
 from importers.archive import layout
+from importers.manifests import (
+    chunks_of,
+    differences,
+    digest,
+    is_entry_map,
+    load_json,
+    matches,
+    read_at_most,
+)
 from importers.report import ImportRefused
-
-CHUNK = 1024 * 1024
 
 
 def refused(message: str) -> ImportRefused:
@@ -89,11 +95,12 @@ class Archive:
         if unpacked > uploads.unpack_limit(self.size):
             raise uploads.too_large(unpacked, self.size)
         self.read_manifest()
-        listed = set(self.members)
+        listed = self.members
         present = names - {layout.MANIFEST} - {n for n in names if n.endswith("/")}
-        if missing := sorted(listed - present):
+        missing, extra = differences(listed, present)
+        if missing:
             raise refused(f"members listed in the manifest are missing: {', '.join(missing[:5])}.")
-        if extra := sorted(present - listed):
+        if extra:
             raise refused(f"members not in the manifest: {', '.join(extra[:5])}.")
         for name in self.members:
             self.check_member(name)
@@ -107,8 +114,8 @@ class Archive:
         raw = self.read(layout.MANIFEST, layout.MAX_MANIFEST_BYTES)
         self.digest = hashlib.sha256(raw).hexdigest()
         try:
-            manifest = json.loads(raw)
-        except (ValueError, RecursionError):
+            manifest = load_json(raw)
+        except ValueError:
             raise refused(f"{layout.MANIFEST} is not valid JSON.") from None
         if not isinstance(manifest, dict) or manifest.get("format") != layout.FORMAT:
             raise refused(f"{layout.MANIFEST} does not name the format {layout.FORMAT!r}.")
@@ -122,12 +129,7 @@ class Archive:
                 f"this one reads version {layout.VERSION}."
             )
         members = manifest.get("members")
-        if not isinstance(members, dict) or not all(
-            isinstance(entry, dict)
-            and isinstance(entry.get("sha256"), str)
-            and isinstance(entry.get("size"), int)
-            for entry in members.values()
-        ):
+        if not is_entry_map(members):
             raise refused(f"{layout.MANIFEST} lists no members with their size and sha256.")
         self.manifest = manifest
 
@@ -135,14 +137,8 @@ class Archive:
         """The member's bytes, streamed: its size and sha256 as the manifest says.
         Counted as read, since the sizes a zip declares can lie."""
         expected = self.manifest["members"][name]
-        digest = hashlib.sha256()
-        size = 0
-        for chunk in self.chunks(name):
-            size += len(chunk)
-            if size > expected["size"]:
-                break
-            digest.update(chunk)
-        if size != expected["size"] or digest.hexdigest() != expected["sha256"]:
+        found = digest(self.chunks(name), stop_above=expected["size"])
+        if not matches(found, expected):
             raise refused(
                 f"{name} does not match its checksum in the manifest (damaged or edited)."
             )
@@ -150,23 +146,20 @@ class Archive:
     def chunks(self, name: str) -> Iterator[bytes]:
         try:
             with self.zip.open(name) as source:
-                while chunk := source.read(CHUNK):
-                    yield chunk
+                yield from chunks_of(source)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise refused(f"{name} cannot be read ({exc}).") from None
 
     def read(self, name: str, limit: int) -> bytes:
-        data = b""
-        for chunk in self.chunks(name):
-            data += chunk
-            if len(data) > limit:
-                raise refused(f"{name} is larger than {uploads.megabytes(limit)}.")
+        data = read_at_most(self.chunks(name), limit)
+        if data is None:
+            raise refused(f"{name} is larger than {uploads.megabytes(limit)}.")
         return data
 
     def json(self, name: str) -> Any:
         try:
-            return json.loads(self.read(name, layout.MAX_MEMBER_BYTES))
-        except (ValueError, RecursionError):
+            return load_json(self.read(name, layout.MAX_MEMBER_BYTES))
+        except ValueError:
             raise refused(f"{name} is not valid JSON.") from None
 
     def lines(self, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -181,8 +174,8 @@ class Archive:
                     if not line.strip():
                         continue
                     try:
-                        record = json.loads(line)
-                    except (ValueError, RecursionError):
+                        record = load_json(line)
+                    except ValueError:
                         raise refused(f"{name} line {number} is not valid JSON.") from None
                     if not isinstance(record, dict):
                         raise refused(f"{name} line {number} is not a JSON object.")

@@ -3,14 +3,12 @@ behind a manifest that lists each one's size and sha256."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,15 @@ from agent.models import TerminalAllowedPrefix
 from core.ownership import Owner
 from core.progress import Progress, no_progress
 from importers.archive import layout
+from importers.archive.records import (
+    AgentRecord,
+    FactRecord,
+    MacroRecord,
+    RuleRecord,
+    SessionRecord,
+    TaskRecord,
+)
+from importers.manifests import file_entry, neotask_version
 from memory.files.discovery import scan_workspace
 from memory.files.paths import max_file_bytes, memory_path, skip_reason_for
 from memory.files.workspace_fs import MemoryPathError, WorkspaceFS
@@ -30,74 +37,11 @@ from scheduler.models import ScheduledTask
 from sessions_app.models import Agent, Session
 from sessions_app.transcripts import event_batches, event_record
 
-CHUNK = 1024 * 1024
 SUMMARIES = (EventType.SUMMARY, EventType.COMPACTION)  # events that condense others
 
 
 def stamp(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def agent_record(agent: Agent) -> dict[str, Any]:
-    return {
-        "name": agent.name,
-        "system_prompt": agent.system_prompt,
-        "created_at": stamp(agent.created_at),
-    }
-
-
-def session_record(session: Session) -> dict[str, Any]:
-    """A session file's first line: the session, then its events follow."""
-    return {
-        "type": "session",
-        **session.to_dict(),
-        "channel": session.channel,
-        "chat": session.chat,
-    }
-
-
-def fact_record(fact: Fact) -> dict[str, Any]:
-    """A fact as the archive holds it: Fact.to_dict() less its id (the archive's
-    ids are its own)."""
-    record = fact.to_dict()
-    del record["id"]
-    return record
-
-
-def macro_record(macro: Macro) -> dict[str, Any]:
-    return {
-        "trigger_tool": macro.trigger_tool,
-        "trigger_args_pattern": macro.trigger_args_pattern,
-        "next_tool": macro.next_tool,
-        "next_args": macro.next_args,
-        "confidence": macro.confidence,
-        "used_count": macro.used_count,
-        "is_disabled": macro.is_disabled,
-        "created_at": stamp(macro.created_at),
-    }
-
-
-def task_record(task: ScheduledTask) -> dict[str, Any]:
-    return {
-        "id": str(task.pk),
-        "name": task.name,
-        "agent": task.agent.name if task.agent else None,
-        "cron_expr": task.cron_expr,
-        "original_schedule": task.original_schedule,
-        "prompt": task.prompt,
-        "source": task.source,
-        "time_zone": task.time_zone,
-        "is_oneshot": task.is_oneshot,
-        "is_paused": task.is_paused,
-        "is_trusted": task.is_trusted,
-        "next_run_at": stamp(task.next_run_at),
-        "last_run_at": stamp(task.last_run_at),
-        "created_at": stamp(task.created_at),
-    }
-
-
-def rule_record(rule: TerminalAllowedPrefix) -> dict[str, Any]:
-    return {"prefix": rule.prefix, "active": rule.active, "created_at": stamp(rule.created_at)}
 
 
 def event_line(event: Event, condensed: dict[int, list[int]]) -> str:
@@ -204,7 +148,7 @@ def total_steps(owner: Owner) -> int:
 def write_members(owner: Owner, staging: Staging) -> None:
     agents = list(Agent.objects.owned_by(owner).order_by("name"))
     with staging.path(layout.AGENTS).open("w", encoding="utf-8") as out:
-        json.dump([agent_record(agent) for agent in agents], out, ensure_ascii=False, indent=1)
+        json.dump([AgentRecord.of(agent) for agent in agents], out, ensure_ascii=False, indent=1)
     staging.counts["agents"] = len(agents)
     staging.progress(1)
     sessions = Session.objects.owned_by(owner).select_related("agent", "owner")
@@ -212,7 +156,7 @@ def write_members(owner: Owner, staging: Staging) -> None:
         with staging.path(layout.session_member(str(session.pk))).open(
             "w", encoding="utf-8"
         ) as out:
-            out.write(json_line(session_record(session)))
+            out.write(json_line(SessionRecord.of(session)))
             for batch in event_batches(session):
                 condensed = condensed_ids(batch)
                 out.write("".join(event_line(event, condensed) for event in batch))
@@ -220,15 +164,15 @@ def write_members(owner: Owner, staging: Staging) -> None:
         staging.counts["sessions"] += 1
         staging.progress(1)
     staging.records(
-        layout.FACTS, "facts", map(fact_record, Fact.objects.owned_by(owner).order_by("pk"))
+        layout.FACTS, "facts", map(FactRecord.of, Fact.objects.owned_by(owner).order_by("pk"))
     )
     staging.records(
-        layout.MACROS, "macros", map(macro_record, Macro.objects.owned_by(owner).order_by("pk"))
+        layout.MACROS, "macros", map(MacroRecord.of, Macro.objects.owned_by(owner).order_by("pk"))
     )
     tasks = ScheduledTask.objects.owned_by(owner).select_related("agent").order_by("created_at")
-    staging.records(layout.TASKS, "tasks", map(task_record, tasks))
+    staging.records(layout.TASKS, "tasks", map(TaskRecord.of, tasks))
     rules = TerminalAllowedPrefix.objects.owned_by(owner).order_by("prefix")
-    staging.records(layout.RULES, "rules", map(rule_record, rules))
+    staging.records(layout.RULES, "rules", map(RuleRecord.of, rules))
     for agent in agents:
         copy_memory_files(owner, agent.name, staging)
     staging.progress(1)
@@ -252,28 +196,11 @@ def copy_memory_files(owner: Owner, agent: str, staging: Staging) -> None:
             staging.counts["memory_files"] += 1
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def neotask_version() -> str:
-    try:
-        return metadata.version("neotask")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def write_zip(staging: Staging, target: Path) -> None:
+    entries = {name: file_entry(staging.root / name) for name in staging.members}
     members = {
-        name: {
-            "size": (staging.root / name).stat().st_size,
-            "sha256": file_digest(staging.root / name),
-        }
-        for name in staging.members
+        name: {"size": entry["size"], "sha256": entry["sha256"]}  # the order of version 1
+        for name, entry in entries.items()
     }
     manifest = {
         "format": layout.FORMAT,

@@ -8,7 +8,6 @@ sandboxed command made is recorded in the manifest as skipped, never followed.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -34,6 +33,7 @@ from importers.backup.manifest import (
     parse_manifest,
 )
 from importers.backup.snapshot import take_snapshot
+from importers.manifests import chunks_of, differences, digest, matches
 from memory.files.workspace_fs import (
     DIRECTORY,
     MAX_USAGE_DEPTH,
@@ -43,7 +43,6 @@ from memory.files.workspace_fs import (
     atomic_file,
 )
 
-CHUNK = 1024 * 1024
 # A workspace file can change while it is read (a sandboxed command writing it): it is
 # copied aside first, so the tar header's size is that of the bytes archived.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -87,7 +86,7 @@ def add_snapshot(tar: tarfile.TarFile, name: str, path: Path, progress: Progress
     """The database snapshot, a file of the backup's own that nothing changes: hashed,
     then archived, without a copy."""
     with path.open("rb") as handle:
-        entry = digest_of(handle)
+        entry = digest(chunks_of(handle))
         handle.seek(0)
         info = tarfile.TarInfo(name)
         info.size, info.mode = entry["size"], 0o600
@@ -106,19 +105,14 @@ def add_member(
 ) -> dict[str, Any]:
     """A member read from `source` once, through a copy in `spool_dir` (beside the
     archive: /tmp may be too small for a big workspace file)."""
-    digest = hashlib.sha256()
-    size = 0
     with tempfile.SpooledTemporaryFile(SPOOL_BYTES, dir=str(spool_dir)) as spool:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            spool.write(chunk)
-            size += len(chunk)
+        entry = digest(chunks_of(source), into=spool)
         spool.seek(0)
         info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = size, 0o600, mtime
+        info.size, info.mode, info.mtime = entry["size"], 0o600, mtime
         tar.addfile(info, spool)
-    progress(size)
-    return {"sha256": digest.hexdigest(), "size": size}
+    progress(entry["size"])
+    return entry
 
 
 def add_workspaces(
@@ -210,20 +204,6 @@ def checked_member(member: tarfile.TarInfo) -> str:
     return name
 
 
-def digest_of(
-    source: IO[bytes], into: IO[bytes] | None = None, progress: Progress = no_progress
-) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    size = 0
-    while chunk := source.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-        if into is not None:
-            into.write(chunk)
-        progress(len(chunk))
-    return {"sha256": digest.hexdigest(), "size": size}
-
-
 def open_archive(path: Path) -> tarfile.TarFile:
     try:
         return tarfile.open(path, "r:*")
@@ -255,7 +235,7 @@ def verify_archive(path: Path) -> dict[str, Any]:
                         )
                     raw_manifest = handle.read()
                 else:
-                    found[name] = digest_of(handle)
+                    found[name] = digest(chunks_of(handle))
     except UNREADABLE as exc:
         raise BackupError(
             f"{path} is truncated or not a tar archive ({exc}); nothing was restored."
@@ -266,14 +246,15 @@ def verify_archive(path: Path) -> dict[str, Any]:
         )
     manifest = parse_manifest(raw_manifest)
     listed: dict[str, dict[str, Any]] = manifest["members"]
-    if missing := sorted(set(listed) - set(found)):
+    missing, unlisted = differences(listed, found)
+    if missing:
         raise BackupError(f"The archive lacks {len(missing)} listed members ({missing[0]}, …).")
-    if unlisted := sorted(set(found) - set(listed)):
+    if unlisted:
         raise BackupError(
             f"The archive holds members its manifest does not list ({unlisted[0]}, …)."
         )
     for name, entry in found.items():
-        if (entry["sha256"], entry["size"]) != (listed[name]["sha256"], listed[name]["size"]):
+        if not matches(entry, listed[name]):
             raise BackupError(f"Checksum mismatch for {name}: the archive is damaged.")
     return manifest
 
@@ -297,8 +278,8 @@ def extract_archive(
                     folder.folder_of(name, create=True) as (parent, leaf),
                     atomic_file(parent, leaf) as out,
                 ):
-                    written = digest_of(handle, out, progress)
-                if written != listed.get(name):
+                    written = digest(chunks_of(handle), out, progress)
+                if not matches(written, listed.get(name)):
                     raise BackupError(f"{path} changed while it was restored ({name}).")
                 files += name.startswith(WORKSPACES_PREFIX)
     except MemoryPathError as exc:

@@ -12,13 +12,12 @@ others). Layout, format version 1:
 
 from __future__ import annotations
 
-import json
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from django.utils import timezone
 
 from importers.backup import BackupError
+from importers.manifests import is_entry_map, load_json, neotask_version
 
 FORMAT = "neotask-backup"
 FORMAT_VERSION = 1
@@ -36,13 +35,6 @@ LEFT_OUT = [
     "imports/ (uploads waiting for an import job)",
     "local_llm.address, local_llm.error, setup_token (state of a running server)",
 ]
-
-
-def neotask_version() -> str:
-    try:
-        return version("neotask")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
 
 
 def build_manifest(
@@ -66,8 +58,8 @@ def build_manifest(
 def parse_manifest(raw: bytes) -> dict[str, Any]:
     """The manifest, if it is one this Neotask can restore; BackupError otherwise."""
     try:
-        manifest = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+        manifest = load_json(raw)
+    except ValueError:
         raise BackupError(f"{MANIFEST_NAME} is not valid JSON: the archive is damaged.") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"{MANIFEST_NAME} is not a Neotask backup manifest.")
@@ -84,9 +76,8 @@ def parse_manifest(raw: bytes) -> dict[str, Any]:
         or database.get("vendor") not in DATABASE_MEMBERS
         or database.get("member") != DATABASE_MEMBERS[database["vendor"]]
         or not is_count_map(database.get("tables"))
-        or not isinstance(members, dict)
+        or not is_entry_map(members)
         or database["member"] not in members
-        or not all(is_member_entry(entry) for entry in members.values())
     ):
         raise BackupError(f"{MANIFEST_NAME} is incomplete or malformed: the archive is damaged.")
     return manifest
@@ -96,12 +87,4 @@ def is_count_map(value: Any) -> bool:
     return isinstance(value, dict) and all(
         isinstance(count, int) and not isinstance(count, bool) and count >= 0
         for count in value.values()
-    )
-
-
-def is_member_entry(entry: Any) -> bool:
-    return (
-        isinstance(entry, dict)
-        and isinstance(entry.get("sha256"), str)
-        and isinstance(entry.get("size"), int)
     )
