@@ -35,11 +35,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agent.client_tools import ClientTurn
 from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
 from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
-from agent.runtime import Before, ClientTurn, TurnRequest, run_turn
+from agent.runtime import Before, TurnRequest, run_turn
 from core.ownership import Owner
 from memory import recording
 from memory.models import Event, EventType
