@@ -32,7 +32,7 @@ from agent.llm import (
 )
 from agent.prompt import TurnPrompt, estimate_request_tokens, start_turn
 from agent.text_tool_calls import tool_call_in_text
-from agent.tools import available_tools
+from agent.tools import Tool, available_tools
 from agent.tools.confirmation import confirmation
 from agent.turn_calls import TurnCalls
 from core.ownership import Owner
@@ -112,6 +112,7 @@ class Turn:
         self.closed = False  # the turn's usage is kept with its message
         self.carried = Usage()  # a resumed turn's usage before it handed calls to the client
         self.calls = TurnCalls(request, emit, self.store)  # Neotask's tools, run here
+        self.max_iterations: int = settings.NEOTASK["llm"]["max_iterations"]
 
     async def run(self, text: str) -> TurnResult:
         if self.request.client is not None and self.request.client.results:
@@ -212,19 +213,24 @@ class Turn:
         )
         return recalled, prompt, messages
 
-    async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
-        # Neotask's tools, run here: the registry's and the owner's MCP servers'
-        # (as last listed, one query); and an OpenAI-compatible client's own.
+    async def offer(self) -> tuple[list[Tool], list[dict[str, Any]], set[str]]:
+        """Neotask's tools, run here: the registry's and the owner's MCP servers'
+        (as last listed, one query); and an OpenAI-compatible client's own."""
         mcp = await database_sync_to_async(mcp_tools.tools_for)(self.request.owner)
-        tools, schemas, client_tools_named = client_tools.offered(
-            self.request.client, [*available_tools(), *mcp]
-        )
+        return client_tools.offered(self.request.client, [*available_tools(), *mcp])
+
+    async def round_messages(self, prompt: TurnPrompt) -> list[dict[str, Any]]:
+        """A later round's prompt: memory once per turn, the exchange re-read."""
+        return await database_sync_to_async(prompt.messages)()
+
+    async def loop(self, prompt: TurnPrompt, messages: list[dict[str, Any]]) -> TurnResult:
+        tools, schemas, client_tools_named = await self.offer()
         self.calls.offered = tools
-        max_iterations = settings.NEOTASK["llm"]["max_iterations"]
+        max_iterations = self.max_iterations
         previous: set[tuple[str, str]] = set()  # the calls of the round before
         for round_number in range(max_iterations):
-            if round_number:  # memory once per turn; later rounds re-read the exchange
-                messages = await database_sync_to_async(prompt.messages)()
+            if round_number:
+                messages = await self.round_messages(prompt)
             self.stream.restart(tools)
             await self.emit(Status.model(estimate_request_tokens(messages, schemas)))
             try:

@@ -56,6 +56,9 @@ class TurnCalls:
         self.noticed: set[int] = set()  # of those, the calls a memory notice tells of
         self.previous_tool: macros.ToolUse | None = None
         self.pending_approval: approvals.ApprovalRequest | None = None
+        # A turn nobody watches (agent.quiet_turn) leaves no trace: no chain learned,
+        # no memory notice.
+        self.quiet = False
 
     @cached_property
     def tools(self) -> ToolContext:
@@ -92,7 +95,7 @@ class TurnCalls:
             Ran(call.name, output.arguments or {}, output.text, output.error, recorded.pk)
         )
         text = output.for_model
-        if output.arguments is not None:
+        if output.arguments is not None and not self.quiet:
             text += await database_sync_to_async(self.learn)(call.name, output.arguments)
         result = {
             "tool_call_id": call.id,
@@ -100,7 +103,8 @@ class TurnCalls:
             "content": text,
             "is_error": bool(output.error),
         }
-        if call.name in undo.NOTED_TOOLS and output.ran and not output.error and output.arguments:
+        noted_tool = call.name in undo.NOTED_TOOLS and not self.quiet
+        if noted_tool and output.ran and not output.error and output.arguments:
             # What it changed in memory: the chat's notice, with its Undo (memory.undo).
             noted = await database_sync_to_async(undo.noted)(
                 self.request.owner, call.name, recorded, output.arguments
