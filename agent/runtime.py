@@ -90,6 +90,9 @@ class TurnResult:
     user_event_id: int | None = None
     # A completed turn's last prompt and its answer: about the next prompt's size.
     next_prompt: list[dict[str, Any]] | None = None
+    # The turn's prompt, however it ended (None if it ended before it had one):
+    # the next prompt is it with the exchange re-read, memory not gathered again.
+    prompt: TurnPrompt | None = None
 
 
 class Turn:
@@ -101,6 +104,7 @@ class Turn:
         self.stream = AnswerStream(emit)  # the answer being streamed
         self.query = ""
         self.query_vector: Any = None
+        self.prompt: TurnPrompt | None = None  # built once, when the turn starts
         self.user_event: Event  # the turn's message, stored first
         # What the session held before this turn's message, if read with it.
         self.before = request.before
@@ -175,14 +179,17 @@ class Turn:
     async def answer(self, user_event: Event) -> TurnResult:
         try:
             recalled, prompt, messages = await database_sync_to_async(self.start)(user_event)
+            self.prompt = prompt
             self.calls.outside_text = self.calls.outside_text or prompt.outside_text
             if recalled is not None:
                 await self.emit(EventFrame.of(recalled))
-            return await self.loop(prompt, messages)
+            result = await self.loop(prompt, messages)
         except asyncio.CancelledError:
             # /stop: keep what was said, mark it, and end the turn normally.
             await asyncio.shield(self.after_stop())
-            return TurnResult("stopped", self.usage, answer=self.stream.partial)
+            result = TurnResult("stopped", self.usage, answer=self.stream.partial)
+        result.prompt = self.prompt
+        return result
 
     def start(self, user_event: Event) -> tuple[Event | None, TurnPrompt, list[dict[str, Any]]]:
         """In one trip to the database: auto-recall by the message's vector, and the

@@ -40,7 +40,7 @@ from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
 from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
-from agent.runtime import Before, TurnRequest, run_turn
+from agent.runtime import Before, TurnRequest, TurnResult, run_turn
 from core.ownership import Owner
 from memory import recording
 from memory.models import Event, EventType
@@ -200,7 +200,7 @@ async def respond(
         task=(session.title or session.key) if session.is_scheduled else "",
     )
     result = await run_turn(request, text, emit)
-    prompt = result.next_prompt or await database_sync_to_async(next_messages)(session)
+    prompt = result.next_prompt or await database_sync_to_async(next_prompt)(session, result)
     counted = await prompt_tokens(prompt, endpoint)
     readings, full = await database_sync_to_async(account)(
         session, result.usage, prompt, counted, endpoint
@@ -214,6 +214,16 @@ async def respond(
             await emit(SessionChanged(str(done.session.pk), "compacted"))
             readings = await read_meter(done.session)
     return Ended(result.status, result.usage, result.answer, result.error, readings)
+
+
+def next_prompt(session: Session, result: TurnResult) -> list[dict[str, Any]]:
+    """The prompt the meter counts after a turn that did not complete (failed,
+    stopped, out of rounds, its calls handed to the client): the turn's own, with
+    what it stored since re-read (agent.prompt.TurnPrompt.messages), memory not
+    gathered again; built afresh only for a turn stopped before it had one."""
+    if result.prompt is not None:
+        return result.prompt.messages()
+    return next_messages(session)
 
 
 def account(
