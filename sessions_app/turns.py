@@ -156,14 +156,6 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
     )
 
 
-async def converse(session: Session, text: str, emit: Emit) -> Ended:
-    """A message's turn in `session`, or in its successor if it went stale."""
-    opened = await database_sync_to_async(take_message)(session, text)
-    for change in opened.changes:
-        await emit(change)
-    return await respond(opened.session, text, emit, endpoint=opened.endpoint)
-
-
 async def respond(
     session: Session,
     text: str,
