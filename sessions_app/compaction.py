@@ -24,7 +24,9 @@ from django.db import transaction
 from agent.llm import Endpoint, LLMClient, LLMError
 from agent.prompt import history_messages, is_outside_text
 from agent.providers import chat_endpoint
-from agent.tools import ToolContext, ToolError, call_tool, get_tool
+from agent.quiet_turn import QuietTurn
+from agent.runtime import TurnRequest
+from agent.tools import ToolError, get_tool
 from memory import recording
 from memory.models import Event, EventType, transcript
 from sessions_app.models import Session
@@ -72,28 +74,17 @@ def split(session: Session, keep: int) -> tuple[list[Event], list[Event]]:
 async def flush_memory(
     session: Session, recent_messages: list[dict[str, Any]], endpoint: Endpoint
 ) -> int:
-    """Let the agent save durable facts first; returns how many it saved."""
-    remember = get_tool("remember_fact")
-    context = ToolContext.for_session(session.owner, str(session.pk), session.agent.name)
-    client = LLMClient(endpoint)
-    messages = [*recent_messages, {"role": "user", "content": FLUSH_PROMPT}]
-    saved = 0
-    for _ in range(FLUSH_ROUNDS):
-        completion = await client.stream(messages, [remember.schema()])
-        if not completion.tool_calls:
-            break
-        messages.append(
-            {
-                "role": "assistant",
-                "content": completion.content,
-                "tool_calls": [c.as_openai() for c in completion.tool_calls],
-            }
-        )
-        for call in completion.tool_calls:
-            output = await call_tool(context, call.name, call.arguments, only={remember.name})
-            saved += not output.error
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": output.for_model})
-    return saved
+    """Let the agent save durable facts first, in a turn of its own that nobody
+    watches (agent.quiet_turn); returns how many it saved."""
+    request = TurnRequest(
+        owner=session.owner,
+        session_id=str(session.pk),
+        agent_name=session.agent.name,
+        endpoint=endpoint,
+    )
+    turn = QuietTurn(request, [get_tool("remember_fact")], FLUSH_ROUNDS)
+    ran = await turn.rounds([*recent_messages, {"role": "user", "content": FLUSH_PROMPT}])
+    return sum(not call.error for call in ran)
 
 
 async def summarise(events: list[Event], endpoint: Endpoint) -> str:

@@ -32,8 +32,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.http import JsonResponse
 
+from agent.client_tools import ClientTurn, pending_client_calls
 from agent.frames import Outcome
-from agent.runtime import ClientTurn, pending_client_calls
 from core.ownership import Owner
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT

@@ -36,11 +36,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agent.client_tools import ClientTurn
 from agent.frames import Done, Emit, Error, Meter, Notice, SessionChanged
 from agent.llm import Endpoint, Usage
 from agent.prompt import prompt_tokens
 from agent.providers import chat_endpoint
-from agent.runtime import Before, ClientTurn, TurnRequest, run_turn
+from agent.runtime import Before, TurnRequest, TurnResult, run_turn
 from core.ownership import Owner
 from memory import recording
 from memory.models import Event, EventType
@@ -156,14 +157,6 @@ async def run(opened: Opened, item: ChatInput, emit: Emit) -> Ended:
     )
 
 
-async def converse(session: Session, text: str, emit: Emit) -> Ended:
-    """A message's turn in `session`, or in its successor if it went stale."""
-    opened = await database_sync_to_async(take_message)(session, text)
-    for change in opened.changes:
-        await emit(change)
-    return await respond(opened.session, text, emit, endpoint=opened.endpoint)
-
-
 async def respond(
     session: Session,
     text: str,
@@ -200,7 +193,7 @@ async def respond(
         task=(session.title or session.key) if session.is_scheduled else "",
     )
     result = await run_turn(request, text, emit)
-    prompt = result.next_prompt or await database_sync_to_async(next_messages)(session)
+    prompt = result.next_prompt or await database_sync_to_async(next_prompt)(session, result)
     counted = await prompt_tokens(prompt, endpoint)
     readings, full = await database_sync_to_async(account)(
         session, result.usage, prompt, counted, endpoint
@@ -214,6 +207,16 @@ async def respond(
             await emit(SessionChanged(str(done.session.pk), "compacted"))
             readings = await read_meter(done.session)
     return Ended(result.status, result.usage, result.answer, result.error, readings)
+
+
+def next_prompt(session: Session, result: TurnResult) -> list[dict[str, Any]]:
+    """The prompt the meter counts after a turn that did not complete (failed,
+    stopped, out of rounds, its calls handed to the client): the turn's own, with
+    what it stored since re-read (agent.prompt.TurnPrompt.messages), memory not
+    gathered again; built afresh only for a turn stopped before it had one."""
+    if result.prompt is not None:
+        return result.prompt.messages()
+    return next_messages(session)
 
 
 def account(

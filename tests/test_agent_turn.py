@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
-from agent import runtime
+from agent import answer_stream, runtime
 from agent.approvals import decide
 from agent.models import ApprovalRequest, TerminalAllowedPrefix
 from agent.prompt import estimate_request_tokens
@@ -301,7 +301,7 @@ async def test_deltas_go_at_once_unless_the_loop_is_behind_then_a_frame_per_tick
     owner, llm, monkeypatch, behind
 ):
     # BEHIND is how late a sender may start before the process counts as behind.
-    monkeypatch.setattr(runtime, "BEHIND", -1.0 if behind else 60.0)
+    monkeypatch.setattr(answer_stream, "BEHIND", -1.0 if behind else 60.0)
     words = [f"word{n} " for n in range(30)]
     llm.script(Reply(deltas=words, delay=0.003))
     loop = asyncio.get_running_loop()
@@ -321,10 +321,10 @@ async def test_deltas_go_at_once_unless_the_loop_is_behind_then_a_frame_per_tick
     assert texts[0] == words[0]  # the first delta does not wait
     gaps = [later - earlier for earlier, later in itertools.pairwise(sent_at)]
     if not behind:  # keeping up: frames as the deltas come, none held for a tick
-        assert min(gaps) < runtime.DELTA_TICK / 2, gaps
+        assert min(gaps) < answer_stream.DELTA_TICK / 2, gaps
     else:  # behind: the deltas of a tick go together
         assert len(texts) < len(words)
-        assert min(gaps) >= runtime.DELTA_TICK * 0.99, gaps
+        assert min(gaps) >= answer_stream.DELTA_TICK * 0.99, gaps
 
 
 # Never silent: what the turn does is said before the answer streams (Status frames).

@@ -12,7 +12,7 @@ from sessions_app import chat
 from sessions_app.compaction import CompactionError, compact
 from sessions_app.meter import meter, status
 from sessions_app.models import Session
-from sessions_app.turns import converse
+from tests.support.chat_turns import converse
 from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,8 @@ from memory import recording
 from memory.models import Event
 from sessions_app import chat
 from sessions_app.models import Session
-from sessions_app.turns import converse, ensure_fresh, last_daily_reset, stale_reason
+from sessions_app.turns import ensure_fresh, last_daily_reset, stale_reason
+from tests.support.chat_turns import converse
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -26,7 +26,7 @@ from agent.prompt import fixed_prefix
 from memory.models import Fact
 from sessions_app import chat
 from sessions_app.models import Session
-from sessions_app.turns import converse
+from tests.support.chat_turns import converse
 from tests.support.embedded import QWEN, FakeModelServer, fetched
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.web import HTMX, client_for, text

@@ -14,7 +14,7 @@ from agent.models import ModelProvider
 from core.sealing import SealError, seal, unseal
 from sessions_app import chat
 from sessions_app.models import Agent, Session
-from sessions_app.turns import converse
+from tests.support.chat_turns import converse
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.web import HTMX, client_for, text
 

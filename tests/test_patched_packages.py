@@ -3,6 +3,7 @@ written against; a different version installed is a reminder to re-check them.""
 
 from __future__ import annotations
 
+import inspect
 import tomllib
 from importlib import metadata
 
@@ -10,12 +11,13 @@ import pytest
 
 from agent import transport
 from core import channel_layer
+from core.postgresql import base as postgresql_base
 from monitoring import logs
 from neotask_site import request_bodies
 from tests.support.processes import ROOT
 
 PYPROJECT = ROOT / "pyproject.toml"
-PATCHES = [channel_layer, logs, request_bodies, transport]
+PATCHES = [channel_layer, logs, postgresql_base, request_bodies, transport]
 
 
 @pytest.mark.parametrize("module", PATCHES, ids=lambda module: module.__name__)
@@ -32,3 +34,16 @@ def test_pyproject_pins_them_exactly(module):
     dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
     for package, version in module.PATCHED_FOR.items():
         assert f"{package}=={version}" in dependencies, package
+
+
+def test_the_postgresql_backend_overrides_what_django_still_has():
+    """core/postgresql/base.py overrides a private method and reads a private flag:
+    both must still be Django's, with the same shape."""
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    overridden = BaseDatabaseWrapper.close_if_health_check_failed
+    assert list(inspect.signature(overridden).parameters) == ["self"]
+    assert "self.health_check_done = True" in inspect.getsource(overridden)
+    assert "self.health_check_done = False" in inspect.getsource(BaseDatabaseWrapper.__init__)
+    own = postgresql_base.DatabaseWrapper.close_if_health_check_failed
+    assert list(inspect.signature(own).parameters) == ["self"]

@@ -9,7 +9,7 @@ from memory import recording
 from memory.models import Event
 from memory.tasks import embed_missing
 from sessions_app import chat, meter, runner
-from sessions_app.turns import converse
+from tests.support.chat_turns import converse
 from tests.support.scripted_llm import Reply
 from tests.support.websocket import ignore
 

@@ -452,7 +452,7 @@ def test_it_lets_the_agent_schedule_a_task_in_a_chat(alice, llm):
     from asgiref.sync import async_to_sync
 
     from sessions_app.chat import start_chat
-    from sessions_app.turns import converse
+    from tests.support.chat_turns import converse
 
     session = start_chat(alice)
     llm.script(

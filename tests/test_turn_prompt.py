@@ -13,8 +13,10 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agent import prompt as turn_prompt
 from agent.runtime import TurnRequest, run_turn
 from memory import recall, retrieval
+from sessions_app import chat, runner
 from tests.support.scripted_llm import Reply, reply_with_tool
 from tests.support.websocket import ignore
 
@@ -102,3 +104,27 @@ def test_a_chat_reads_its_owners_facts_again_only_once_they_changed(user_with_me
     # Changed here: its signal drops the copy.
     Fact.objects.filter(key="cat").get().delete()
     assert "Miso" not in send("four")[0]
+
+
+@pytest.mark.parametrize("ending", ["error", "max_iterations"])
+def test_a_turn_that_did_not_complete_gathers_memory_once_too(
+    user_with_memories, llm, configure, monkeypatch, ending
+):
+    # The meter reads the next prompt after every turn: the turn's own, not a second build.
+    gathered = []
+    real = turn_prompt.get_context
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        gathered.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(turn_prompt, "get_context", counted)
+    if ending == "error":
+        llm.script(*[Reply(status=500, error="model down")] * 4)
+    else:
+        configure("llm", max_iterations=1)
+        llm.script(reply_with_tool("remember_fact", {"category": "a", "key": "b", "value": "c"}))
+    session = chat.start_chat(user_with_memories)
+    outcome = async_to_sync(runner.submit)(session.owner, session.key, "Hello?", wait=True)
+    assert outcome is not None and outcome.status == ending, outcome
+    assert len(gathered) == 1

@@ -16,6 +16,11 @@ import select
 
 from django.db.backends.postgresql import base
 
+# The version whose private close_if_health_check_failed (and health_check_done)
+# this overrides; pinned exactly in pyproject.toml. tests/test_patched_packages.py
+# fails when another is installed: re-read BaseDatabaseWrapper, then update both.
+PATCHED_FOR = {"Django": "5.2.20"}
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def close_if_health_check_failed(self) -> None:

@@ -124,7 +124,7 @@ class ChatInput(OwnedModel):
     trusted = models.BooleanField(default=False)
     approval_timeout = models.FloatField(null=True, blank=True)
     retry_of = models.BigIntegerField(null=True, blank=True)
-    # What an OpenAI-compatible client sent with it: agent.runtime.ClientTurn.as_json().
+    # What an OpenAI-compatible client sent with it: agent.client_tools.ClientTurn.as_json().
     client = models.JSONField(null=True, blank=True)
     # Somebody waits for the outcome (the API, the scheduler): kept until read.
     awaited = models.BooleanField(default=False)

@@ -27,7 +27,7 @@ from memory.workspace import workspace_dir
 from sessions_app import chat
 from sessions_app.meter import status
 from sessions_app.models import Session
-from sessions_app.turns import converse
+from tests.support.chat_turns import converse
 from tests.support.consolidation import answer, chat_yesterday
 from tests.support.scripted_llm import Reply
 from tests.support.world import (
