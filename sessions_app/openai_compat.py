@@ -34,13 +34,13 @@ from django.http import JsonResponse
 
 from agent.frames import Outcome
 from agent.runtime import ClientTurn, pending_client_calls
+from core.api import http_error
 from core.ownership import Owner
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
 from sessions_app import chat
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, ChatInput, Session
-from sessions_app.quotas import QuotaExceeded
 
 CHANNEL = "openai"  # the channel part of the chats this endpoint starts
 MODEL_PREFIX = "neotask/"
@@ -84,24 +84,23 @@ class OpenAIError(Exception):
         return JsonResponse(self.body(), status=self.status, headers=self.headers)
 
 
-BAD_TOKEN = OpenAIError(
-    401,
-    "The API token is missing, malformed, wrong, revoked or expired, or not for /v1. Send "
-    "'Authorization: Bearer nt_…' (create a token at /settings/tokens/).",
-    code="invalid_api_key",
-    headers={"WWW-Authenticate": 'Bearer realm="neotask"'},
-)
+# core.api.http_error's statuses as OpenAI's error types and codes.
+OPENAI_KINDS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    429: ("rate_limit_exceeded", None),  # the code: which limit
+}
 
 
-def rate_limited(exc: QuotaExceeded) -> OpenAIError:
-    """The 429 for an input the owner's quota refused (nothing was stored)."""
-    return OpenAIError(
-        429,
-        str(exc),
-        type="rate_limit_exceeded",
-        code=exc.limit,
-        headers={"Retry-After": str(max(1, exc.retry_after))},
-    )
+def openai_error(exc: BaseException) -> OpenAIError:
+    """Any error as the client gets it: the one mapping (core.api.http_error:
+    the token's 401, the quota's 429, …) in OpenAI's shape."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    error = http_error(exc)
+    default = ("server_error" if error.status >= 500 else "invalid_request_error", None)
+    type, code = OPENAI_KINDS.get(error.status, default)
+    code = error.extra.get("limit", code)
+    return OpenAIError(error.status, str(error), type=type, code=code, headers=error.headers)
 
 
 def model_id(agent: str) -> str:
