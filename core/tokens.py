@@ -20,8 +20,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import User
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
