@@ -128,8 +128,8 @@ def token_required(
     return decorate
 
 
-async def asgi_authenticate(scope: MutableMapping[str, Any], name: str) -> Any:
+async def asgi_authenticate(asgi_scope: MutableMapping[str, Any], name: str) -> Any:
     """`authenticate` for an ASGI application below Django (/mcp): the same check
     on the request's header, in a thread (it reads the database)."""
-    header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+    header = dict(asgi_scope["headers"]).get(b"authorization", b"").decode("latin-1")
     return await database_sync_to_async(authenticate)(header, name)
