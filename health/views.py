@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
+from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
@@ -8,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from core import tokens
 from health import checks as health
 from health import metrics
 
@@ -25,19 +28,37 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(checks, status=status)
 
 
-# For Prometheus, which has no login: its bearer token ([server] metrics_token).
+def metrics_token(presented: str) -> bool | None:
+    """core.tokens' check of Prometheus' bearer token ([server] metrics_token)."""
+    token = settings.NEOTASK["server"]["metrics_token"].strip()
+    return True if hmac.compare_digest(presented.encode(), token.encode()) else None
+
+
+# For Prometheus, which has no login: one token, a setting, so a wrong one is a 403.
+METRICS = "metrics"
+tokens.register(METRICS, tokens.Scope(metrics_token, "A bearer token is needed.", 403))
+
+
+def plain_refusal(refused: tokens.TokenRefused) -> HttpResponse:
+    return HttpResponse(str(refused), status=refused.status, headers=refused.headers)
+
+
+def metrics_on(view: Callable[[HttpRequest], HttpResponse]) -> Callable[..., HttpResponse]:
+    """/metrics is not there at all (404) until a token is set."""
+
+    @wraps(view)
+    def checked(request: HttpRequest) -> HttpResponse:
+        if not settings.NEOTASK["server"]["metrics_token"]:
+            raise Http404("Metrics are off: set [server] metrics_token.")
+        return view(request)
+
+    return checked
+
+
 @login_not_required
 @never_cache
 @require_GET
+@metrics_on
+@tokens.token_required(METRICS, plain_refusal)
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:
-    token = settings.NEOTASK["server"]["metrics_token"]
-    if not token:
-        raise Http404("Metrics are off: set [server] metrics_token.")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return HttpResponse(
-            "A bearer token is needed.", status=401, headers={"WWW-Authenticate": "Bearer"}
-        )
-    if not hmac.compare_digest(given.strip().encode(), token.strip().encode()):
-        return HttpResponse("Wrong token.", status=403)
     return HttpResponse(metrics.exposition(), content_type=PROMETHEUS_TEXT)

@@ -1,5 +1,5 @@
 """Exports and imports of a user's data in the JSON API (/api/v1/), with the
-behaviour of every endpoint there (sessions_app.api): token or session auth,
+behaviour of every endpoint there (core.api): token or session auth,
 owner-scoped lookups, JSON errors."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import reverse
 
+from core.api import ApiError, ApiRequest, endpoint
 from core.ownership import get_owned_or_404
 from importers import jobs, views
 from importers.archive import jobs as archive_jobs
@@ -18,7 +19,6 @@ from importers.archive.download import archive_response
 from importers.forms import ImportForm
 from importers.models import ExportJob, ImportJob
 from memory.workspace import DEFAULT_AGENT
-from sessions_app.api import ApiError, ApiRequest, endpoint
 
 
 def job_id(pk: str) -> uuid.UUID:

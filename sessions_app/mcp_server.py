@@ -1,7 +1,7 @@
 """/mcp: Neotask's memory and tasks as an MCP server (streamable HTTP), for other
 tools' agents (Claude Desktop, IDEs, the SDK's client).
 
-The same API tokens as /api/v1/ (sessions_app.api.token_owner), the same
+The same API tokens as /api/v1/ (checked by core.tokens), the same
 registered tools as the agent's, called through agent.tools.call_tool with the
 same argument checks, as their owner's main agent, on behalf of the client: what
 it writes is the client's (the history's actor, the fact's source). Never the
@@ -28,13 +28,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import AnyUrl
 
 from agent.tools import ToolContext, call_tool, get_tool
+from core import tokens
 from core.ownership import Owner
 from core.websocket_origin import from_another_site, known_host
 from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import DEFAULT_AGENT
 from sessions_app import quotas
-from sessions_app.api import AUTH_HINT, token_owner
 from sessions_app.models import Api, ApiToken
 
 Scope = MutableMapping[str, Any]
@@ -203,11 +203,14 @@ class SessionManagers:
 managers = SessionManagers()
 
 
-async def refuse(send: Send, status: int, message: str) -> None:
+async def refuse(
+    send: Send, status: int, message: str, challenge: dict[str, str] | None = None
+) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json")]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="neotask"'))
+    headers += [
+        (name.lower().encode(), value.encode()) for name, value in (challenge or {}).items()
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -224,10 +227,10 @@ def wrap(django: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None
             return await refuse(send, 400, f"/mcp does not answer for this Host. {HOST_HINT}")
         if from_another_site(scope):
             return await refuse(send, 403, f"/mcp does not answer other sites' pages. {HOST_HINT}")
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        owner = await database_sync_to_async(token_owner)(header, Api.MCP) if header else None
-        if owner is None:
-            return await refuse(send, 401, f"/mcp needs an API token good for /mcp. {AUTH_HINT}")
+        try:
+            owner = await tokens.asgi_authenticate(scope, Api.MCP)
+        except tokens.TokenRefused as refused:
+            return await refuse(send, refused.status, str(refused), refused.headers)
         manager = await managers.current()
         await manager.handle_request({**scope, OWNER_KEY: owner}, receive, send)
 

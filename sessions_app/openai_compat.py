@@ -22,35 +22,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 from django.db import IntegrityError, transaction
 from django.http import JsonResponse
+from pydantic import BaseModel, Field, StrictBool, StrictStr, ValidationError
 
 from agent.client_tools import ClientTurn, pending_client_calls
 from agent.frames import Outcome
+from core.api import http_error
 from core.ownership import Owner
 from memory.models import EventType
 from memory.workspace import DEFAULT_AGENT
 from sessions_app import chat
 from sessions_app.keys import SessionKey, SessionKeyError, is_part
 from sessions_app.models import Agent, ChatInput, Session
-from sessions_app.quotas import QuotaExceeded
 
 CHANNEL = "openai"  # the channel part of the chats this endpoint starts
 MODEL_PREFIX = "neotask/"
 CHAT_HEADER = "X-Neotask-Chat"
 HASH_LENGTH = 16  # hex digits of the first message's hash in a chat's key
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # OpenAI's rule for function names
 MAX_TOOLS = 128  # OpenAI's limit
 SYSTEM_ROLES = ("system", "developer")
 MAX_CLIENT_BYTES = 256 * 1024  # what a request adds to its input: system, tools, results
-ROLES = (*SYSTEM_ROLES, "user", "assistant", "tool")
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES = get_args(Role)
 
 
 class OpenAIError(Exception):
@@ -71,37 +72,30 @@ class OpenAIError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": str(self),
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        error = {"message": str(self), "type": self.type, "param": self.param, "code": self.code}
+        return {"error": error}
 
     def response(self) -> JsonResponse:
         return JsonResponse(self.body(), status=self.status, headers=self.headers)
 
 
-BAD_TOKEN = OpenAIError(
-    401,
-    "The API token is missing, malformed, wrong, revoked or expired, or not for /v1. Send "
-    "'Authorization: Bearer nt_…' (create a token at /settings/tokens/).",
-    code="invalid_api_key",
-    headers={"WWW-Authenticate": 'Bearer realm="neotask"'},
-)
+# core.api.http_error's statuses as OpenAI's error types and codes.
+OPENAI_KINDS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    429: ("rate_limit_exceeded", None),  # the code: which limit
+}
 
 
-def rate_limited(exc: QuotaExceeded) -> OpenAIError:
-    """The 429 for an input the owner's quota refused (nothing was stored)."""
-    return OpenAIError(
-        429,
-        str(exc),
-        type="rate_limit_exceeded",
-        code=exc.limit,
-        headers={"Retry-After": str(max(1, exc.retry_after))},
-    )
+def openai_error(exc: BaseException) -> OpenAIError:
+    """Any error as the client gets it: the one mapping (core.api.http_error:
+    the token's 401, the quota's 429, …) in OpenAI's shape."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    error = http_error(exc)
+    default = ("server_error" if error.status >= 500 else "invalid_request_error", None)
+    type, code = OPENAI_KINDS.get(error.status, default)
+    code = error.extra.get("limit", code)
+    return OpenAIError(error.status, str(error), type=type, code=code, headers=error.headers)
 
 
 def model_id(agent: str) -> str:
@@ -127,6 +121,90 @@ def model_list(owner: Owner) -> dict[str, Any]:
     }
 
 
+# The request, declared once: what pydantic refuses becomes OpenAI's error with
+# the message `refusal` gives for where it is.
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: Any = None
+
+
+class Message(BaseModel):
+    role: Role
+    content: StrictStr | list[TextPart] | None = None
+    tool_call_id: Any = None  # checked on the results at the end (`tool_results`)
+
+    def text(self) -> str:
+        """The message's text, its text parts joined."""
+        if isinstance(self.content, list):
+            return "".join(str(part.text or "") for part in self.content)
+        return self.content or ""
+
+
+class Function(BaseModel):
+    name: Annotated[StrictStr, Field(pattern=TOOL_NAME)]
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    description: Any = None  # only a string is kept
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: Function
+
+    def described(self) -> dict[str, Any]:
+        """The tool as OpenAI describes functions; only the parts the model reads."""
+        described = {"name": self.function.name, "parameters": self.function.parameters}
+        if isinstance(self.function.description, str):
+            described["description"] = self.function.description
+        return {"type": "function", "function": described}
+
+
+class CompletionBody(BaseModel):
+    """A /v1/chat/completions body (unknown fields are ignored)."""
+
+    model: Annotated[StrictStr, Field(min_length=1)]
+    messages: Annotated[list[Message], Field(min_length=1)]
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    stream: StrictBool = False
+    stream_options: Any = None
+    user: StrictStr | None = None
+
+
+FIELD_REFUSALS = {
+    "model": "Name a model, e.g. 'neotask/main'.",
+    "messages": "'messages' must be a non-empty array.",
+    "tools": f"'tools' must be an array of at most {MAX_TOOLS}.",
+    "stream": "'stream' must be true or false.",
+    "user": "'user' must be a string.",
+}
+
+
+def refusal(error: Any) -> OpenAIError:
+    """The first thing pydantic found wrong, said as the client is told it."""
+    field, *rest = error["loc"]
+    if not rest:
+        return OpenAIError(400, FIELD_REFUSALS[field], param=field)
+    where, inside = f"{field}[{rest[0]}]", rest[1:]
+    if field == "tools":
+        if inside[:2] == ["function", "parameters"]:
+            return OpenAIError(400, f"{where}.function.parameters must be an object.", param=field)
+        return OpenAIError(
+            400,
+            f"{where} must be {{'type': 'function', 'function': {{'name': …}}}} "
+            "with a name of 1-64 letters, digits, '_' or '-'.",
+            param=where,
+        )
+    if not inside:
+        return OpenAIError(400, f"{where} must be an object.", param=where)
+    if inside[0] == "role":
+        message = f"{where}.role must be one of {', '.join(ROLES)}."
+        return OpenAIError(400, message, param=f"{where}.role")
+    if isinstance(error["input"], list):  # content
+        return OpenAIError(400, f"{where}.content: only text parts are supported.", param=where)
+    return OpenAIError(400, f"{where}.content must be a string or text parts.", param=where)
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
     """A checked /v1/chat/completions request, ready to queue in its chat."""
@@ -147,46 +225,39 @@ class CompletionRequest:
 def parse_request(owner: Owner, body: dict[str, Any], chat_name: str | None) -> CompletionRequest:
     """Check `body` and find (or start) its chat; OpenAIError says what is wrong,
     with nothing written."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise OpenAIError(400, "Name a model, e.g. 'neotask/main'.", param="model")
-    agent = find_agent(owner, model)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise OpenAIError(400, "'messages' must be a non-empty array.", param="messages")
-    checked = [check_message(message, index) for index, message in enumerate(messages)]
-    system = "\n\n".join(content for role, content, _ in checked if role in SYSTEM_ROLES)
-    tools = check_tools(body.get("tools"))
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise OpenAIError(400, "'stream' must be true or false.", param="stream")
-    options = body.get("stream_options") or {}
+    try:
+        asked = CompletionBody.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["loc"][0] != "model":  # a model that does not exist is named first
+            find_agent(owner, body["model"])
+        raise refusal(error) from None
+    agent = find_agent(owner, asked.model)
+    messages = asked.messages
+    system = "\n\n".join(message.text() for message in messages if message.role in SYSTEM_ROLES)
+    tools = tuple(tool.described() for tool in asked.tools or ())
+    options = asked.stream_options or {}
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    first = next((content for role, content, _ in checked if role == "user"), None)
+    first = next((message.text() for message in messages if message.role == "user"), None)
     if first is None:
         raise OpenAIError(400, "Send at least one user message.", param="messages")
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise OpenAIError(400, "'user' must be a string.", param="user")
-    role, content, _ = checked[-1]
     text = ""
     results: tuple[dict[str, str], ...] = ()
-    if role == "user":
-        text = check_text(content, len(checked) - 1)
-    elif role == "tool":
-        results = tool_results(checked)
+    if messages[-1].role == "user":
+        text = check_text(messages[-1].text(), len(messages) - 1)
+    elif messages[-1].role == "tool":
+        results = tool_results(messages)
     else:
-        raise OpenAIError(
-            400, "The last message must be the user's or a tool's result.", param="messages"
-        )
+        last = "The last message must be the user's or a tool's result."
+        raise OpenAIError(400, last, param="messages")
     client = ClientTurn(system=system, tools=tools, results=results)
     check_storable(client)
     # Results go to a chat that handed out calls: none is started for them.
     source = CHAT_HEADER if chat_name is not None else "user"
-    key = chat_key(owner, agent, chat_name or user, first, start=not results, source=source)
+    key = chat_key(owner, agent, chat_name or asked.user, first, start=not results, source=source)
     if results:
         check_results(owner, key, results)
-    return CompletionRequest(model, key, text, client, stream, include_usage)
+    return CompletionRequest(asked.model, key, text, client, asked.stream, include_usage)
 
 
 def find_agent(owner: Owner, model: str) -> Agent:
@@ -203,31 +274,6 @@ def find_agent(owner: Owner, model: str) -> Agent:
         param="model",
         code="model_not_found",
     )
-
-
-def check_message(message: Any, index: int) -> tuple[str, str, dict[str, Any]]:
-    """A message's role and text (its text parts joined)."""
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise OpenAIError(400, f"{where} must be an object.", param=where)
-    role = message.get("role")
-    if role not in ROLES:
-        raise OpenAIError(
-            400, f"{where}.role must be one of {', '.join(ROLES)}.", param=f"{where}.role"
-        )
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return role, content or "", message
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise OpenAIError(
-                    400, f"{where}.content: only text parts are supported.", param=where
-                )
-            texts.append(str(part.get("text") or ""))
-        return role, "".join(texts), message
-    raise OpenAIError(400, f"{where}.content must be a string or text parts.", param=where)
 
 
 def strings(value: Any) -> Iterator[str]:
@@ -268,55 +314,19 @@ def check_text(content: str, index: int) -> str:
         raise OpenAIError(400, str(exc), param=f"messages[{index}].content") from None
 
 
-def check_tools(tools: Any) -> tuple[dict[str, Any], ...]:
-    """The client's tools, as OpenAI describes functions; only the parts the model reads."""
-    if tools is None:
-        return ()
-    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-        raise OpenAIError(400, f"'tools' must be an array of at most {MAX_TOOLS}.", param="tools")
-    checked: list[dict[str, Any]] = []
-    for index, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if (
-            not isinstance(tool, dict)
-            or tool.get("type") != "function"
-            or not isinstance(function, dict)
-            or not isinstance(function.get("name"), str)
-            or not TOOL_NAME.fullmatch(function["name"])
-        ):
-            raise OpenAIError(
-                400,
-                f"tools[{index}] must be {{'type': 'function', 'function': {{'name': …}}}} "
-                "with a name of 1-64 letters, digits, '_' or '-'.",
-                param=f"tools[{index}]",
-            )
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(parameters, dict):
-            raise OpenAIError(
-                400, f"tools[{index}].function.parameters must be an object.", param="tools"
-            )
-        described = {"name": function["name"], "parameters": parameters}
-        if isinstance(function.get("description"), str):
-            described["description"] = function["description"]
-        checked.append({"type": "function", "function": described})
-    return tuple(checked)
-
-
-def tool_results(checked: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict[str, str], ...]:
+def tool_results(messages: list[Message]) -> tuple[dict[str, str], ...]:
     """The `role: tool` messages at the end: the results of the calls handed out."""
     results = []
-    for index in range(len(checked) - 1, -1, -1):
-        role, content, message = checked[index]
-        if role != "tool":
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role != "tool":
             break
-        call_id = message.get("tool_call_id")
+        call_id = message.tool_call_id
         if not isinstance(call_id, str) or not call_id:
-            raise OpenAIError(
-                400,
-                f"messages[{index}].tool_call_id must name the call this is the result of.",
-                param=f"messages[{index}].tool_call_id",
-            )
-        results.append({"tool_call_id": call_id, "content": content})
+            where = f"messages[{index}].tool_call_id"
+            unnamed = f"{where} must name the call this is the result of."
+            raise OpenAIError(400, unnamed, param=where)
+        results.append({"tool_call_id": call_id, "content": message.text()})
     return tuple(reversed(results))
 
 

@@ -17,13 +17,13 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from agent.frames import Outcome
+from core.api import ApiError, ApiRequest, TooManyRequests, json_body
 from core.ownership import Owner
+from core.tokens import TokenRefused, token_required
 from sessions_app import runner
-from sessions_app.api import ApiError, json_body, token_owner
 from sessions_app.broadcast import ChatFrames
 from sessions_app.models import Api, ChatInput
 from sessions_app.openai_compat import (
-    BAD_TOKEN,
     CHAT_HEADER,
     Chunks,
     CompletionRequest,
@@ -31,30 +31,28 @@ from sessions_app.openai_compat import (
     completion,
     failure,
     model_list,
+    openai_error,
     parse_request,
-    rate_limited,
 )
-from sessions_app.quotas import QuotaExceeded
 
 FRAME_WAIT = 1.0  # seconds between looks at the turn while no frame comes
 LAST_FRAMES = 0.5  # after the turn ended: how long its last frames may still take
 
 
-def authenticated(request: HttpRequest, method: str) -> Owner:
+def allow(request: HttpRequest, method: str) -> None:
     if request.method != method:
         raise OpenAIError(405, f"Use {method}.", headers={"Allow": method})
-    owner = token_owner(request.headers.get("Authorization", ""), Api.OPENAI)
-    if owner is None:
-        raise BAD_TOKEN
-    return owner
 
 
-@csrf_exempt
-@login_not_required
-async def models(request: HttpRequest) -> HttpResponseBase:
+def refused(exc: TokenRefused) -> HttpResponseBase:
+    return openai_error(exc).response()
+
+
+@token_required(Api.OPENAI, refused)
+async def models(request: ApiRequest) -> HttpResponseBase:
     try:
-        owner = await sync_to_async(authenticated)(request, "GET")
-        return JsonResponse(await sync_to_async(model_list)(owner))
+        allow(request, "GET")
+        return JsonResponse(await sync_to_async(model_list)(request.user))
     except OpenAIError as exc:
         return exc.response()
 
@@ -71,26 +69,26 @@ def unknown(request: HttpRequest, rest: str) -> HttpResponseBase:
     ).response()
 
 
-def read_request(request: HttpRequest) -> tuple[Owner, CompletionRequest]:
-    owner = authenticated(request, "POST")
+def read_request(request: ApiRequest) -> CompletionRequest:
+    allow(request, "POST")
     try:
         body = json_body(request)
     except ApiError as exc:
         raise OpenAIError(exc.status, str(exc)) from None
-    return owner, parse_request(owner, body, request.headers.get(CHAT_HEADER))
+    return parse_request(request.user, body, request.headers.get(CHAT_HEADER))
 
 
-@csrf_exempt
-@login_not_required
-async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+@token_required(Api.OPENAI, refused)
+async def chat_completions(request: ApiRequest) -> HttpResponseBase:
+    owner = request.user
     try:
-        owner, asked = await sync_to_async(read_request)(request)
+        asked = await sync_to_async(read_request)(request)
         if asked.stream:
             return await stream(owner, asked)
         try:
             outcome = await runner.queue(owner, asked.key, asked.input_fields(), wait=True)
-        except QuotaExceeded as exc:
-            raise rate_limited(exc) from None
+        except TooManyRequests as exc:
+            raise openai_error(exc) from None
         assert outcome is not None
         refused = failure(outcome)
         if refused is not None:
@@ -126,8 +124,8 @@ async def stream(owner: Owner, asked: CompletionRequest) -> HttpResponseBase:
         if not stored.done():  # refused before it was stored
             try:
                 task.result()
-            except QuotaExceeded as exc:
-                raise rate_limited(exc) from None
+            except TooManyRequests as exc:
+                raise openai_error(exc) from None
     except BaseException:
         await frames.__aexit__(None, None, None)
         raise

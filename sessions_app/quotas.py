@@ -44,6 +44,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agent.frames import Refused
+from core.api import TooManyRequests
 from core.ownership import Owner
 from core.process_cache import ProcessCache
 from sessions_app.models import ChatInput, DailyUsage, GroupQuota
@@ -73,14 +74,9 @@ class Reservation:
         return {"reserved_tokens": self.tokens, "reserved_day": self.day if self.tokens else None}
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(TooManyRequests):
     """An input refused, and not stored: which limit, and in how many seconds
-    the user may send again."""
-
-    def __init__(self, message: str, limit: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.limit = limit
-        self.retry_after = retry_after
+    the user may send again (a 429 in the APIs: core.api.http_error)."""
 
     def frame(self, text: str = "") -> Refused:
         """The chat's error frame, handing the refused `text` back to the sender."""

@@ -1,5 +1,7 @@
 from django.urls import path
 
+from core import history_api
+from memory import api as memory_api
 from sessions_app import api, openai_views, views
 
 urlpatterns = [
@@ -34,10 +36,10 @@ urlpatterns = [
     path("api/v1/chats/<str:key>/", api.chat_view, name="api-chat"),
     path("api/v1/events/<str:pk>/", api.event_view, name="api-event"),
     path("api/v1/events/<str:pk>/turn", api.turn_view, name="api-event-turn"),
-    path("api/v1/facts/", api.facts_view, name="api-facts"),
-    path("api/v1/facts/<str:pk>/", api.fact_view, name="api-fact"),
-    path("api/v1/history/", api.history_view, name="api-history"),
-    path("api/v1/memory-files/", api.memory_file_view, name="api-memory-file"),
+    path("api/v1/facts/", memory_api.facts_view, name="api-facts"),
+    path("api/v1/facts/<str:pk>/", memory_api.fact_view, name="api-fact"),
+    path("api/v1/history/", history_api.history_view, name="api-history"),
+    path("api/v1/memory-files/", memory_api.memory_file_view, name="api-memory-file"),
     path("v1/models", openai_views.models, name="openai-models"),
     path("v1/chat/completions", openai_views.chat_completions, name="openai-chat-completions"),
     path("v1/<path:rest>", openai_views.unknown, name="openai-unknown"),
