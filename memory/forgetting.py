@@ -194,7 +194,7 @@ def announce(owner: Owner, events: list[Event], agents: Iterable[str] = ()) -> N
 
 def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
     """A turn is also found by the words of the turn before it (its search
-    context, memory.keys): the turn that followed a deleted one is keyed again,
+    context, memory.search_keys): the turn that followed a deleted one is keyed again,
     from the turn before it now. Its vector is of its own words, and stays."""
     followers: dict[int, Event] = {}
     for event in deleted:

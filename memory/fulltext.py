@@ -29,7 +29,7 @@ STOPWORDS = frozenset(
 )
 
 # An event is matched by its key (or, before it has one, its text) and by its
-# context, the previous turn, which counts for less (memory.keys). Only what
+# context, the previous turn, which counts for less (memory.search_keys). Only what
 # memory search returns is indexed.
 KEY_SQL = "COALESCE(NULLIF({row}.search_key, ''), {row}.text)"
 CONTEXT_WEIGHT = 0.5

@@ -2,7 +2,7 @@
 
 Each branch ranks the owner's events on its own: the vector branch by the
 cosine to the events' contextual vectors (memory.vector_index), the lexical
-branch by BM25 over their keys and contexts (memory.keys, memory.fulltext).
+branch by BM25 over their keys and contexts (memory.search_keys, memory.fulltext).
 The fused ranking takes both branches' candidates and scores each by
 
     VECTOR_WEIGHT · cosine (min-max scaled over the candidates)
