@@ -7,7 +7,7 @@ each owner talking about a few dozen of them, each event a centre plus noise
 (cosine ~0.7 to it), its text the centre's. Then prints, for the owners of 10 %,
 1 % and ~0.1 % of the rows: recall@10 of the HNSW search against an exact scan
 (several ef_search values, and without iterative scan), p50/p95 of the vector
-search, of the memory search (one statement, memory.pgvector.hybrid) and of
+search, of the memory search (one statement, memory.pgvector.fused.hybrid) and of
 get_context, the HNSW build time, and a web worker's RSS before and after a
 user's first search, with pgvector and with the numpy index.
 
@@ -255,23 +255,23 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
-    from memory import pgvector
+    from memory.pgvector import fused, queries
     from memory.retrieval import get_context
     from memory.search import search_memory
 
     rng = np.random.default_rng(11)
-    default_ef = pgvector.EF_SEARCH  # the memory search and get_context run with it
+    default_ef = queries.EF_SEARCH  # the memory search and get_context run with it
     results: dict[str, Any] = {}
     for label, user, size in owners():
         ids, vectors = stored_vectors(user.pk)
         asked = near(rng, vectors[rng.choice(len(vectors), queries)], 1)
         words = [text.split()[:6] for text in [f"q{i}" for i in range(queries)]]
         exact = [set(ids[np.argsort(-(vectors @ q), kind="stable")[:10]].tolist()) for q in asked]
-        index = pgvector.PgIndex(user.pk, "main", table)
+        index = queries.PgIndex(user.pk, "main", table)
         figures: dict[str, Any] = {"events": size}
         for iterative in ("relaxed_order", "off"):
             for ef in ef_values if iterative != "off" else [100]:
-                pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = iterative, ef
+                queries.ITERATIVE_SCAN, queries.EF_SEARCH = iterative, ef
                 found, times = [], []
                 for q in asked:
                     started = time.perf_counter()
@@ -281,7 +281,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
                 key = f"ef_search {ef}" + ("" if iterative != "off" else ", no iterative scan")
                 figures[key] = {"recall@10": round(float(recall), 3), **percentiles(times)}
                 print(f"{table} owner {label} ({size}) {key}: {figures[key]}", flush=True)
-        pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = "relaxed_order", default_ef
+        queries.ITERATIVE_SCAN, queries.EF_SEARCH = "relaxed_order", default_ef
         texts = stored_texts(user.pk, queries)
         hybrid_times, context_times = [], []
         for q, text in zip(asked, texts, strict=True):
@@ -291,7 +291,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
             else:
                 from memory.fulltext import terms
 
-                pgvector.hybrid(index, terms(text), q, 50, 0.6)
+                fused.hybrid(index, terms(text), q, 50, 0.6)
             hybrid_times.append(time.perf_counter() - started)
             if table == "events":
                 started = time.perf_counter()
@@ -316,13 +316,13 @@ def stored_texts(owner_id: int, count: int) -> list[str]:
 def explain_partitioned(user_id: int) -> str:
     from django.db import connection
 
-    from memory import pgvector
     from memory.fulltext import terms
+    from memory.pgvector import fused, queries
 
-    index = pgvector.PgIndex(user_id, "main", PARTITIONED)
+    index = queries.PgIndex(user_id, "main", PARTITIONED)
     vector = np.zeros(384, dtype=np.float32)
     vector[0] = 1
-    sql, params = pgvector.hybrid_statement(index, terms("dinner with friends"), vector, 50, 0.6)
+    sql, params = fused.hybrid_statement(index, terms("dinner with friends"), vector, 50, 0.6)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         return "\n".join(row[0] for row in cursor.fetchall())

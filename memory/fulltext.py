@@ -193,7 +193,7 @@ def search(
         if connection.vendor == "sqlite":
             return sqlite_search(cursor, scope_token(owner_id, agent), words, limit, memories)
         if connection.vendor == "postgresql":
-            # The memory search's full-text half (memory.pgvector.hybrid), alone.
+            # The memory search's full-text half (memory.pgvector.fused.hybrid), alone.
             cursor.execute(
                 f"SELECT id, rank FROM ({POSTGRES_WORDS.format(table='events')}) AS words",
                 {
