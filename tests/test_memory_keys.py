@@ -14,7 +14,8 @@ from memory import recording, search_keys, tasks
 from memory.embeddings import embed_text
 from memory.models import Event
 from memory.search import search_memory
-from memory.vector_index import NumpyIndex, VectorQuery, index_for
+from memory.vector_index import NumpyIndex, index_for
+from memory.vector_query import VectorQuery
 from memory.vectors import pack, unpack
 
 
