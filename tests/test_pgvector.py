@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from core.history import Actor
 from memory import fulltext, recording, vector_index
-from memory.checks import pgvector_installed
 from memory.forgetting import forget_events
 from memory.models import Event, ForgottenEvent
 from memory.pgvector import queries as pgvector
 from memory.pgvector import schema
 from memory.search import SearchHit, search_memory
+from memory.system_checks import pgvector_installed
 from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
 
