@@ -13,15 +13,40 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from memory.vector_index import NumpyIndex
-
 Hits = list[tuple[int, float]]
 SAMPLE_STEP = 32  # of the scores, sampled for a likely cut of the k best (`best_rows`)
+
+
+class ReconciledRows(Protocol):
+    @property
+    def reconcile(self) -> bool: ...
+
+
+class ScoredIndex(Protocol):
+    """What a query reads of its index (memory.vector_index.NumpyIndex), named here
+    so that this module need not import that one back."""
+
+    lock: threading.Lock
+    matrix: np.ndarray  # EMBEDDING_DIM rows by capacity columns, the first `size` used
+    ids: np.ndarray
+    size: int
+    position: dict[int, int]  # row id → column
+    removals: int
+
+    @property
+    def rows(self) -> ReconciledRows: ...
+
+    def sync(self) -> None: ...
+
+    def contextual(self, plain: np.ndarray) -> np.ndarray: ...
+
+    def deleted(self, row_ids: list[int]) -> list[int]: ...
+
+    def remove(self, row_ids: list[int]) -> None: ...
 
 
 class VectorQuery:
@@ -34,7 +59,7 @@ class VectorQuery:
     the caller goes on to its database questions (numpy and SQLite both release
     the GIL); the first read waits for it."""
 
-    def __init__(self, index: NumpyIndex, vector: np.ndarray) -> None:
+    def __init__(self, index: ScoredIndex, vector: np.ndarray) -> None:
         self.index = index
         self.vector = np.asarray(vector, dtype=np.float32)
         self.present: set[int] = set()  # hits found in the database (`top`)
