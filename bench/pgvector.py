@@ -255,23 +255,24 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
-    from memory.pgvector import fused, queries
+    from memory.pgvector import fused
+    from memory.pgvector import queries as pgvector
     from memory.retrieval import get_context
     from memory.search import search_memory
 
     rng = np.random.default_rng(11)
-    default_ef = queries.EF_SEARCH  # the memory search and get_context run with it
+    default_ef = pgvector.EF_SEARCH  # the memory search and get_context run with it
     results: dict[str, Any] = {}
     for label, user, size in owners():
         ids, vectors = stored_vectors(user.pk)
         asked = near(rng, vectors[rng.choice(len(vectors), queries)], 1)
         words = [text.split()[:6] for text in [f"q{i}" for i in range(queries)]]
         exact = [set(ids[np.argsort(-(vectors @ q), kind="stable")[:10]].tolist()) for q in asked]
-        index = queries.PgIndex(user.pk, "main", table)
+        index = pgvector.PgIndex(user.pk, "main", table)
         figures: dict[str, Any] = {"events": size}
         for iterative in ("relaxed_order", "off"):
             for ef in ef_values if iterative != "off" else [100]:
-                queries.ITERATIVE_SCAN, queries.EF_SEARCH = iterative, ef
+                pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = iterative, ef
                 found, times = [], []
                 for q in asked:
                     started = time.perf_counter()
@@ -281,7 +282,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
                 key = f"ef_search {ef}" + ("" if iterative != "off" else ", no iterative scan")
                 figures[key] = {"recall@10": round(float(recall), 3), **percentiles(times)}
                 print(f"{table} owner {label} ({size}) {key}: {figures[key]}", flush=True)
-        queries.ITERATIVE_SCAN, queries.EF_SEARCH = "relaxed_order", default_ef
+        pgvector.ITERATIVE_SCAN, pgvector.EF_SEARCH = "relaxed_order", default_ef
         texts = stored_texts(user.pk, queries)
         hybrid_times, context_times = [], []
         for q, text in zip(asked, texts, strict=True):
@@ -317,9 +318,10 @@ def explain_partitioned(user_id: int) -> str:
     from django.db import connection
 
     from memory.fulltext import terms
-    from memory.pgvector import fused, queries
+    from memory.pgvector import fused
+    from memory.pgvector import queries as pgvector
 
-    index = queries.PgIndex(user_id, "main", PARTITIONED)
+    index = pgvector.PgIndex(user_id, "main", PARTITIONED)
     vector = np.zeros(384, dtype=np.float32)
     vector[0] = 1
     sql, params = fused.hybrid_statement(index, terms("dinner with friends"), vector, 50, 0.6)
