@@ -12,11 +12,11 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from agent import consolidation, mcp_tools, prompt
+        from agent import consolidation_job, mcp_tools, prompt
         from agent.models import McpServer
         from memory.models import Fact
 
-        post_migrate.connect(consolidation.install_schedule, sender=self)
+        post_migrate.connect(consolidation_job.install_schedule, sender=self)
         # The tools offered from MCP servers hang on the servers and on their owners
         # (a superuser's, active, may offer one to everyone and reach private hosts).
         for signal in (post_save, post_delete):

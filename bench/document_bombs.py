@@ -111,14 +111,15 @@ def ordinary() -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="neotask-bombs-") as data_dir:
         os.environ["NEOTASK_DATA_DIR"] = data_dir
         django.setup()
-        from memory import conversion, documents
+        from memory import document_formats, documents
 
         rows = []
         for name, data in ordinary_documents():
             kind = documents.KINDS[Path(name).suffix]
             child = min(timed(documents.convert, name, data) for _ in range(3))
             inside = min(
-                timed(conversion.convert, name, kind, data, documents.limits()) for _ in range(3)
+                timed(document_formats.convert, name, kind, data, documents.limits())
+                for _ in range(3)
             )
             markdown = documents.convert(name, data).markdown
             rows.append(

@@ -10,7 +10,7 @@ Two tables, in milliseconds per call and share of the call. The caller's thread,
 waits included (py-spy --idle), so that its samples add up to the call's wall
 time: each sample is counted at its innermost frame of Neotask's own code (a
 Django query is counted at the line of memory/ that asked it, numpy at the line
-that called it). And the process's product thread (memory/vector_index.py's
+that called it). And the process's product thread (memory/vector_query.py's
 matrix-vector products), which works meanwhile: its busy samples only. py-spy
 samples without pausing the process (--nonblocking), which would slow it down.
 With DATABASE_URL set, memory_bench runs on that database (migrated first).
@@ -30,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLER = ("get_context", "memory/retrieval.py")
-PRODUCT = ("VectorQuery.compute", "memory/vector_index.py")
+PRODUCT = ("VectorQuery.compute", "memory/vector_query.py")
 OURS = tuple(f"{ROOT}/{package}/" for package in ("memory", "core", "neotask_site", "agent"))
 
 

@@ -7,7 +7,7 @@ each owner talking about a few dozen of them, each event a centre plus noise
 (cosine ~0.7 to it), its text the centre's. Then prints, for the owners of 10 %,
 1 % and ~0.1 % of the rows: recall@10 of the HNSW search against an exact scan
 (several ef_search values, and without iterative scan), p50/p95 of the vector
-search, of the memory search (one statement, memory.pgvector.hybrid) and of
+search, of the memory search (one statement, memory.pgvector.fused.hybrid) and of
 get_context, the HNSW build time, and a web worker's RSS before and after a
 user's first search, with pgvector and with the numpy index.
 
@@ -255,7 +255,8 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
-    from memory import pgvector
+    from memory.pgvector import fused
+    from memory.pgvector import queries as pgvector
     from memory.retrieval import get_context
     from memory.search import search_memory
 
@@ -291,7 +292,7 @@ def measure(table: str, queries: int, ef_values: list[int]) -> dict[str, Any]:
             else:
                 from memory.fulltext import terms
 
-                pgvector.hybrid(index, terms(text), q, 50, 0.6)
+                fused.hybrid(index, terms(text), q, 50, 0.6)
             hybrid_times.append(time.perf_counter() - started)
             if table == "events":
                 started = time.perf_counter()
@@ -316,13 +317,14 @@ def stored_texts(owner_id: int, count: int) -> list[str]:
 def explain_partitioned(user_id: int) -> str:
     from django.db import connection
 
-    from memory import pgvector
     from memory.fulltext import terms
+    from memory.pgvector import fused
+    from memory.pgvector import queries as pgvector
 
     index = pgvector.PgIndex(user_id, "main", PARTITIONED)
     vector = np.zeros(384, dtype=np.float32)
     vector[0] = 1
-    sql, params = pgvector.hybrid_statement(index, terms("dinner with friends"), vector, 50, 0.6)
+    sql, params = fused.hybrid_statement(index, terms("dinner with friends"), vector, 50, 0.6)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         return "\n".join(row[0] for row in cursor.fetchall())

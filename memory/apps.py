@@ -9,7 +9,7 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from memory import fulltext, tasks
-        from memory.checks import pgvector_installed
+        from memory.system_checks import pgvector_installed
 
         checks.register(pgvector_installed)
 

@@ -31,15 +31,8 @@ from django.urls import reverse
 
 from core.history import Actor
 from core.ownership import Owner
-from memory.conversion import (
-    MB,
-    Converted,
-    DocumentError,
-    Limits,
-    Upload,
-    check_text_size,
-    convert_in_child,
-)
+from memory.conversion import Upload, convert_in_child
+from memory.document_formats import MB, Converted, DocumentError, Limits, check_text_size
 from memory.files import indexing
 from memory.files.history import record_file_change
 from memory.files.paths import (

@@ -21,32 +21,27 @@ the conversation keeps its shape, but their text, full-text entry and vector go.
 Memory files are deleted on disk without following links (workspace_fs) and
 then re-indexed, which deletes their chunks; the chunk indexes drop vectors
 whose rows are gone at their next sync (LanceDB's table is synced, compacted
-and its old versions removed at once, `after_commit`).
+and its old versions removed at once, memory.storage_purge).
 
 Other apps keep copies of what was said; the `forgotten` signal, sent in the
 deleting transaction, lets each drop its own: sessions_app retitles a chat whose
 first message went and clears a crashed turn's saved partial answer; importers
 deletes the owner's export archives made before (they would still hold it).
 
-After the commit (`after_commit`, idempotent, once per transaction): on SQLite
-the FTS5 index is optimized (its segments still hold a deleted row's words
-until merged) and the WAL checkpointed and truncated (it holds the pages as
-they were); `PRAGMA secure_delete` (core.profiles) zeroes freed
-content, so neither the database file nor a backup taken afterwards keeps the
-text. On PostgreSQL dead tuples stay in the files until VACUUM reuses them:
-raw bytes there are the database administrator's (and autovacuum's) concern.
+After the commit, the storage's leftover copies of the deleted text are purged
+(memory.storage_purge.after_commit: SQLite's full-text index and WAL, LanceDB's
+old versions).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.dispatch import Signal
 from django.utils import timezone
@@ -54,15 +49,13 @@ from django.utils import timezone
 from core.history import Actor, record_change
 from core.models import Change
 from core.ownership import Owner
-from memory import fulltext
 from memory.files import indexing, paths
 from memory.files.history import record_file_change
 from memory.models import Event, EventType, Fact, ForgottenEvent, MemoryFile
+from memory.storage_purge import after_commit
 from memory.vector_index import in_database
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-
-log = logging.getLogger(__name__)
 
 BATCH = 500  # ids per `IN (...)`: far below SQLite's limit on parameters
 # How long the deletion log is kept. An index that has not synced for longer
@@ -194,7 +187,7 @@ def announce(owner: Owner, events: list[Event], agents: Iterable[str] = ()) -> N
 
 def rekey_followers(owner: Owner, deleted: list[Event]) -> None:
     """A turn is also found by the words of the turn before it (its search
-    context, memory.keys): the turn that followed a deleted one is keyed again,
+    context, memory.search_keys): the turn that followed a deleted one is keyed again,
     from the turn before it now. Its vector is of its own words, and stays."""
     followers: dict[int, Event] = {}
     for event in deleted:
@@ -426,75 +419,6 @@ def forget_memory_lines(
             lambda item: "event_id" not in item and str(item.get("source", "")).startswith(quoted),
         )
     return removed
-
-
-class Housekeeping:
-    """What follows a deletion once it is committed: once per transaction (equal
-    for the same database), idempotent, and never undoing the deletion if it fails."""
-
-    def __init__(self) -> None:
-        self.agents: set[tuple[int, str]] = set()
-        self.fulltext = False  # whether rows of the full-text index went
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Housekeeping)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __call__(self) -> None:
-        try:
-            compact_sqlite(optimize=self.fulltext)
-        except Exception:
-            log.exception("compacting the SQLite database after a deletion failed")
-        for owner_id, agent in sorted(self.agents):
-            try:
-                compact_lancedb(owner_id, agent)
-            except Exception:
-                log.exception("compacting the LanceDB table of %s/%s failed", owner_id, agent)
-
-
-def after_commit(owner: Owner, agents: Iterable[str] = (), *, fulltext: bool = False) -> None:
-    """Register the housekeeping after the current transaction's commit (at once
-    outside one), merged with what this transaction registered already."""
-    pending = [
-        func
-        for _, func, *_ in getattr(connection, "run_on_commit", [])
-        if isinstance(func, Housekeeping)
-    ]
-    job = pending[0] if pending else Housekeeping()
-    job.agents.update((owner.pk, agent) for agent in agents)
-    job.fulltext |= fulltext
-    if not pending:
-        transaction.on_commit(job)
-
-
-def compact_sqlite(*, optimize: bool) -> None:
-    """SQLite: with `optimize`, rewrite the FTS5 index into one segment without
-    the deleted rows' words (a contentless index keeps them until its segments
-    are merged: an incremental 'merge', even of 1000 pages, left them; FTS5's
-    own 'secure-delete' needs SQLite 3.44). It rewrites the whole index, holding
-    the write lock: ~0.6 s at 100k events (bench/fts_optimize.py), and only when indexed
-    rows went. Then checkpoint the WAL and truncate it (its frames hold the
-    pages as they were)."""
-    if connection.vendor != "sqlite":
-        return
-    if optimize:
-        with transaction.atomic(), connection.cursor() as cursor:
-            table = fulltext.SQLITE_TABLE
-            cursor.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-def compact_lancedb(owner_id: int, agent: str) -> None:
-    """LanceDB keeps a deleted chunk's vector in its older fragments and versions:
-    sync the table now (it drops the rows), compact it and remove old versions."""
-    from memory.files.search import chunk_index_for
-    from memory.lancedb_index import LanceChunkIndex
-
-    index = chunk_index_for(owner_id, agent)
-    if isinstance(index, LanceChunkIndex):
-        index.purge()
 
 
 def prune_forgotten() -> int:

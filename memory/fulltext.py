@@ -29,7 +29,7 @@ STOPWORDS = frozenset(
 )
 
 # An event is matched by its key (or, before it has one, its text) and by its
-# context, the previous turn, which counts for less (memory.keys). Only what
+# context, the previous turn, which counts for less (memory.search_keys). Only what
 # memory search returns is indexed.
 KEY_SQL = "COALESCE(NULLIF({row}.search_key, ''), {row}.text)"
 CONTEXT_WEIGHT = 0.5
@@ -193,7 +193,7 @@ def search(
         if connection.vendor == "sqlite":
             return sqlite_search(cursor, scope_token(owner_id, agent), words, limit, memories)
         if connection.vendor == "postgresql":
-            # The memory search's full-text half (memory.pgvector.hybrid), alone.
+            # The memory search's full-text half (memory.pgvector.fused.hybrid), alone.
             cursor.execute(
                 f"SELECT id, rank FROM ({POSTGRES_WORDS.format(table='events')}) AS words",
                 {

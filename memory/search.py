@@ -2,7 +2,7 @@
 
 Each branch ranks the owner's events on its own: the vector branch by the
 cosine to the events' contextual vectors (memory.vector_index), the lexical
-branch by BM25 over their keys and contexts (memory.keys, memory.fulltext).
+branch by BM25 over their keys and contexts (memory.search_keys, memory.fulltext).
 The fused ranking takes both branches' candidates and scores each by
 
     VECTOR_WEIGHT · cosine (min-max scaled over the candidates)
@@ -14,7 +14,7 @@ datasets that disagree about the branches (docs/memory.md): on the
 project's own, vector search beats full text; on LoCoMo, full text beats
 vectors. Reciprocal-rank fusion lost to the better branch on both; this
 score fusion beats both branches on both datasets. On PostgreSQL both branches
-and the fusion are one statement (memory.pgvector.hybrid), ties broken by id.
+and the fusion are one statement (memory.pgvector.fused.hybrid), ties broken by id.
 `branch` also runs one branch alone; "recency" is the evaluation's baseline.
 
 The fused ranking also searches the agent's memory files (`memory.files`) and merges
@@ -30,11 +30,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from core.ownership import Owner
-from memory import fulltext, pgvector
+from memory import fulltext
 from memory.files.search import FileHit, search_files
 from memory.models import RECALLED, Event, is_recalled
-from memory.pgvector import PgQuery
-from memory.vector_index import VectorQuery, in_database, index_for
+from memory.pgvector.fused import hybrid
+from memory.pgvector.queries import PgQuery
+from memory.vector_index import in_database, index_for
+from memory.vector_query import VectorQuery
 from memory.workspace import DEFAULT_AGENT
 
 MAX_QUERY_CHARS = 4000  # the embedding model reads 256 tokens; this is plenty
@@ -129,7 +131,7 @@ def search_memory(
     vector: dict[int, float] = {}
     if branch == "fused" and isinstance(compared, PgQuery):
         # Both branches and their fusion in one statement, in the database.
-        found = pgvector.hybrid(
+        found = hybrid(
             compared.index, fulltext.terms(text), compared.vector, CANDIDATES, VECTOR_WEIGHT
         )
         vector, lexical, scores = found.vector, found.lexical, found.fused

@@ -26,8 +26,8 @@ from django.utils import timezone
 
 from core.progress import Progress
 from memory.fulltext import WORDS_TABLE
-from memory.keys import KEY_VERSION
 from memory.models import Event, EventType
+from memory.search_keys import KEY_VERSION
 from memory.vectors import pack
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def backoff(attempts: int) -> timedelta:
 
 
 def needs_embedding() -> QuerySet[Event]:
-    """Events without a vector, or keyed by an older recipe (memory.keys): the
+    """Events without a vector, or keyed by an older recipe (memory.search_keys): the
     latter keep their old key and vector until the new ones are stored."""
     now = timezone.now()
     return (

@@ -18,7 +18,7 @@ from memory.api import forgotten
 from memory.forgetting import NothingToForget
 from memory.models import Event
 from memory.workspace import DEFAULT_AGENT, AgentNameError, check_agent_name
-from sessions_app import chat, forgetting, runner, views
+from sessions_app import chat, chat_deletion, runner, views
 from sessions_app.commands import parse_command
 from sessions_app.forms import ChatTitleForm
 from sessions_app.models import Agent, Session
@@ -97,10 +97,10 @@ def delete_session(request: ApiRequest, pk: str) -> HttpResponse:
 def delete_chat(request: ApiRequest, key: str) -> HttpResponse:
     """Every session of the chat `key`, with all their events."""
     try:
-        return forgotten(forgetting.delete_chat(request.user, key))
+        return forgotten(chat_deletion.delete_chat(request.user, key))
     except NothingToForget:
         raise Http404 from None
-    except forgetting.ChatBusy as exc:
+    except chat_deletion.ChatBusy as exc:
         raise ApiError(409, str(exc)) from None
 
 
@@ -122,20 +122,20 @@ def rename_chat(request: ApiRequest, key: str) -> HttpResponse:
 def delete_event(request: ApiRequest, pk: str) -> HttpResponse:
     """One message (any event); the rest of its session stays."""
     try:
-        return forgotten(forgetting.delete_message(request.user, row_id(pk)))
+        return forgotten(chat_deletion.delete_message(request.user, row_id(pk)))
     except NothingToForget:
         raise Http404 from None
-    except forgetting.ChatBusy as exc:
+    except chat_deletion.ChatBusy as exc:
         raise ApiError(409, str(exc)) from None
 
 
 def delete_turn(request: ApiRequest, pk: str) -> HttpResponse:
     """The turn of an event: the user's message and all the agent did in reply."""
     try:
-        return forgotten(forgetting.delete_turn(request.user, row_id(pk)))
+        return forgotten(chat_deletion.delete_turn(request.user, row_id(pk)))
     except NothingToForget:
         raise Http404 from None
-    except forgetting.ChatBusy as exc:
+    except chat_deletion.ChatBusy as exc:
         raise ApiError(409, str(exc)) from None
 
 

@@ -25,7 +25,7 @@ class SessionsAppConfig(AppConfig):
         from core import tokens
         from memory import forgetting, provenance
         from sessions_app import cleanup, signals  # noqa: F401
-        from sessions_app.forgetting import check_chats_idle
+        from sessions_app.chat_deletion import check_chats_idle
         from sessions_app.models import Api, Session
 
         # Memory tells where a fact came from by its chat's title, which is kept here.

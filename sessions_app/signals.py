@@ -12,7 +12,7 @@ from django.dispatch import receiver
 from agent.models import ApprovalRequest
 from core.history import Actor
 from memory.forgetting import forget_sessions, forgotten
-from sessions_app import deactivation, forgetting, quotas
+from sessions_app import chat_deletion, deactivation, quotas
 from sessions_app.models import GroupQuota, Session
 
 
@@ -30,10 +30,10 @@ def delete_session_events(
     forget_sessions(instance.owner, [str(instance.pk)], Actor.system("a session deleted"))
     # The commands the agent asked to run there quote the chat too.
     ApprovalRequest.objects.filter(owner_id=instance.owner_id, session_id=str(instance.pk)).delete()
-    forgetting.free_claims(instance.owner, str(instance.pk))
+    chat_deletion.free_claims(instance.owner, str(instance.pk))
 
 
-forgotten.connect(forgetting.drop_copies, dispatch_uid="forgotten-chat-copies")
+forgotten.connect(chat_deletion.drop_copies, dispatch_uid="forgotten-chat-copies")
 
 
 post_save.connect(

@@ -28,7 +28,7 @@ from memory.documents import AddedDocument
 from memory.forgetting import NothingToForget
 from memory.models import Event
 from memory.recall import name_recalled_chats
-from sessions_app import chat, cleanup, forgetting, transcripts
+from sessions_app import chat, chat_deletion, cleanup, transcripts
 from sessions_app.agents import RenameError, rename_agent
 from sessions_app.forms import (
     AgentNameForm,
@@ -339,8 +339,8 @@ def chat_delete(request: HtmxHttpRequest, key: str) -> HttpResponse:
     session = open_chat(request, key)
     if request.method == "POST":
         try:
-            report = forgetting.delete_chat(request.user, key)
-        except (NothingToForget, forgetting.ChatBusy) as exc:  # e.g. another tab
+            report = chat_deletion.delete_chat(request.user, key)
+        except (NothingToForget, chat_deletion.ChatBusy) as exc:  # e.g. another tab
             messages.error(request, str(exc))
             return redirect("chat", key=key)
         else:
@@ -364,15 +364,15 @@ def event_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         scope = request.POST.get("scope")
         if scope not in DELETE_SCOPES:
             return HttpResponse("Choose what to delete: message or turn.", status=400)
-        delete = forgetting.delete_turn if scope == "turn" else forgetting.delete_message
+        delete = chat_deletion.delete_turn if scope == "turn" else chat_deletion.delete_message
         try:
             report = delete(request.user, event.pk)
-        except (NothingToForget, forgetting.ChatBusy) as exc:
+        except (NothingToForget, chat_deletion.ChatBusy) as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, report.describe())
         return redirect(back)
-    turn = forgetting.turn_of(event)
+    turn = chat_deletion.turn_of(event)
     context = {"event": event, "turn": len(turn), "back": back}
     return render(request, "sessions_app/event_delete.html", context)
 

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django_q.models import Schedule
 
-from agent.consolidation import SCHEDULE, run
+from agent.consolidation_job import SCHEDULE, run
 from memory import recording
 from memory.consolidation import claim
 from memory.models import Event, Fact
@@ -117,5 +117,5 @@ def test_it_runs_from_the_command_line(alice, llm):
 
 def test_it_is_scheduled_every_interval(db):
     schedule = Schedule.objects.get(name=SCHEDULE)
-    assert schedule.func == "agent.consolidation.scheduled_consolidation"
+    assert schedule.func == "agent.consolidation_job.scheduled_consolidation"
     assert schedule.minutes == 6 * 60

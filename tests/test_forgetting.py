@@ -31,7 +31,7 @@ from memory.vector_index import NumpyIndex
 from memory.vectors import EMBEDDING_DIM, pack
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from sessions_app import cleanup, forgetting
+from sessions_app import chat_deletion, cleanup
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatClaim, ChatInput, Session
 from tests.programs import forgetting as program
@@ -93,7 +93,7 @@ def turns(alice, chat) -> list[Event]:
 def test_it_deletes_one_message_and_keeps_the_rest_of_its_session(alice, turns):
     # The answer is found by the question's words too (its search context).
     assert words(alice, "bicycle") == [turns[0].pk, turns[3].pk]
-    report = forgetting.delete_message(alice, turns[0].pk)
+    report = chat_deletion.delete_message(alice, turns[0].pk)
     assert report.events == 1
     assert "Where did I park the blue bicycle?" not in texts(alice)
     assert Event.objects.owned_by(alice).count() == len(turns) - 1
@@ -104,7 +104,7 @@ def test_it_deletes_one_message_and_keeps_the_rest_of_its_session(alice, turns):
 
 def test_it_deletes_a_turn_the_user_message_and_all_the_agent_did_in_reply(alice, turns):
     # Asked by any event of the turn: here its tool result.
-    report = forgetting.delete_turn(alice, turns[2].pk)
+    report = chat_deletion.delete_turn(alice, turns[2].pk)
     assert report.events == 4
     assert texts(alice) == ["And what is for dinner?", "Lentil soup."]
 
@@ -121,7 +121,7 @@ def test_it_deletes_a_chat_with_every_session_it_had(alice, bob, chat, turns):
     ApprovalRequest.objects.create(owner=alice, session_id=str(chat.pk), command="cat bike.txt")
     ApprovalRequest.objects.create(owner=bob, session_id=str(bobs.pk), command="ls")
 
-    report = forgetting.delete_chat(alice, chat.key)
+    report = chat_deletion.delete_chat(alice, chat.key)
 
     assert report.events == len(turns) + 1
     assert list(ApprovalRequest.objects.values_list("command", flat=True)) == ["ls"]
@@ -130,17 +130,17 @@ def test_it_deletes_a_chat_with_every_session_it_had(alice, bob, chat, turns):
     assert texts(alice) == ["Another chat of alice's."]
     assert texts(bob) == ["Where did I park the blue bicycle?"]
     with pytest.raises(NothingToForget):
-        forgetting.delete_chat(alice, chat.key)
+        chat_deletion.delete_chat(alice, chat.key)
 
 
 def test_it_deletes_nothing_of_a_chat_that_is_answering(alice, alice_api, chat, turns):
     ChatClaim.objects.create(
         owner=alice, key=chat.key, token="t", lease_until=timezone.now() + timedelta(seconds=20)
     )
-    with pytest.raises(forgetting.ChatBusy):
-        forgetting.delete_chat(alice, chat.key)
-    with pytest.raises(forgetting.ChatBusy):
-        forgetting.delete_turn(alice, turns[0].pk)
+    with pytest.raises(chat_deletion.ChatBusy):
+        chat_deletion.delete_chat(alice, chat.key)
+    with pytest.raises(chat_deletion.ChatBusy):
+        chat_deletion.delete_turn(alice, turns[0].pk)
     response = alice_api("DELETE", reverse("api-event", args=[turns[0].pk]))
     assert response.status_code == 409
     assert "answering" in response.json()["error"]
@@ -152,7 +152,7 @@ def test_it_forgets_nothing_of_another_owner_by_id(alice, bob, turns):
     with pytest.raises(NothingToForget):
         forget_events(bob, [turns[0].pk], Actor.user(bob))
     with pytest.raises(NothingToForget):
-        forgetting.delete_turn(bob, turns[0].pk)
+        chat_deletion.delete_turn(bob, turns[0].pk)
     assert Event.objects.owned_by(alice).count() == len(turns)
     assert not ForgottenEvent.objects.exists()
 
@@ -165,7 +165,7 @@ def test_it_drops_a_forgotten_vector_from_an_index_of_another_process(alice, cha
     # Another process's index: it has read both vectors.
     elsewhere = NumpyIndex(alice.pk, "main")
     assert elsewhere.count() == 2
-    forgetting.delete_message(alice, forgotten.pk)
+    chat_deletion.delete_message(alice, forgotten.pk)
     # Its next sync drops the vector, before any query could meet it as a hit
     # (its contextual neighbours' scores no longer count it either).
     assert elsewhere.count() == 1
@@ -182,7 +182,7 @@ def test_it_prunes_the_deletion_log_and_an_index_still_never_returns_a_deleted_r
     embedded(forgotten, axis(0))
     stale = NumpyIndex(alice.pk, "main")  # has not synced since before the deletion
     assert stale.count() == 2
-    forgetting.delete_message(alice, forgotten.pk)
+    chat_deletion.delete_message(alice, forgotten.pk)
     old = timezone.now() - memory_forgetting.FORGOTTEN_KEPT - timedelta(minutes=1)
     ForgottenEvent.objects.update(forgotten_at=old)
     recent = ForgottenEvent.objects.create(owner=alice, agent="main", event_id=10**9)
@@ -195,7 +195,7 @@ def test_it_prunes_the_deletion_log_and_an_index_still_never_returns_a_deleted_r
 
 def test_it_drops_deleted_messages_from_working_memory(alice, chat, turns):
     assert turns[0] in working_memory.recent(alice, str(chat.pk), 10)
-    forgetting.delete_message(alice, turns[0].pk)
+    chat_deletion.delete_message(alice, turns[0].pk)
     assert [e.pk for e in working_memory.recent(alice, str(chat.pk), 10)] == [
         e.pk for e in turns[2:]
     ]
@@ -220,7 +220,7 @@ def test_it_deletes_a_summary_of_a_deleted_event_and_releases_the_rest(alice, ch
     Fact.objects.create(owner=alice, category="pet", key="dog", value="Rex", origin_event=turns[0])
     Fact.objects.create(owner=alice, category="food", key="dinner", value="soup")
 
-    report = forgetting.delete_message(alice, turns[0].pk)
+    report = chat_deletion.delete_message(alice, turns[0].pk)
 
     assert (report.summaries, report.facts) == (1, 2)
     assert not Event.objects.filter(pk=summary.pk).exists()
@@ -251,7 +251,7 @@ def test_it_deletes_a_compaction_summary_of_a_deleted_event(alice, chat, turns):
         last_event_id=turns[5].pk,
         continues_from="another-session",
     )
-    report = forgetting.delete_message(alice, turns[1].pk)
+    report = chat_deletion.delete_message(alice, turns[1].pk)
     assert report.compactions == 1
     assert not Event.objects.filter(pk=compaction.pk).exists()
     assert Event.objects.filter(pk=untouched.pk).exists()
@@ -267,7 +267,7 @@ def test_it_removes_a_deleted_event_from_what_auto_recall_recorded(alice, chat, 
     recall = recording.record(
         alice, str(later.pk), EventType.RECALL, {"content": "Recalled 3.", "items": items}
     )
-    forgetting.delete_message(alice, turns[3].pk)
+    chat_deletion.delete_message(alice, turns[3].pk)
     recall.refresh_from_db()
     assert [item["text"] for item in recall.data["items"]] == ["Lentil soup.", "a note"]
 
@@ -290,8 +290,8 @@ def test_it_removes_deleted_events_and_chats_from_exported_transcripts(
     other = start_chat(alice)
     say(alice, other, "Kept in its transcript.")
     call_command("export_transcripts", str(tmp_path), stdout=StringIO(), stderr=StringIO())
-    forgetting.delete_message(alice, turns[0].pk)
-    forgetting.delete_chat(alice, other.key)
+    chat_deletion.delete_message(alice, turns[0].pk)
+    chat_deletion.delete_chat(alice, other.key)
     out = StringIO()
     call_command("export_transcripts", str(tmp_path), stdout=out, stderr=StringIO())
     lines = (tmp_path / f"{chat.pk}.jsonl").read_text().splitlines()

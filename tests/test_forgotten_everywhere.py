@@ -31,7 +31,7 @@ from memory.models import Event, EventType, Fact
 from memory.search import SearchHit, search_memory
 from memory.working import working_memory
 from memory.workspace import workspace_dir
-from sessions_app import forgetting
+from sessions_app import chat_deletion
 from sessions_app.chat import start_chat
 from sessions_app.models import ApiToken, ChatClaim, Session
 from tests.support.embeddings import CountingEmbed, fake_vector
@@ -101,9 +101,9 @@ def everything_said(owner) -> dict:
 
 def forget_it_all(owner, said: dict) -> None:
     """Through the public path: delete a message, forget a fact, delete a chat."""
-    forgetting.delete_message(owner, said["first"].pk)
+    chat_deletion.delete_message(owner, said["first"].pk)
     forget_facts(owner, Fact.objects.filter(pk=said["fact"].pk), Actor.user(owner))
-    forgetting.delete_chat(owner, said["other"].key)
+    chat_deletion.delete_chat(owner, said["other"].key)
 
 
 def holders(owner, tmp_path: Path) -> dict[str, bytes]:
@@ -207,14 +207,14 @@ def test_a_chat_is_named_again_when_its_first_message_goes(alice, alice_api, ali
     second = say(alice, chat, "What should I cook tonight?")
     assert WORD in alice_client.get(reverse("chat-sidebar")).content.decode()
 
-    forgetting.delete_message(alice, first.pk)
+    chat_deletion.delete_message(alice, first.pk)
     assert Session.objects.get(pk=chat.pk).title == "What should I cook tonight?"
     listed = alice_api("/api/v1/sessions/").json()
     assert WORD not in str(listed) and "What should I cook tonight?" in str(listed)
     sidebar = alice_client.get(reverse("chat-sidebar")).content.decode()
     assert WORD not in sidebar and "What should I cook tonight?" in sidebar
 
-    forgetting.delete_message(alice, second.pk)
+    chat_deletion.delete_message(alice, second.pk)
     assert Session.objects.get(pk=chat.pk).title == ""  # as a new chat's, until it is used
 
 
@@ -223,7 +223,7 @@ def test_a_title_the_user_chose_stays(alice):
     first = say(alice, chat, FIRST)
     Session.objects.filter(pk=chat.pk).update(title="Pets")
 
-    forgetting.delete_message(alice, first.pk)
+    chat_deletion.delete_message(alice, first.pk)
 
     assert Session.objects.get(pk=chat.pk).title == "Pets"
 
@@ -238,7 +238,7 @@ def test_earlier_exports_go_and_one_running_is_refused(
     their = exported(bob)
 
     with django_capture_on_commit_callbacks(execute=True):
-        forgetting.delete_message(alice, message.pk)
+        chat_deletion.delete_message(alice, message.pk)
 
     assert not ExportJob.objects.filter(pk=done.pk).exists() and not done.folder.exists()
     running.refresh_from_db()
@@ -268,7 +268,7 @@ def test_a_crashed_turns_partial_answer_goes_with_its_chat(alice, bob):
     their = start_chat(bob)
     crashed(bob, their, f"{WORD} too")
 
-    forgetting.delete_chat(alice, chat.key)
+    chat_deletion.delete_chat(alice, chat.key)
 
     claim = ChatClaim.objects.get(owner=alice, key=chat.key)
     assert (claim.partial, claim.session_id, claim.token) == ("", "", "")
@@ -325,7 +325,7 @@ def test_transcripts_index_takes_the_new_title(alice, tmp_path):
     say(alice, chat, "What should I cook tonight?")
     call_command("export_transcripts", str(tmp_path), stdout=StringIO())
 
-    forgetting.delete_message(alice, first.pk)
+    chat_deletion.delete_message(alice, first.pk)
     call_command("export_transcripts", str(tmp_path), stdout=StringIO())
 
     assert WORD not in (tmp_path / "sessions.json").read_text()

@@ -1,4 +1,4 @@
-"""Search keys (memory.keys): what an event is found by, apart from what it shows."""
+"""Search keys (memory.search_keys): what an event is found by, apart from what it shows."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from memory import keys, recording, tasks
+from memory import recording, search_keys, tasks
 from memory.embeddings import embed_text
 from memory.models import Event
 from memory.search import search_memory
-from memory.vector_index import NumpyIndex, VectorQuery, index_for
+from memory.vector_index import NumpyIndex, index_for
+from memory.vector_query import VectorQuery
 from memory.vectors import pack, unpack
 
 
@@ -29,7 +30,7 @@ def test_it_keys_an_event_by_its_speaker_and_the_turn_before(alice):
     assert answer.speaker == "Tom"
     assert answer.search_key == "Tom: Six, on April 9th."
     assert answer.search_context == "How old is Lily turning this year?"
-    assert answer.key_version == keys.KEY_VERSION
+    assert answer.key_version == search_keys.KEY_VERSION
     # Without a named speaker the key is the text itself.
     plain = say(alice, "thanks!")
     assert plain.search_key == "thanks!" and plain.search_context == "Six, on April 9th."
@@ -110,7 +111,7 @@ def test_it_rekeys_an_old_recipe_in_the_background_keeping_the_old_vector_meanwh
 
     assert tasks.embed_missing() == 2
     answer.refresh_from_db()
-    assert answer.key_version == keys.KEY_VERSION
+    assert answer.key_version == search_keys.KEY_VERSION
     assert answer.search_key == "Alice: Biscuit needs a lighter diet, nothing else."
     assert answer.search_context == "What did the vet say about Biscuit?"
     assert bytes(answer.embedding) != old_vector
@@ -124,7 +125,7 @@ def test_it_leaves_every_event_searchable_when_rekeying_stops_halfway(alice):
     stopped_after = tasks.embed_missing(limit=tasks.BATCH_SIZE)  # then the worker dies
     assert stopped_after == tasks.BATCH_SIZE
     versions = set(Event.objects.values_list("key_version", flat=True))
-    assert versions == {0, keys.KEY_VERSION}  # halfway
+    assert versions == {0, search_keys.KEY_VERSION}  # halfway
     assert not Event.objects.filter(embedding__isnull=True).exists()
     for event in events:
         by_words = search_memory(alice, f"zebra{events.index(event)}", branch="lexical")

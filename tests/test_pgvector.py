@@ -12,11 +12,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.history import Actor
-from memory import fulltext, pgvector, recording, vector_index
-from memory.checks import pgvector_installed
+from memory import fulltext, recording, vector_index
 from memory.forgetting import forget_events
 from memory.models import Event, ForgottenEvent
+from memory.pgvector import queries as pgvector
+from memory.pgvector import schema
 from memory.search import SearchHit, search_memory
+from memory.system_checks import pgvector_installed
 from memory.vector_index import NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
 
@@ -59,7 +61,7 @@ def test_it_keeps_the_vector_column_equal_to_the_stored_vector_on_every_write(al
     Event.objects.filter(pk=event.pk).update(embedding=b"not a vector", text="kept")
     event.refresh_from_db()
     assert (event.embedding, event.embedded_at, event.text) == (None, None, "kept")
-    assert event.embedding_error == pgvector.CORRUPT
+    assert event.embedding_error == schema.CORRUPT
     assert stored_vector(event) is None
 
 
@@ -174,7 +176,7 @@ def test_it_forgets_a_vector_with_its_row_and_logs_nothing(alice):
 def test_it_names_the_package_when_the_extension_is_missing(db):
     assert pgvector_installed() == []
     major = connection.cursor().connection.info.server_version // 10000
-    problem = pgvector.missing_extension(connection, extension="vector_not_installed")
+    problem = schema.missing_extension(connection, extension="vector_not_installed")
     assert problem is not None and f"postgresql-{major}-pgvector" in problem
 
 

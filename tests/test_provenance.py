@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.consolidation import run
+from agent.consolidation_job import run
 from agent.runtime import TurnRequest, run_turn
 from agent.tools import ToolContext, call_tool
 from core.history import Actor

@@ -248,7 +248,7 @@ def test_it_leaves_out_search_hits_that_share_nothing_with_the_message(alice, hi
 @in_process_vectors
 def test_it_gathers_a_turns_memory_in_a_bounded_number_of_queries(alice, history, monkeypatch):
     from memory.embeddings import embed_text
-    from memory.vector_index import VectorQuery
+    from memory.vector_query import VectorQuery
 
     query = "When do we fly to Lisbon?"
     vector = embed_text(query)
@@ -278,7 +278,7 @@ def test_it_asks_the_full_text_query_while_the_index_compares_the_vector(
     import threading
 
     from memory import fulltext
-    from memory.vector_index import VectorQuery
+    from memory.vector_query import VectorQuery
 
     asked = threading.Event()
     compute, search = VectorQuery.compute, fulltext.search

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from memory import recording, vector_index
 from memory.models import Event
-from memory.vector_index import NEIGHBOUR_WEIGHT, NumpyIndex, best_rows
+from memory.vector_index import NEIGHBOUR_WEIGHT, NumpyIndex
+from memory.vector_query import SAMPLE_STEP, best_rows
 from memory.vectors import EMBEDDING_DIM, pack, unpack
 
 
@@ -34,7 +35,7 @@ def test_the_k_best_rows_are_those_of_a_full_sort(size, k):
 def test_a_cut_guessed_too_high_still_finds_the_k_best():
     # Every sampled row (each SAMPLE_STEP-th) scores high, almost no other does.
     scores = np.zeros(10_000, dtype=np.float32)
-    scores[:: vector_index.SAMPLE_STEP] = 1.0
+    scores[::SAMPLE_STEP] = 1.0
     scores[5] = 0.5
     best = best_rows(scores, 400, -1.0)
     assert best.tolist() == in_full_order(scores, 400, -1.0)

@@ -16,7 +16,8 @@ from django.conf import settings
 
 from core.ownership import Owner
 from memory.models import MemoryChunk
-from memory.pgvector import CHUNKS_TABLE, PgIndex
+from memory.pgvector.queries import PgIndex
+from memory.pgvector.schema import CHUNKS_TABLE
 from memory.vector_index import CHUNKS, IndexCache, NumpyIndex, in_database
 from memory.workspace import DEFAULT_AGENT
 

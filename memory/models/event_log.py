@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.ownership import OwnedModel
-from memory.keys import KEY_VERSION, context_for, key_for, speaker_of
+from memory.search_keys import KEY_VERSION, context_for, key_for, speaker_of
 from memory.workspace import DEFAULT_AGENT
 
 
@@ -119,7 +119,7 @@ class Event(OwnedModel):
     # The event's searchable words (message content, tool output), kept beside
     # `data` so that full-text search and embedding need no JSON parsing.
     text = models.TextField(blank=True, default="")
-    # How memory search finds the event (memory.keys): kept apart from what is
+    # How memory search finds the event (memory.search_keys): kept apart from what is
     # shown. An empty key means "the text" (rows written before keys existed,
     # bulk imports); `key_version` names the recipe the key and the vector
     # were made with, so that a new recipe re-keys in the background.
@@ -194,7 +194,7 @@ class Event(OwnedModel):
         return f"{self.event_type} #{self.pk}"
 
     def set_keys(self, previous_text: str | None) -> None:
-        """The search fields (memory.keys), given the text of the session's turn
+        """The search fields (memory.search_keys), given the text of the session's turn
         before this one."""
         self.speaker = speaker_of(self.data)
         self.search_key = key_for(self.text, self.speaker)

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agent.consolidation import run
+from agent.consolidation_job import run
 from core.history import Actor
 from importers.archive import layout
 from importers.archive.importing import import_archive

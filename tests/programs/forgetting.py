@@ -21,7 +21,7 @@ from memory.search import search_memory
 from memory.tasks import embed_missing
 from memory.vector_index import index_for
 from sessions_app.chat import start_chat
-from sessions_app.forgetting import delete_message
+from sessions_app.chat_deletion import delete_message
 from sessions_app.models import ApiToken
 
 SECRET = "My locker combination at the climbing gym is 4417."

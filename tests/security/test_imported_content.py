@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.apps import apps
 
-from agent.consolidation import run as consolidate
+from agent.consolidation_job import run as consolidate
 from agent.prompt import IMPORTED_HISTORY, IMPORTED_LINES
 from importers.aidaemon import import_aidaemon
 from importers.archive.importing import import_archive

@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
 from agent import approvals, macros
-from agent.consolidation import run as consolidate
+from agent.consolidation_job import run as consolidate
 from agent.frames import Frame
 from agent.prompt import build_messages
 from agent.tools import ToolContext, ToolError, get_tool, parse_arguments

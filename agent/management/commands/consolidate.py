@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agent.consolidation import run
+from agent.consolidation_job import run
 from core.users import find_user
 
 

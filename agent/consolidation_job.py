@@ -43,7 +43,7 @@ def install_schedule(sender: object, **kwargs: object) -> None:
     Schedule.objects.update_or_create(
         name=SCHEDULE,
         defaults={
-            "func": "agent.consolidation.scheduled_consolidation",
+            "func": "agent.consolidation_job.scheduled_consolidation",
             "schedule_type": Schedule.MINUTES,
             "minutes": max(1, round(hours * 60)),
             "repeats": -1,

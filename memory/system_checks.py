@@ -7,7 +7,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError, connections
 
-from memory import pgvector
+from memory.pgvector import schema
 
 
 def pgvector_installed(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -18,10 +18,10 @@ def pgvector_installed(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     if connection.vendor != "postgresql":
         return []
     try:
-        problem = pgvector.missing_extension(connection)
+        problem = schema.missing_extension(connection)
     except DatabaseError:
         return []
     if problem is None:
         return []
-    hint = f"apt-get install {pgvector.package_name(connection)} (docs/deploy.md)"
+    hint = f"apt-get install {schema.package_name(connection)} (docs/deploy.md)"
     return [Error(problem, hint=hint, id="memory.E001")]
