@@ -18,7 +18,6 @@ from importers.archive import jobs as archive_jobs
 from importers.archive.download import archive_response
 from importers.forms import ImportForm
 from importers.models import ExportJob, ImportJob
-from memory.workspace import DEFAULT_AGENT
 
 
 def job_id(pk: str) -> uuid.UUID:
@@ -90,15 +89,7 @@ def start_import(request: ApiRequest) -> HttpResponse:
         raise ApiError(
             400, " ".join(str(error) for errors in form.errors.values() for error in errors)
         )
-    upload = form.cleaned_data["file"]
-    job = jobs.start(
-        request.user,
-        ImportJob.Kind.NEOTASK,
-        upload.name,
-        upload.chunks(),
-        DEFAULT_AGENT,
-        form.cleaned_data["dry_run"],
-    )
+    job = form.start(request.user)
     location = reverse("api-import", args=[job.pk])
     return JsonResponse(import_dict(job), status=202, headers={"Location": location})
 

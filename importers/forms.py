@@ -4,7 +4,8 @@ from typing import Any
 
 from django import forms
 
-from importers import uploads
+from core.ownership import Owner
+from importers import jobs, uploads
 from importers.archive.reading import check_upload
 from importers.models import ImportJob
 from importers.report import ImportRefused
@@ -60,3 +61,15 @@ class ImportForm(forms.Form):
     @property
     def agent_name(self) -> str:
         return self.cleaned_data.get("agent", DEFAULT_AGENT)
+
+    def start(self, owner: Owner) -> ImportJob:
+        """The valid upload stored and its import queued (importers.jobs.start)."""
+        upload = self.cleaned_data["file"]
+        return jobs.start(
+            owner,
+            self.kind,
+            upload.name,
+            upload.chunks(),
+            self.agent_name,
+            self.cleaned_data["dry_run"],
+        )

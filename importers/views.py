@@ -17,7 +17,6 @@ from importers.archive import jobs as archive_jobs
 from importers.archive.download import archive_response
 from importers.forms import ImportForm
 from importers.models import ExportJob, ImportJob
-from memory.workspace import DEFAULT_AGENT
 
 RECENT_JOBS = 10
 # Room for the form fields and multipart boundaries around the file.
@@ -52,15 +51,7 @@ def import_page(request: HtmxHttpRequest) -> HttpResponse:
         elif (kind := request.POST.get("kind")) in ImportJob.Kind.values:
             form = ImportForm(kind, request.POST, request.FILES)
             if form.is_valid():
-                upload = form.cleaned_data["file"]
-                job = jobs.start(
-                    request.user,
-                    kind,
-                    upload.name,
-                    upload.chunks(),
-                    form.agent_name,
-                    form.cleaned_data["dry_run"],
-                )
+                job = form.start(request.user)
                 return redirect("import-job", pk=job.pk)
             forms[kind], status = form, 400
         else:
@@ -118,15 +109,7 @@ def data_import(request: HtmxHttpRequest) -> HttpResponse:
     form = ImportForm(ImportJob.Kind.NEOTASK, request.POST, request.FILES)
     if not form.is_valid():
         return render(request, "importers/data.html", data_context(request, form), status=400)
-    upload = form.cleaned_data["file"]
-    job = jobs.start(
-        request.user,
-        ImportJob.Kind.NEOTASK,
-        upload.name,
-        upload.chunks(),
-        DEFAULT_AGENT,
-        form.cleaned_data["dry_run"],
-    )
+    job = form.start(request.user)
     return redirect("import-job", pk=job.pk)
 
 

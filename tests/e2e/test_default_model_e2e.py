@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from tests.support.browser import PASSWORD, add_tester, log_in, new_chat, send
-from tests.support.processes import app_env, free_port, spawn_serve, wait_for_health
+from tests.support.browser import PASSWORD, new_chat, send, served_and_signed_in
+from tests.support.processes import app_env
 
 MODELS = os.environ.get("NEOTASK_TEST_MODELS_DIR", "")
 TEAM = bool(os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL"))
@@ -48,16 +47,7 @@ def test_it_remembers_a_fact_with_a_tool_and_recalls_it_in_a_new_chat(browser, t
         data, DJANGO_SUPERUSER_PASSWORD=PASSWORD, NEOTASK_LLM_LOCAL_MODEL="qwen2.5-coder-0.5b"
     )
     env.pop("NEOTASK_LLM_BASE_URL", None)
-    add_tester(env)
-    port = free_port()
-    log = (tmp_path / "serve.log").open("w")
-    serve = spawn_serve(env, port, log=log)
-    try:
-        wait_for_health(port, serve)
-        context = browser.new_context(base_url=f"http://127.0.0.1:{port}")
-        page = context.new_page()
-        page.set_default_timeout(TURN_MS)
-        log_in(page)
+    with served_and_signed_in(browser, env, tmp_path, TURN_MS) as page:
         new_chat(page)
         send(page, "Remember this fact about me: my phone is a Pixel.")
         # Never silent: while the model reads its prompt, its placeholder says so.
@@ -89,8 +79,3 @@ def test_it_remembers_a_fact_with_a_tool_and_recalls_it_in_a_new_chat(browser, t
         said = answer.inner_text()
         assert "pixel" in said.lower()
         assert not said.lstrip().startswith("{")  # words, not a call the model wrote as text
-        context.close()
-    finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        serve.wait(timeout=30)
-        log.close()

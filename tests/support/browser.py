@@ -3,11 +3,15 @@ it logs in as, and the steps every chat test takes."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import manage
+from tests.support.processes import free_port, manage, spawn_serve, wait_for_health
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "e2e" / "artifacts"  # screenshots
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -61,6 +65,29 @@ def send(page: Any, text: str) -> None:
     """Type `text` in the chat and press Enter."""
     page.fill("#input", text)
     page.press("#input", "Enter")
+
+
+@contextlib.contextmanager
+def served_and_signed_in(
+    browser: Any, env: dict[str, str], logs: Path, timeout_ms: int
+) -> Iterator[Any]:
+    """`manage.py serve` as `make run` starts it, with the tester added and signed in:
+    a page of a new context, each wait up to `timeout_ms`; the server is stopped after."""
+    add_tester(env)
+    port = free_port()
+    with (logs / "serve.log").open("w") as log:
+        serve = spawn_serve(env, port, log=log)
+        try:
+            wait_for_health(port, serve)
+            context = browser.new_context(base_url=f"http://127.0.0.1:{port}")
+            page = context.new_page()
+            page.set_default_timeout(timeout_ms)
+            log_in(page)
+            yield page
+            context.close()
+        finally:
+            os.killpg(serve.pid, signal.SIGTERM)
+            serve.wait(timeout=30)
 
 
 def serious_violations(page: Any) -> list[str]:
