@@ -51,7 +51,7 @@ class McpServerAdminForm(OwnedAdminForm):
         cleaned = super().clean()
         owner = cleaned.get("owner") or getattr(self.instance, "owner", None)
         if cleaned.get("for_everyone") and owner is not None and not owner.is_superuser:
-            # It would not be offered (agent.mcp_tools.offered_to_everyone): its token is
+            # It would not be offered (agent.mcp.client.offered_to_everyone): its token is
             # a user's own, theirs to lend or not.
             self.add_error("for_everyone", "Only a superuser's server can be offered to everyone.")
         return cleaned

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from agent.mcp_tools import server_of_call
+from agent.mcp.client import server_of_call
 from agent.models import ApprovalError, ApprovalRequest, TerminalAllowedPrefix
 from agent.rules import NotCovered, covers, parse
 from core.history import Actor

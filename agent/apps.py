@@ -12,7 +12,8 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from agent import consolidation_job, mcp_tools, prompt
+        from agent import consolidation_job, prompt
+        from agent.mcp import client as mcp_tools
         from agent.models import McpServer
         from memory.models import Fact
 

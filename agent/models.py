@@ -294,7 +294,7 @@ class ModelProvider(models.Model):
 
 class McpServer(Recorded, OwnedModel):
     """An MCP server (streamable HTTP) whose tools its owner's agent may call, each
-    call approved by them (agent.mcp_tools). Its tool list is kept from the last
+    call approved by them (agent.mcp.client). Its tool list is kept from the last
     time it answered (added or tested), so that a turn does not wait for it. A
     superuser's server may be offered to everyone: each user still approves each
     call, and never sees its token."""
@@ -371,7 +371,7 @@ class McpAllowedCall(Recorded, OwnedModel):
 
     @classmethod
     def allow_always(cls, owner_id: int, server: McpServer, call: str, actor: Actor) -> None:
-        """Remember `call` of a tool of `server` (agent.mcp_tools.server_of_call)."""
+        """Remember `call` of a tool of `server` (agent.mcp.client.server_of_call)."""
         digest = cls.digest_of(call)
         allowed = cls.objects.filter(owner_id=owner_id, server=server, digest=digest).first()
         allowed = allowed or cls(owner_id=owner_id, server=server, digest=digest, call=call)

@@ -18,7 +18,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from agent import client_tools, mcp_tools
+from agent import client_tools
 from agent.answer_stream import AnswerStream, CallWritten, Repeating
 from agent.client_tools import ClientTurn
 from agent.frames import Emit, Error, EventFrame, Status
@@ -31,6 +31,7 @@ from agent.llm import (
     Usage,
     configured_endpoint,
 )
+from agent.mcp import client as mcp_tools
 from agent.prompt import TurnPrompt, estimate_request_tokens, start_turn
 from agent.text_tool_calls import tool_call_in_text
 from agent.tools import Tool, available_tools

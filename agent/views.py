@@ -17,10 +17,11 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from agent import cgroups, mcp_tools, providers
+from agent import cgroups, providers
 from agent.approvals import has_terminal_permission
 from agent.forms import McpServerForm, ProviderForm
 from agent.local_model import installed_models
+from agent.mcp import client as mcp_tools
 from agent.models import McpAllowedCall, McpServer, ModelProvider, TerminalAllowedPrefix
 from agent.rules import PROGRAMS
 from core.history import Actor

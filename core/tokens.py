@@ -1,6 +1,6 @@
 """The one check of a program's bearer token, for every door that takes one:
 the JSON API (core.api.endpoint), /v1 (sessions_app.openai_views), /mcp
-(sessions_app.mcp_server, at the ASGI level: `asgi_authenticate`) and /metrics
+(agent.mcp.server, at the ASGI level: `asgi_authenticate`) and /metrics
 (health.views). One challenge, one rule for 401 and 403, one place to read.
 
 The tokens are not core's: personal API tokens are sessions_app's (ApiToken,

@@ -11,12 +11,12 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agent.mcp import server as mcp_server  # noqa: E402
 from core.unavailable import ClosedWhenDown  # noqa: E402
 from core.websocket_origin import SameOriginValidator  # noqa: E402
 from monitoring.logs import redact_daphne_access_log  # noqa: E402
 from neotask_site.request_bodies import body_in_slices, bound_daphne_bodies  # noqa: E402
 from neotask_site.routing import websocket_urlpatterns  # noqa: E402
-from sessions_app import mcp_server  # noqa: E402
 
 bound_daphne_bodies()  # request bodies refused as they pass their bound, not after
 redact_daphne_access_log()  # no token, code or key in its lines

@@ -17,14 +17,23 @@ def owner_check(api: str) -> Callable[[str], Any]:
     return owner
 
 
+def token_name(presented: str) -> str | None:
+    """The name its owner gave an /mcp token, for the history's actor."""
+    from sessions_app.models import Api, ApiToken
+
+    token = ApiToken.authenticate(presented, Api.MCP)
+    return token.name if token is not None else None
+
+
 class SessionsAppConfig(AppConfig):
     name = "sessions_app"
     verbose_name = "Sessions"
 
     def ready(self) -> None:
+        from agent.mcp import server as mcp_server
         from core import tokens
         from memory import forgetting, provenance
-        from sessions_app import cleanup, signals  # noqa: F401
+        from sessions_app import cleanup, quotas, signals  # noqa: F401
         from sessions_app.chat_deletion import check_chats_idle
         from sessions_app.models import Api, Session
 
@@ -38,4 +47,7 @@ class SessionsAppConfig(AppConfig):
             tokens.register(
                 api.value, tokens.Scope(owner_check(api), tokens.token_refusal(api.label))
             )
+        # /mcp (agent.mcp.server, a floor below) counts calls and names tokens as told here.
+        mcp_server.door.admit = quotas.admit
+        mcp_server.door.token_name = token_name
         post_migrate.connect(cleanup.install_schedule, sender=self)

@@ -15,8 +15,9 @@ from django.contrib import admin
 from django.test import RequestFactory
 from django.utils.html import escape
 
-from agent import approvals, mcp_tools
+from agent import approvals
 from agent.approvals import ApprovalError, create_request, decide
+from agent.mcp import client as mcp_tools
 from agent.models import ApprovalRequest, McpAllowedCall, McpServer
 from agent.runtime import TurnRequest, run_turn
 from agent.tools.registry import ToolContext

@@ -169,7 +169,7 @@ def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
         spec = properties.get(name)
         if spec is None:
             raise ToolError(f"{tool.name} has no argument {name!r}; it takes {sorted(properties)}.")
-        # Another server's schema (agent.mcp_tools) may use what this check does not
+        # Another server's schema (agent.mcp.client) may use what this check does not
         # know (a union, no type): that server checks those arguments itself.
         kind = spec.get("type") if isinstance(spec, dict) else None
         expected = JSON_TYPES.get(kind) if isinstance(kind, str) else None

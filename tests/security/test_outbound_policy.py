@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from agent import mcp_tools, outbound, providers
+from agent import outbound, providers
 from agent.llm import LLMClient, LLMError, configured_endpoint
+from agent.mcp import client as mcp_tools
 from agent.models import McpServer, ModelProvider
 from agent.outbound import Policy, Refused
 from agent.tools.registry import ToolError

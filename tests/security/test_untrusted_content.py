@@ -17,8 +17,9 @@ from django.test import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from agent import approvals, mcp_tools
+from agent import approvals
 from agent.approvals import create_request
+from agent.mcp import client as mcp_tools
 from agent.models import ApprovalRequest, McpAllowedCall
 from agent.runtime import TurnRequest, run_turn
 from core.history import Actor

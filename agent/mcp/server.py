@@ -18,6 +18,7 @@ import asyncio
 import contextvars
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,13 +30,12 @@ from pydantic import AnyUrl
 
 from agent.tools import ToolContext, call_tool, get_tool
 from core import tokens
+from core.api import TooManyRequests
 from core.ownership import Owner
 from core.websocket_origin import from_another_site, known_host
 from memory.files.paths import MemoryPathError, read_memory_file
 from memory.models import Fact, MemoryFile
 from memory.workspace import DEFAULT_AGENT
-from sessions_app import quotas
-from sessions_app.models import Api, ApiToken
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -61,6 +61,21 @@ HOST_HINT = (
     "NEOTASK_CSRF_TRUSTED_ORIGINS."
 )
 CLIENT = "MCP client"
+SCOPE = "mcp"  # core.tokens' scope of the tokens /mcp takes (sessions_app.models.Api.MCP)
+
+
+@dataclass
+class Door:
+    """What the chat app, a floor above, tells /mcp when it starts (sessions_app.apps),
+    as it tells core.tokens how to check its tokens: how a call counts toward its
+    owner's quota (raising core.api.TooManyRequests), and the name its owner gave
+    the token presented."""
+
+    admit: Callable[[Owner], Any] | None = None
+    token_name: Callable[[str], str | None] | None = None
+
+
+door = Door()
 
 server: Server[Any, Any] = Server(
     "neotask",
@@ -87,8 +102,9 @@ def requesting_client() -> str:
     """The client as its token names it ("MCP client “claude-desktop”")."""
     request = server.request_context.request
     header = request.headers.get("authorization", "") if request is not None else ""
-    token = ApiToken.authenticate(header.partition(" ")[2].strip(), Api.MCP)
-    return f"{CLIENT} “{token.name}”" if token is not None else CLIENT
+    assert door.token_name is not None, "sessions_app tells /mcp its tokens' names"
+    name = door.token_name(header.partition(" ")[2].strip())
+    return f"{CLIENT} “{name}”" if name is not None else CLIENT
 
 
 @server.list_tools()
@@ -105,9 +121,10 @@ async def list_tools() -> list[types.Tool]:
 @server.call_tool(validate_input=False)
 async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
     owner = requesting_owner()
+    assert door.admit is not None, "sessions_app tells /mcp how a call counts"
     try:  # each call counts as a message toward the owner's quota (sessions_app.quotas)
-        await database_sync_to_async(quotas.admit)(owner)
-    except quotas.QuotaExceeded as exc:
+        await database_sync_to_async(door.admit)(owner)
+    except TooManyRequests as exc:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(exc))], isError=True
         )
@@ -228,7 +245,7 @@ def wrap(django: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None
         if from_another_site(scope):
             return await refuse(send, 403, f"/mcp does not answer other sites' pages. {HOST_HINT}")
         try:
-            owner = await tokens.asgi_authenticate(scope, Api.MCP)
+            owner = await tokens.asgi_authenticate(scope, SCOPE)
         except tokens.TokenRefused as refused:
             return await refuse(send, refused.status, str(refused), refused.headers)
         manager = await managers.current()
