@@ -75,11 +75,32 @@ TEAM_DEFAULTS = {
 
 
 class TimeUp(Exception):
-    """Raised by SIGALRM wherever the run is; `happened` stays set because asyncio's
-    socket transports catch it when it lands in their read callback (a "fatal read
-    error" that the chats then count as a disconnect)."""
+    """Raised by SIGALRM wherever the run is, outside the chats' event loop. Inside it
+    the alarm cancels the chats instead (`in_time`): raised there, it would land in
+    whichever callback runs, and asyncio swallows what a transport's callback raises,
+    so the run went on past its time."""
 
-    happened = False
+
+def time_up(signum: int, frame: Any) -> None:
+    raise TimeUp
+
+
+def in_time(chats: Any) -> Any:
+    """Run the chats' coroutine, cancelled by the loop itself when the time is up."""
+
+    async def cancelled_at_alarm() -> Any:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        loop.add_signal_handler(signal.SIGALRM, task.cancel)
+        try:
+            return await chats
+        except asyncio.CancelledError:
+            raise TimeUp from None
+        finally:
+            loop.remove_signal_handler(signal.SIGALRM)  # which resets it to the default
+            signal.signal(signal.SIGALRM, time_up)
+
+    return asyncio.run(cancelled_at_alarm())
 
 
 def prepare(chats: int, warmups: int) -> tuple[list[Chat], list[Chat]]:
@@ -155,10 +176,6 @@ def main() -> int:
         for name in TEAM_DEFAULTS:
             os.environ.pop(name, None)
 
-    def time_up(signum: int, frame: Any) -> None:
-        TimeUp.happened = True
-        raise TimeUp
-
     def terminated(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -213,8 +230,6 @@ def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
         processes: list[subprocess.Popen] = []
         try:
             code, row = run(options, Path(data_dir), processes)
-            if TimeUp.happened:  # caught on its way, by a socket's transport
-                raise TimeUp
         except TimeUp:
             print(f"load_chat: not done within --timeout {options.timeout:g} s", file=sys.stderr)
             code = 3
@@ -282,7 +297,7 @@ def run(
 
     on_stall[:] = [lambda: dump_stacks(processes[1:], data_dir)]  # all but the LLM
     # One turn per worker first: each loads the embedding model on first use.
-    warm = asyncio.run(run_chats(urls, warmups, 1, options.deltas))
+    warm = in_time(run_chats(urls, warmups, 1, options.deltas))
     servers = processes[1:]  # the daphne workers and the job cluster, not the LLM
     daphnes = list(workers.values())
     cpu_before, services_before = cpu_seconds(servers), service_cpu_seconds()
@@ -301,7 +316,7 @@ def run(
                 spy = recording(cluster.pid, jobs, rate=rate, subprocesses=True, first=False)
                 profiles.enter_context(spy)
         started = time.monotonic()
-        results = asyncio.run(run_chats(urls, chats, options.messages, options.deltas))
+        results = in_time(run_chats(urls, chats, options.messages, options.deltas))
         seconds = time.monotonic() - started
         # The turns' embeddings are part of their cost: the CPU times are read once
         # the job cluster has made them all, not while it is behind.
