@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: pgvector pgvector-if-postgres run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider mcp-conformance
+.PHONY: pgvector pgvector-if-postgres run test test-team lint migrate clean chromium bubblewrap redis node oidc-provider mcp-conformance image test-image mmdebstrap podman
 
 # The team profile: the same suite on PostgreSQL and Redis.
 TEAM_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/neotask
@@ -38,6 +38,32 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/lint-imports
+
+# The container image (docs/deploy.md): dist/neotask-<version>.tar, a
+# docker-archive from Debian's packages and the locked wheels (deploy/image/).
+image: $(VENV)/.installed-test mmdebstrap
+	$(BIN)/python deploy/image/build.py
+
+# The image started, restarted and scaled with podman: one container, the team's
+# compose file and the Kubernetes manifests (tests/image/). Minutes; not in `make test`.
+test-image: image podman
+	NEOTASK_TEST_IMAGE=$(abspath dist) $(BIN)/python -m pytest tests/image -p no:randomly -v
+
+# Debian's tools, installed once when missing (root or sudo): mmdebstrap builds
+# the image's root filesystem; podman (with runc: crun fails on some kernels'
+# cgroups) and podman-compose run it.
+mmdebstrap:
+	@command -v mmdebstrap >/dev/null 2>&1 || { \
+		echo "Installing mmdebstrap for the image (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mmdebstrap >/dev/null; }
+
+podman:
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 \
+		&& command -v podman-compose >/dev/null 2>&1 || { \
+		echo "Installing podman, runc and podman-compose for the image tests (apt-get)..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq podman runc podman-compose >/dev/null; }
 
 migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
@@ -133,4 +159,4 @@ tests/mcp_conformance/node_modules/.installed: tests/mcp_conformance/package.jso
 	touch $@
 
 clean:
-	rm -rf $(VENV) *.egg-info tests/oidc/node_modules tests/mcp_conformance/node_modules
+	rm -rf $(VENV) *.egg-info build dist tests/oidc/node_modules tests/mcp_conformance/node_modules

@@ -40,6 +40,22 @@ def test_it_names_each_part_and_what_is_down_without_login(settings, llm):
     assert (status, body) == (503, expected)
 
 
+def test_its_liveness_form_answers_while_the_parts_are_down(tmp_path, django_assert_num_queries):
+    # No job cluster, no model, and no database: the process itself still answers,
+    # so a liveness probe does not restart it for a part that is down elsewhere.
+    connection.close()
+    saved = connection.settings_dict["NAME"]
+    connection.settings_dict["NAME"] = str(tmp_path / "missing-dir" / "db.sqlite3")
+    try:
+        with django_assert_num_queries(0):
+            response = Client().get("/healthz?live")
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = saved
+    assert (response.status_code, response.json()) == (200, {"web": "ok"})
+    assert healthz()[0] == 503  # without ?live: the checks
+
+
 def test_it_answers_503_when_the_database_does_not(tmp_path):
     # Point the connection at a file that cannot be opened: a real failure.
     connection.close()

@@ -55,7 +55,11 @@ def reply_with_tool(name: str, arguments: Any, text: str = "", **fields: Any) ->
 
 class ScriptedLLM:
     def __init__(
-        self, api_key: str = "test-key", port: int = 0, models: tuple[str, ...] = ("scripted",)
+        self,
+        api_key: str = "test-key",
+        port: int = 0,
+        models: tuple[str, ...] = ("scripted",),
+        host: str = "127.0.0.1",  # "0.0.0.0": containers reach it (tests/image)
     ) -> None:
         self.api_key = api_key  # "": no key asked (as Ollama)
         self.models = models  # what GET /models lists
@@ -64,7 +68,7 @@ class ScriptedLLM:
         self.authorizations: list[str] = []  # each POST's Authorization header ("" if none)
         self.lock = threading.Lock()
         # A given port: a server that replaces a dead one where the app expects it.
-        self.server = Server(("127.0.0.1", port), self.handler())
+        self.server = Server((host, port), self.handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

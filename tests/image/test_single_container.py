@@ -1,0 +1,80 @@
+"""One container on a volume, as one person runs the image (docs/deploy.md): it
+starts, serves a streamed chat, and after a restart has the chat and its memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from core.ports import free_port
+from tests.image.conftest import LIMITS, RUNTIME, Person, llm_url, podman, wait_healthy
+from tests.support.processes import say
+from tests.support.scripted_llm import Reply
+from tests.support.websocket import streamed
+
+FACT = "the boat on the lake is called Sea Tangerine"
+
+
+def prompt_text(request: dict) -> str:
+    return json.dumps(request["messages"])
+
+
+def test_one_container_keeps_the_chat_and_its_memory_across_a_restart(image, scripted_llm, names):
+    container, volume, port = names("container"), names("volume"), free_port()
+    base = f"http://127.0.0.1:{port}"
+    podman(
+        "run", "--detach", "--name", container, *RUNTIME, *LIMITS,
+        "--publish", f"127.0.0.1:{port}:8000", "--volume", f"{volume}:/data",
+        "--env", f"NEOTASK_LLM_BASE_URL={llm_url(scripted_llm)}",
+        "--env", f"NEOTASK_LLM_API_KEY={scripted_llm.api_key}",
+        image,
+    )  # fmt: skip
+    checks = wait_healthy(base, logs=container)
+    assert checks == {"db": "ok", "jobs": "ok", "model": "ok"}  # the cluster runs beside
+
+    person = Person(base)
+    person.set_up(podman("exec", container, "cat", "/data/setup_token"), "admin")
+    key = person.new_chat()
+    scripted_llm.script(Reply("Noted: Sea Tangerine."))
+    frames = asyncio.run(say(port, person.cookie, key, f"Remember: {FACT}."))
+    assert streamed(frames) == "Noted: Sea Tangerine."
+
+    podman("restart", "--time", "20", container)
+    wait_healthy(base, logs=container)
+    again = Person(base)
+    again.sign_in("admin")
+    page = again.client.get(f"/chat/{key}/")
+    assert page.status_code == 200
+    assert FACT in page.text and "Noted: Sea Tangerine." in page.text
+    # A new chat's context recalls the fact from the other one (memory, not history).
+    other = again.new_chat()
+    scripted_llm.script(Reply("It is Sea Tangerine."))
+    asyncio.run(say(port, again.cookie, other, "What is the boat on the lake called?"))
+    assert FACT in prompt_text(scripted_llm.requests[-1])
+
+    # The backup command, inside the container, onto its volume.
+    podman("exec", container, "neotask", "backup", "--output", "/data/backup.tar")
+    names_in = "import tarfile; print(tarfile.open('/data/backup.tar').getnames())"
+    listing = podman("exec", container, "python", "-c", names_in)
+    assert "'database/neotask.sqlite3'" in listing and "'manifest.json'" in listing, listing
+
+
+def test_the_image_runs_as_its_own_user_without_compilers_pip_or_sources(image, names):
+    container = names("container")
+    probe = (
+        "import os, shutil, sys, json; print(json.dumps({"
+        "'uid': os.getuid(), 'data': os.environ['NEOTASK_DATA_DIR'],"
+        "'tools': [t for t in ('gcc', 'cc', 'make', 'pip', 'pip3') if shutil.which(t)],"
+        "'pip': any(os.path.isdir(os.path.join(p, 'pip')) for p in sys.path if p),"
+        "'checkout': [p for p in ('/opt/neotask/manage.py', '/opt/neotask/tests')"
+        " if os.path.exists(p)],"
+        "'editable': [p for p in sys.path if 'editable' in p]}))"
+    )
+    found = json.loads(
+        podman(
+            "run", "--rm", "--name", container, *RUNTIME, *LIMITS, image, "shell", "-c", probe
+        ).splitlines()[-1]  # after the shell's note on what it imported
+    )
+    assert found == {
+        "uid": 10001, "data": "/data", "tools": [], "pip": False, "checkout": [], "editable": []
+    }  # fmt: skip
