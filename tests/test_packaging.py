@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,16 @@ BUILD_FILES = ["pyproject.toml", "README.md", "LICENSE", "NOTICE", "licenses"]
 pytestmark = pytest.mark.slow  # starts pip and a Python with the wheel's Django
 
 # Run with -I: neither the working directory nor PYTHONPATH is on sys.path, so the
-# project's packages can come only from the unpacked wheel put first on it.
+# project's packages can come only from the installed wheel put first on it.
 PROGRAM = r"""
 import json, sys
-unpacked, repo, packages = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+installed, repo, packages = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 # The venv's editable install (make's `pip install -e .`) would find a package the
 # wheel lacks in a checkout; without its finder that package fails to import.
 sys.meta_path[:] = [
     f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")
 ]
-sys.path[:] = [unpacked] + [p for p in sys.path if p and not p.startswith("__editable__")]
+sys.path[:] = [installed] + [p for p in sys.path if p and not p.startswith("__editable__")]
 # The checkout is not on the path; its .venv may be (make's venv lives in it).
 inside = [p for p in sys.path if (p == repo or p.startswith(repo + "/"))]
 assert all(p.startswith(sys.prefix + "/") for p in inside), sys.path
@@ -102,31 +101,29 @@ def tree_files(*paths: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def unpacked(tmp_path_factory) -> Path:
-    """The wheel built from a copy of the tree (setuptools writes build/ and egg-info
-    beside the sources, and a stale build/ would hide a missing file), unpacked."""
+def installed(tmp_path_factory) -> Path:
+    """`pip install .`, not editable, of a copy of the tree (setuptools writes build/
+    and egg-info beside the sources, and a stale build/ would hide a missing file),
+    into a folder of its own: what the wheel pip built puts in site-packages."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     for name in tree_files(*BUILD_FILES, *source_packages(), *NOT_SHIPPED):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_bytes((REPO / name).read_bytes())
     # No build isolation: offline, with the venv's setuptools (the test extra).
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
-         "--no-build-isolation", "--no-index", "--quiet", "-w", str(root / "dist")],
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", str(source), "--no-deps",
+         "--no-build-isolation", "--no-index", "--quiet", "--target", str(root / "installed")],
         capture_output=True,
         text=True,
         timeout=120,
     )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    [wheel] = (root / "dist").glob("neotask-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(root / "unpacked")
-    return root / "unpacked"
+    assert install.returncode == 0, install.stdout + install.stderr
+    return root / "installed"
 
 
-def test_it_ships_every_package_of_the_tree_and_no_test(unpacked):
-    shipped = {init.parent.name for init in unpacked.glob("*/__init__.py")}
+def test_it_ships_every_package_of_the_tree_and_no_test(installed):
+    shipped = {init.parent.name for init in installed.glob("*/__init__.py")}
     assert sorted(source_packages() - shipped) == [], "missing from the wheel"
     assert sorted(shipped & NOT_SHIPPED) == [], "in the wheel but only for development"
     ours = {app.split(".")[0] for app in settings.INSTALLED_APPS} & {
@@ -135,21 +132,21 @@ def test_it_ships_every_package_of_the_tree_and_no_test(unpacked):
     assert sorted(ours - shipped) == [], "installed apps missing from the wheel"
 
 
-def test_it_has_the_console_script(unpacked):
-    [entry_points] = unpacked.glob("neotask-*.dist-info/entry_points.txt")
+def test_it_has_the_console_script(installed):
+    [entry_points] = installed.glob("neotask-*.dist-info/entry_points.txt")
     assert "neotask = neotask_site.__main__:main" in entry_points.read_text().splitlines()
 
 
-def test_it_ships_every_file_of_its_packages(unpacked):
+def test_it_ships_every_file_of_its_packages(installed):
     """Templates, static files, migrations, the tokenizer's files: each file of a
     package is in the wheel (pyproject.toml's package-data for those not .py)."""
     files = tree_files(*source_packages())
     assert len(files) > 100
-    missing = [name for name in files if not (unpacked / name).is_file()]
+    missing = [name for name in files if not (installed / name).is_file()]
     assert missing == [], "not in the wheel: pyproject.toml's package-data?"
 
 
-def test_the_installed_wheel_starts_migrates_and_serves_pages(unpacked, tmp_path):
+def test_the_installed_wheel_starts_migrates_and_serves_pages(installed, tmp_path):
     env = {
         name: value
         for name, value in os.environ.items()
@@ -165,7 +162,7 @@ def test_the_installed_wheel_starts_migrates_and_serves_pages(unpacked, tmp_path
     }
     packages = sorted(source_packages())
     run = subprocess.run(
-        [sys.executable, "-I", "-c", PROGRAM, str(unpacked), str(REPO), json.dumps(packages)],
+        [sys.executable, "-I", "-c", PROGRAM, str(installed), str(REPO), json.dumps(packages)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -179,7 +176,7 @@ def test_the_installed_wheel_starts_migrates_and_serves_pages(unpacked, tmp_path
     assert seen["chat"][0] == 200 and seen["chat_has_stylesheet"]
     assert seen["stylesheet"][0] == 200 and seen["stylesheet"][1] > 10
     assert seen["vector"] == 384
-    inside = str(unpacked) + os.sep
+    inside = str(installed) + os.sep
     assert seen["template"].startswith(inside) and seen["static"].startswith(inside)
     # Every module of the project's packages came from the wheel, not the checkout.
     assert set(packages) <= {name.split(".")[0] for name in seen["files"]}
