@@ -47,7 +47,7 @@ image: $(VENV)/.installed-test mmdebstrap
 # The image started, restarted and scaled with podman: one container, the team's
 # compose file and the Kubernetes manifests (tests/image/). Minutes; not in `make test`.
 test-image: image podman
-	NEOTASK_TEST_IMAGE=$(abspath dist) $(BIN)/python -m pytest tests/image -p no:randomly -v
+	NEOTASK_TEST_IMAGE=$(abspath dist) $(BIN)/python -m pytest tests/image -v
 
 # Debian's tools, installed once when missing (root or sudo): mmdebstrap builds
 # the image's root filesystem; podman (with runc: crun fails on some kernels'

@@ -46,8 +46,8 @@ DIST = REPO / "dist"
 SUITE = "bookworm"
 #: The root filesystem's packages: Python, the certificates for HTTPS model
 #: providers, tini as PID 1 (signals reach serve, zombies are reaped), OpenMP for
-#: llama.cpp and ONNX Runtime.
-PACKAGES = ["python3", "ca-certificates", "tini", "libgomp1"]
+#: llama.cpp and ONNX Runtime, bubblewrap for the terminal's sandbox.
+PACKAGES = ["python3", "ca-certificates", "tini", "libgomp1", "bubblewrap"]
 #: Documentation, manuals and translations stay out (dpkg's path-exclude).
 EXCLUDED = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"]
 #: The bundled fallback model: the Makefile's MODEL_PACKAGE, with the same hash.

@@ -78,3 +78,23 @@ def test_the_image_runs_as_its_own_user_without_compilers_pip_or_sources(image, 
     assert found == {
         "uid": 10001, "data": "/data", "tools": [], "pip": False, "checkout": [], "editable": []
     }  # fmt: skip
+
+
+TERMINAL_PROBLEM = (
+    "from django.conf import settings; from agent import sandbox; "
+    "print(repr(sandbox.problem(dict(settings.NEOTASK['terminal'], enabled=True))))"
+)
+
+
+def test_the_terminal_sandbox_runs_with_the_documented_options_and_says_why_not_without(image):
+    def problem(*options: str) -> str:
+        run = ["run", "--rm", *RUNTIME, *LIMITS, *options, image, "shell", "-c"]
+        return podman(*run, TERMINAL_PROBLEM).splitlines()[-1]
+
+    # The default seccomp profile and masked /proc keep bwrap from nesting its namespaces.
+    refused = problem()
+    assert "bwrap cannot start a sandbox here" in refused, refused
+    # docs/deploy.md: what a person who turns the terminal on adds.
+    assert problem("--security-opt", "seccomp=unconfined", "--security-opt", "unmask=ALL") == (
+        "None"
+    )
