@@ -55,8 +55,17 @@ def env_list(environ: dict[str, str] | os._Environ[str], name: str, default: str
     return [item.strip() for item in environ.get(name, default).split(",") if item.strip()]
 
 
+def default_data_dir(base_dir: Path) -> Path:
+    """`var/` in a checkout (beside manage.py); where an installed wheel runs, the
+    user's data folder (XDG), never a folder inside site-packages."""
+    if (base_dir / "manage.py").exists():
+        return base_dir / "var"
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "neotask"
+
+
 def data_dir(raw: str | None, base_dir: Path) -> Path:
-    path = Path(raw).expanduser() if raw else base_dir / "var"
+    path = Path(raw).expanduser() if raw else default_data_dir(base_dir)
     if not path.is_absolute():
         path = base_dir / path
     try:

@@ -251,6 +251,22 @@ def test_it_rejects_a_data_dir_it_cannot_create(tmp_path):
         profiles.data_dir(str(blocker / "sub"), tmp_path)
 
 
+def test_the_default_data_dir_is_var_in_a_checkout_and_the_users_folder_for_a_wheel(
+    tmp_path, monkeypatch
+):
+    checkout, site_packages = tmp_path / "checkout", tmp_path / "site-packages"
+    for folder in (checkout, site_packages):
+        folder.mkdir()
+    (checkout / "manage.py").write_text("")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert profiles.data_dir(None, checkout) == checkout / "var"
+    assert profiles.data_dir(None, site_packages) == tmp_path / "xdg" / "neotask"
+    assert not (site_packages / "var").exists()
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert profiles.default_data_dir(site_packages) == tmp_path / "home/.local/share/neotask"
+
+
 def test_it_rejects_a_bad_boolean_variable():
     with pytest.raises(ConfigError, match="NEOTASK_DEBUG must be true or false"):
         profiles.env_bool({"NEOTASK_DEBUG": "sure"}, "NEOTASK_DEBUG", False)
