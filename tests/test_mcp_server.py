@@ -221,3 +221,13 @@ def test_it_refuses_a_revoked_token(alice, mcp_url):
     with pytest.raises(Exception) as failure:
         with_client(mcp_url, token, use)
     assert "401" in repr(failure.value) or "401" in str(failure.value.__cause__)
+
+
+def test_a_door_nobody_set_up_says_what_is_missing():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from agent.mcp.server import Door
+
+    with pytest.raises(ImproperlyConfigured, match="not told its `admit`"):
+        Door().told("admit")
+    assert Door(admit=print).told("admit") is print

@@ -23,6 +23,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -74,6 +75,13 @@ class Door:
     admit: Callable[[Owner], Any] | None = None
     token_name: Callable[[str], str | None] | None = None
 
+    def told(self, part: str) -> Callable[..., Any]:
+        """The part sessions_app gave, or a clear error (not an assert: -O drops those)."""
+        given = getattr(self, part)
+        if given is None:
+            raise ImproperlyConfigured(f"/mcp was not told its `{part}`: sessions_app sets it")
+        return given
+
 
 door = Door()
 
@@ -102,8 +110,7 @@ def requesting_client() -> str:
     """The client as its token names it ("MCP client “claude-desktop”")."""
     request = server.request_context.request
     header = request.headers.get("authorization", "") if request is not None else ""
-    assert door.token_name is not None, "sessions_app tells /mcp its tokens' names"
-    name = door.token_name(header.partition(" ")[2].strip())
+    name = door.told("token_name")(header.partition(" ")[2].strip())
     return f"{CLIENT} “{name}”" if name is not None else CLIENT
 
 
@@ -121,9 +128,8 @@ async def list_tools() -> list[types.Tool]:
 @server.call_tool(validate_input=False)
 async def run_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
     owner = requesting_owner()
-    assert door.admit is not None, "sessions_app tells /mcp how a call counts"
     try:  # each call counts as a message toward the owner's quota (sessions_app.quotas)
-        await database_sync_to_async(door.admit)(owner)
+        await database_sync_to_async(door.told("admit"))(owner)
     except TooManyRequests as exc:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(exc))], isError=True
