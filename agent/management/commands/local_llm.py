@@ -69,6 +69,22 @@ def prefix_request() -> dict[str, Any]:
     }
 
 
+def server_for(path: Path, port: int, api_key: str) -> Any:
+    """llama.cpp's server for the model at `path`, as [llm] says, with the folder
+    of the fixed prefix's saved prompt cache (the same for `--prepare` and a load)."""
+    llm = settings.NEOTASK["llm"]
+    slot_dir = state_file("prefix")
+    slot_dir.mkdir(exist_ok=True)
+    return start_server(
+        path,
+        port,
+        api_key,
+        llm["context_window"],
+        threads=llm["local_model_threads"],
+        slot_dir=slot_dir,
+    )
+
+
 def warm(address: str, api_key: str, name: str, path: Path, slot_dir: Path) -> None:
     """Every slot's prompt cache holds the fixed prefix: restored from the file a
     previous start (or `--prepare`) saved (milliseconds), or evaluated once — a
@@ -187,17 +203,9 @@ class Command(BaseCommand):
             f"Preparing the embedded model {path.name} for its first answer (once, about a minute)…"
         )
         started = time.monotonic()
-        slot_dir.mkdir(exist_ok=True)
         key = secrets.token_urlsafe(24)  # a server of its own, published nowhere
         try:
-            server = start_server(
-                path,
-                0,
-                key,
-                llm["context_window"],
-                threads=llm["local_model_threads"],
-                slot_dir=slot_dir,
-            )
+            server = server_for(path, 0, key)
             warm(server.listening_address, key, name, path, slot_dir)
         except (LocalModelError, httpx.HTTPError) as exc:
             raise CommandError(f"The embedded model could not be prepared: {exc}") from None
@@ -214,16 +222,7 @@ class Command(BaseCommand):
             else:
                 fallback_file().unlink(missing_ok=True)
             started = time.monotonic()
-            slot_dir = state_file("prefix")  # the fixed prefix's saved prompt cache
-            slot_dir.mkdir(exist_ok=True)
-            server = start_server(
-                path,
-                self.port,
-                self.api_key,
-                llm["context_window"],
-                threads=llm["local_model_threads"],
-                slot_dir=slot_dir,
-            )
+            server = server_for(path, self.port, self.api_key)
         except LocalModelError as exc:
             failure_file().write_text(str(exc))
             raise CommandError(str(exc)) from None
