@@ -1,0 +1,183 @@
+"""deploy/compose.yaml and deploy/compose.team.yaml, run by podman-compose.
+
+Each test starts its own project (unique name, free ports), chats through the
+published ports as a person would, recreates or restarts the Neotask containers
+and finds the chat again, then removes everything with `down -v`. podman-compose
+cannot pass on runc and the limits (conftest.py) for each container, so a
+containers.conf of the test's own says them for every podman it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.image.conftest import (
+    LIMITS,
+    REPO,
+    RUNTIME,
+    Person,
+    llm_url,
+    podman,
+    wait_healthy,
+)
+from tests.image.service_images import service_images
+from tests.support.processes import chat_socket, message_frame, say, until_done
+from tests.support.scripted_llm import Reply, ScriptedLLM
+
+DEPLOY = REPO / "deploy"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Compose:
+    """One podman-compose project: `podman-compose -p NAME -f FILE …` with ENV."""
+
+    def __init__(self, file: Path, env: dict[str, str], tmp_path: Path) -> None:
+        self.file = file
+        self.name = f"compose{uuid.uuid4().hex[:8]}"
+        conf = tmp_path / "containers.conf"
+        ulimits = ", ".join(f'"{limit}"' for limit in LIMITS[1::2])
+        conf.write_text(
+            f"[containers]\ndefault_ulimits = [{ulimits}]\n"
+            f'[engine]\nruntime = "{RUNTIME[1]}"\n'
+        )
+        self.env = {**os.environ, "CONTAINERS_CONF": str(conf), **env}
+
+    def __call__(self, *arguments: str, timeout: float = 300) -> str:
+        done = subprocess.run(
+            ["podman-compose", "-p", self.name, "-f", str(self.file), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+        )
+        # podman-compose 1.0.3 exits 0 whatever its podman commands did.
+        assert done.returncode == 0, f"{arguments}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def container(self, service: str) -> str:
+        return f"{self.name}_{service}_1"  # podman-compose's name for replica 1
+
+
+@pytest.fixture
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Makes Compose projects; each is taken down with its volumes afterwards."""
+    made: list[Compose] = []
+
+    def make(file: str, **env: str) -> Compose:
+        made.append(Compose(DEPLOY / file, env, tmp_path))
+        return made[-1]
+
+    yield make
+    for compose in made:
+        compose("down", "-v", "--timeout", "5")
+        # down -v leaves the project's network behind in podman-compose 1.0.3.
+        podman("network", "rm", "--force", f"{compose.name}_default", check=False)
+
+
+def deltas(frames: list[dict[str, Any]]) -> str:
+    return "".join(frame["text"] for frame in frames if frame["type"] == "delta")
+
+
+def started_at(container: str) -> str:
+    return podman("inspect", "--format", "{{.State.StartedAt}}", container)
+
+
+def chat_page(person: Person, key: str) -> str:
+    page = person.client.get(f"/chat/{key}/")
+    assert page.status_code == 200, page.text[:2000]
+    return page.text
+
+
+def test_one_person(image: str, scripted_llm: ScriptedLLM, project: Any) -> None:
+    port = free_port()
+    compose = project(
+        "compose.yaml",
+        NEOTASK_IMAGE=image,
+        NEOTASK_PORT=str(port),
+        NEOTASK_LLM_BASE_URL=llm_url(scripted_llm),
+        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+    )
+    compose("up", "-d")
+    base = f"http://127.0.0.1:{port}"
+    container = compose.container("neotask")
+    assert wait_healthy(base, logs=container) == {"db": "ok", "jobs": "ok", "model": "ok"}
+
+    ada = Person(base)
+    ada.set_up(podman("exec", container, "cat", "/data/setup_token"), "ada")
+    key = ada.new_chat()
+    scripted_llm.script(Reply(text="Hello from the compose file."))
+    frames = asyncio.run(say(port, ada.cookie, key, "Are you there?"))
+    assert deltas(frames) == "Hello from the compose file.", frames
+
+    # A new container on the same volume: the account, the session and the chat stay.
+    first = podman("inspect", "--format", "{{.Id}}", container)
+    compose("down", "--timeout", "5")
+    compose("up", "-d")
+    assert podman("inspect", "--format", "{{.Id}}", container) != first
+    wait_healthy(base, logs=container)
+    page = chat_page(ada, key)
+    assert "Are you there?" in page and "Hello from the compose file." in page
+
+
+def test_a_team(image: str, scripted_llm: ScriptedLLM, project: Any) -> None:
+    ports = free_port(), free_port()
+    compose = project(
+        "compose.team.yaml",
+        **service_images(),
+        NEOTASK_IMAGE=image,
+        NEOTASK_WEB1_PORT=str(ports[0]),
+        NEOTASK_WEB2_PORT=str(ports[1]),
+        NEOTASK_LLM_BASE_URL=llm_url(scripted_llm),
+        NEOTASK_LLM_API_KEY=scripted_llm.api_key,
+        NEOTASK_SECRET_KEY=uuid.uuid4().hex * 2,
+        POSTGRES_PASSWORD=uuid.uuid4().hex,
+    )
+    compose("up", "-d")
+    bases = [f"http://127.0.0.1:{port}" for port in ports]
+    for base, web in zip(bases, ("web1", "web2"), strict=True):
+        # jobs ok on a --no-jobs replica: the worker's cluster answers on Redis.
+        checks = wait_healthy(base, logs=compose.container(web))
+        assert checks == {"db": "ok", "channels": "ok", "jobs": "ok", "model": "ok"}
+
+    ada = Person(bases[0])
+    ada.set_up(podman("exec", compose.container("web1"), "cat", "/data/setup_token"), "ada")
+    key = ada.new_chat()
+    scripted_llm.script(Reply(text="Streamed through Redis."))
+
+    async def across_replicas() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Sent on web1; a second tab on web2 sees the same turn stream in."""
+        async with (
+            chat_socket(ports[1], ada.cookie, key) as watcher,
+            chat_socket(ports[0], ada.cookie, key) as writer,
+        ):
+            await writer.send(message_frame("Who hears this?"))
+            return await until_done(writer), await until_done(watcher)
+
+    sent, seen = asyncio.run(across_replicas())
+    assert deltas(sent) == deltas(seen) == "Streamed through Redis.", (sent, seen)
+
+    webs = [compose.container("web1"), compose.container("web2")]
+    before = [started_at(web) for web in webs]
+    compose("restart", "web1", "web2")
+    assert [started_at(web) for web in webs] != before
+    for base, web in zip(bases, webs, strict=True):
+        wait_healthy(base, logs=web)
+    # The session made on web1 is good on web2 (one database, one secret key).
+    ada.client.base_url = httpx.URL(bases[1])
+    page = chat_page(ada, key)
+    assert "Who hears this?" in page and "Streamed through Redis." in page
