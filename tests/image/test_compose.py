@@ -52,8 +52,7 @@ class Compose:
         conf = tmp_path / "containers.conf"
         ulimits = ", ".join(f'"{limit}"' for limit in LIMITS[1::2])
         conf.write_text(
-            f"[containers]\ndefault_ulimits = [{ulimits}]\n"
-            f'[engine]\nruntime = "{RUNTIME[1]}"\n'
+            f'[containers]\ndefault_ulimits = [{ulimits}]\n[engine]\nruntime = "{RUNTIME[1]}"\n'
         )
         self.env = {**os.environ, "CONTAINERS_CONF": str(conf), **env}
 
