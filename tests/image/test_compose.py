@@ -10,9 +10,11 @@ containers.conf of the test's own says them for every podman it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +92,18 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 def deltas(frames: list[dict[str, Any]]) -> str:
     return "".join(frame["text"] for frame in frames if frame["type"] == "delta")
+
+
+def until_checks(base: str, wanted: Any, seconds: float = 30) -> dict[str, str]:
+    """/healthz's checks once `wanted(checks)` holds (whatever the status); {} if never."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            checks = httpx.get(f"{base}/healthz", headers={"Host": "localhost"}, timeout=5).json()
+            if wanted(checks):
+                return checks
+        time.sleep(1)
+    return {}
 
 
 def started_at(container: str) -> str:
@@ -170,12 +184,25 @@ def test_a_team(image: str, scripted_llm: ScriptedLLM, project: Any) -> None:
     sent, seen = asyncio.run(across_replicas())
     assert deltas(sent) == deltas(seen) == "Streamed through Redis.", (sent, seen)
 
+    # The vector extension the migrations need, made by the database's own user.
+    vector = podman(
+        "exec", "--env", f"PGPASSWORD={compose.env['POSTGRES_PASSWORD']}",
+        compose.container("postgres"), "psql", "-h", "127.0.0.1", "-U", "neotask", "-d",
+        "neotask", "-tAc", "SELECT extname FROM pg_extension WHERE extname = 'vector'",
+    )  # fmt: skip
+    assert vector == "vector"
+
+    # The replicas' jobs "ok" is the worker's cluster: stopped, it is missed.
+    compose("stop", "--timeout", "10", "worker")
+    assert until_checks(bases[0], lambda checks: checks.get("jobs") == "down")
+    compose("start", "worker")
+
     webs = [compose.container("web1"), compose.container("web2")]
     before = [started_at(web) for web in webs]
     compose("restart", "web1", "web2")
     assert [started_at(web) for web in webs] != before
     for base, web in zip(bases, webs, strict=True):
-        wait_healthy(base, logs=web)
+        assert wait_healthy(base, logs=web)["jobs"] == "ok"  # the worker is back
     # The session made on web1 is good on web2 (one database, one secret key).
     ada.client.base_url = httpx.URL(bases[1])
     page = chat_page(ada, key)
