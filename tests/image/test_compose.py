@@ -2,9 +2,9 @@
 
 Each test starts its own project (unique name, free ports), chats through the
 published ports as a person would, recreates or restarts the Neotask containers
-and finds the chat again, then removes everything with `down -v`. podman-compose
-cannot pass on runc and the limits (conftest.py) for each container, so a
-containers.conf of the test's own says them for every podman it runs.
+and finds the chat again, then removes everything with `down -v`. The compose
+files say nothing of this host's runtime and limits (conftest.py): a
+containers.conf of the test's own gives them to every podman podman-compose runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core.ports import free_port
 from tests.image.conftest import (
     LIMITS,
     REPO,
@@ -35,14 +35,9 @@ from tests.image.conftest import (
 from tests.image.service_images import service_images
 from tests.support.processes import chat_socket, message_frame, say, until_done
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.websocket import streamed
 
 DEPLOY = REPO / "deploy"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Compose:
@@ -75,7 +70,7 @@ class Compose:
 
 
 @pytest.fixture
-def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def project(tmp_path: Path) -> Iterator[Any]:
     """Makes Compose projects; each is taken down with its volumes afterwards."""
     made: list[Compose] = []
 
@@ -88,10 +83,6 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         compose("down", "-v", "--timeout", "5")
         # down -v leaves the project's network behind in podman-compose 1.0.3.
         podman("network", "rm", "--force", f"{compose.name}_default", check=False)
-
-
-def deltas(frames: list[dict[str, Any]]) -> str:
-    return "".join(frame["text"] for frame in frames if frame["type"] == "delta")
 
 
 def until_checks(base: str, wanted: Any, seconds: float = 30) -> dict[str, str]:
@@ -135,7 +126,7 @@ def test_one_person(image: str, scripted_llm: ScriptedLLM, project: Any) -> None
     key = ada.new_chat()
     scripted_llm.script(Reply(text="Hello from the compose file."))
     frames = asyncio.run(say(port, ada.cookie, key, "Are you there?"))
-    assert deltas(frames) == "Hello from the compose file.", frames
+    assert streamed(frames) == "Hello from the compose file.", frames
 
     # A new container on the same volume: the account, the session and the chat stay.
     first = podman("inspect", "--format", "{{.Id}}", container)
@@ -182,7 +173,7 @@ def test_a_team(image: str, scripted_llm: ScriptedLLM, project: Any) -> None:
             return await until_done(writer), await until_done(watcher)
 
     sent, seen = asyncio.run(across_replicas())
-    assert deltas(sent) == deltas(seen) == "Streamed through Redis.", (sent, seen)
+    assert streamed(sent) == streamed(seen) == "Streamed through Redis.", (sent, seen)
 
     # The vector extension the migrations need, made by the database's own user.
     vector = podman(
