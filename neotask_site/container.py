@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -24,12 +25,33 @@ from collections.abc import Sequence
 #: pg_advisory_lock's key for migrations: any number no other code uses.
 MIGRATION_LOCK = 0x4E454F5441534B  # "NEOTASK"
 HEALTH_TIMEOUT_SECONDS = 4
+DATABASE_WAIT_SECONDS = 60
+
+
+def wait_for_database(seconds: float = DATABASE_WAIT_SECONDS) -> None:
+    """A replica started beside its database (compose, a pod) may come up first:
+    wait for it rather than exit and be restarted in a loop (podman-compose 1.0.3
+    keeps only the order of depends_on, not its conditions)."""
+    from django.db import OperationalError, connection
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            connection.ensure_connection()
+            return
+        except OperationalError as exc:
+            if time.monotonic() > deadline:
+                raise
+            print(f"waiting for the database: {exc}".strip(), file=sys.stderr, flush=True)
+            connection.close()
+            time.sleep(1)
 
 
 def migrate() -> None:
     from django.core.management import call_command
     from django.db import connection
 
+    wait_for_database()
     locked = connection.vendor == "postgresql"
     if locked:
         with connection.cursor() as cursor:

@@ -68,3 +68,32 @@ def test_migrations_run_under_the_advisory_lock_on_postgresql(monkeypatch):
     with connection.cursor() as cursor:  # released after
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
         assert cursor.fetchone()[0] == 0
+
+
+def test_it_waits_for_a_database_that_is_not_up_yet(monkeypatch, capsys):
+    from django.db import OperationalError
+
+    attempts = []
+
+    def connect():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection, "ensure_connection", connect)
+    monkeypatch.setattr(container.time, "sleep", lambda seconds: None)
+    container.wait_for_database()
+    assert len(attempts) == 3
+    assert capsys.readouterr().err.count("waiting for the database: connection refused") == 2
+
+
+def test_it_gives_up_on_a_database_that_never_answers(monkeypatch):
+    from django.db import OperationalError
+
+    def refused():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection, "ensure_connection", refused)
+    monkeypatch.setattr(container.time, "sleep", lambda seconds: None)
+    with pytest.raises(OperationalError):
+        container.wait_for_database(seconds=0)
