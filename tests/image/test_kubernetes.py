@@ -274,8 +274,9 @@ def services() -> Iterator[tuple[str, str, str]]:
 
 
 def test_team_manifests_stream_a_chat_across_web_pods_with_a_worker(
-    plays: Any, services: tuple[str, str, str], scripted_llm: ScriptedLLM
+    services: tuple[str, str, str], plays: Any, scripted_llm: ScriptedLLM
 ) -> None:
+    # services before plays: the pods go down before the network they are on.
     network, database, redis = services
     kube = plays("team", "--network", network)
     kube.secret["stringData"] |= {
