@@ -51,6 +51,18 @@ def podman(*arguments: str, timeout: float = 300, check: bool = True) -> str:
     return done.stdout.strip()
 
 
+@pytest.fixture
+def containers_conf(tmp_path: Path) -> Path:
+    """RUNTIME and LIMITS as podman's defaults, for what runs podman for us
+    (podman-compose, kube play, which has no --ulimit): CONTAINERS_CONF names it."""
+    limits = ", ".join(f'"{limit}"' for limit in LIMITS[1::2])
+    conf = tmp_path / "containers.conf"
+    conf.write_text(
+        f'[containers]\ndefault_ulimits = [{limits}]\n[engine]\nruntime = "{RUNTIME[1]}"\n'
+    )
+    return conf
+
+
 @pytest.fixture(scope="session")
 def image() -> str:
     """The image of dist/, loaded into podman's store: its tag."""

@@ -24,9 +24,7 @@ import pytest
 
 from core.ports import free_port
 from tests.image.conftest import (
-    LIMITS,
     REPO,
-    RUNTIME,
     Person,
     llm_url,
     podman,
@@ -43,14 +41,9 @@ DEPLOY = REPO / "deploy"
 class Compose:
     """One podman-compose project: `podman-compose -p NAME -f FILE …` with ENV."""
 
-    def __init__(self, file: Path, env: dict[str, str], tmp_path: Path) -> None:
+    def __init__(self, file: Path, env: dict[str, str], conf: Path) -> None:
         self.file = file
         self.name = f"compose{uuid.uuid4().hex[:8]}"
-        conf = tmp_path / "containers.conf"
-        ulimits = ", ".join(f'"{limit}"' for limit in LIMITS[1::2])
-        conf.write_text(
-            f'[containers]\ndefault_ulimits = [{ulimits}]\n[engine]\nruntime = "{RUNTIME[1]}"\n'
-        )
         self.env = {**os.environ, "CONTAINERS_CONF": str(conf), **env}
 
     def __call__(self, *arguments: str, timeout: float = 300) -> str:
@@ -70,12 +63,12 @@ class Compose:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Iterator[Any]:
+def project(containers_conf: Path) -> Iterator[Any]:
     """Makes Compose projects; each is taken down with its volumes afterwards."""
     made: list[Compose] = []
 
     def make(file: str, **env: str) -> Compose:
-        made.append(Compose(DEPLOY / file, env, tmp_path))
+        made.append(Compose(DEPLOY / file, env, containers_conf))
         return made[-1]
 
     yield make

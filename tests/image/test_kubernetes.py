@@ -173,17 +173,6 @@ class Play:
 
 
 @pytest.fixture
-def containers_conf(tmp_path: Path) -> Path:
-    """kube play has no --ulimit: the limits every podman run here passes, as defaults."""
-    limits = ", ".join(f'"{limit}"' for limit in LIMITS[1::2])
-    conf = tmp_path / "containers.conf"
-    conf.write_text(
-        f'[containers]\ndefault_ulimits = [{limits}]\n[engine]\nruntime = "{RUNTIME[1]}"\n'
-    )
-    return conf
-
-
-@pytest.fixture
 def plays(image: str, containers_conf: Path) -> Iterator[Any]:
     """Plays of the manifests; all taken down, their volumes and secrets removed."""
     made: list[Play] = []
