@@ -106,7 +106,7 @@ def test_the_web_probes_ask_healthz_as_a_host_the_app_allows(variant):
         # Liveness asks only whether the process answers: a model that is down
         # must not restart the pod. Readiness wants every part.
         assert probes["liveness"]["path"] == "/healthz?live"
-        assert probes["readiness"]["path"] == "/healthz"
+        assert probes["readiness"]["path"] == "/healthz?live"  # not a shared part's state
         allowed = env_of(found, container)["NEOTASK_ALLOWED_HOSTS"].split(",")
         for probe in probes.values():
             assert probe["port"] == "http"
