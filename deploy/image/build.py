@@ -216,10 +216,10 @@ def app_root(locked: Path, wheel: Path, base: Path) -> Path:
     step("Installing the wheels into /opt/neotask")
     install = ["install", "--quiet", "--no-index", "--no-deps", "--no-compile"]
     install += ["--target", str(site), "--find-links", str(locked)]
-    pip(*install, "--require-hashes", "-r", str(LOCK))
-    pip(*install, str(wheel))
-    # pip wrote console scripts for this machine's Python: the image has its own.
-    shutil.rmtree(site / "bin")
+    for what in (["--require-hashes", "-r", str(LOCK)], [str(wheel)]):
+        pip(*install, *what)
+        # pip wrote console scripts for this machine's Python: the image has its own.
+        shutil.rmtree(site / "bin", ignore_errors=True)
     bin_dir = root / PREFIX / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python3").symlink_to(f"/usr/bin/{PYTHON}")
