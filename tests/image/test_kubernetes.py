@@ -43,16 +43,13 @@ import httpx
 import pytest
 
 from tests.image.conftest import LIMITS, REPO, RUNTIME, Person, llm_url, podman, wait_healthy
+from tests.image.service_images import service_images
 from tests.support.processes import chat_socket, free_port, message_frame, say, until_done
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 yaml = pytest.importorskip("yaml")
 
 MANIFESTS = REPO / "deploy" / "kubernetes"
-#: tests/image/test_compose.py builds these (no registry here); the team test
-#: skips without them.
-POSTGRES = "localhost/neotask-test-postgres:17"
-REDIS = "localhost/neotask-test-redis:7"
 
 
 def manifests(variant: str) -> list[dict[str, Any]]:
@@ -231,9 +228,7 @@ def test_embedded_manifests_keep_a_chat_across_kube_down_and_play(
 def services() -> Iterator[tuple[str, str, str]]:
     """PostgreSQL with pgvector and Redis on a network of their own: (network,
     DATABASE_URL, REDIS_URL), as the team's Secret names them."""
-    for image in (POSTGRES, REDIS):
-        if subprocess.run(["podman", "image", "exists", image]).returncode:
-            pytest.skip(f"{image} is missing: tests/image/test_compose.py builds it")
+    images = service_images()  # built here from Debian's packages: no registry
     name = f"kube{uuid.uuid4().hex[:8]}"
     password = uuid.uuid4().hex
     podman("network", "create", name)
@@ -243,9 +238,9 @@ def services() -> Iterator[tuple[str, str, str]]:
             *run,
             *("--name", f"{name}-postgres", "--env", "POSTGRES_USER=neotask"),
             *("--env", f"POSTGRES_PASSWORD={password}", "--env", "POSTGRES_DB=neotask"),
-            POSTGRES,
+            images["NEOTASK_POSTGRES_IMAGE"],
         )
-        podman(*run, "--name", f"{name}-redis", REDIS)
+        podman(*run, "--name", f"{name}-redis", images["NEOTASK_REDIS_IMAGE"])
         ready = ["exec", f"{name}-postgres", "pg_isready", "-h", "127.0.0.1", "-U", "neotask"]
         deadline = time.monotonic() + 60
         while subprocess.run(["podman", *ready], capture_output=True).returncode:
