@@ -82,7 +82,9 @@ def step(message: str) -> None:
 def pip(*arguments: str, python: list[str] | None = None) -> None:
     # --isolated: PyPI's files only, whatever pip's configuration on this machine adds.
     command = [*(python or [sys.executable]), "-m", "pip", "--isolated"]
-    subprocess.run([*command, "--disable-pip-version-check", *arguments], check=True)
+    # SOURCE_DATE_EPOCH: the wheel built here dates its files by it, not by the clock.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch())}
+    subprocess.run([*command, "--disable-pip-version-check", *arguments], check=True, env=env)
 
 
 # -- the lock ----------------------------------------------------------------------
@@ -220,6 +222,11 @@ def app_root(locked: Path, wheel: Path, base: Path) -> Path:
         pip(*install, *what)
         # pip wrote console scripts for this machine's Python: the image has its own.
         shutil.rmtree(site / "bin", ignore_errors=True)
+    # Where the wheel was built (a path of this machine) is no business of the image's.
+    info = next(site.glob("neotask-*.dist-info"))
+    (info / "direct_url.json").unlink()
+    record = (info / "RECORD").read_text().splitlines(keepends=True)
+    (info / "RECORD").write_text("".join(r for r in record if "/direct_url.json," not in r))
     bin_dir = root / PREFIX / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python3").symlink_to(f"/usr/bin/{PYTHON}")
