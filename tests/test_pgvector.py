@@ -128,24 +128,46 @@ def words_rows() -> dict[int, tuple[int, str, str]]:
         return {row[0]: row[1:] for row in cursor.fetchall()}
 
 
+def bm25_figures_hold() -> bool:
+    """Each memory's stored length is its document's, and each owner's totals are
+    the sums of their memories (memory.pgvector.schema.BM25_FUNCTION)."""
+    with connection.cursor() as cursor:
+        length = schema.DOCUMENT_LENGTH.format(document="document")
+        cursor.execute(f"SELECT count(*) FROM {fulltext.WORDS_TABLE} WHERE length <> {length}")
+        wrong = cursor.fetchone()[0]
+        cursor.execute(
+            f"SELECT owner_id, agent, count(*), sum(length) FROM {fulltext.WORDS_TABLE} "
+            "GROUP BY owner_id, agent"
+        )
+        summed = set(cursor.fetchall())
+        cursor.execute(f"SELECT owner_id, agent, memories, length FROM {fulltext.WORDS_TOTALS}")
+        kept = set(cursor.fetchall())
+    return wrong == 0 and summed == kept
+
+
 def test_it_keeps_the_full_text_table_equal_to_the_events_on_every_write(
     alice, bob, transactional_db
 ):
     soup, tool = say(alice, "lentil soup", unit(1)), say(alice, "ls", unit(2), kind="tool_call")
     assert set(words_rows()) == {soup.pk}  # memories only, as search_document
-    Event.objects.filter(pk=soup.pk).update(search_key="Ann: bicycle repairs")
+    assert bm25_figures_hold()
+    Event.objects.filter(pk=soup.pk).update(search_key="Ann: bicycle repairs today")
     assert "bicycl" in words_rows()[soup.pk][2] and "soup" not in words_rows()[soup.pk][2]
+    assert bm25_figures_hold()
     Event.objects.filter(pk=soup.pk).update(owner=bob, agent="other")
     assert words_rows()[soup.pk][:2] == (bob.pk, "other")
+    assert bm25_figures_hold()  # alice's totals gone with her last memory, bob's made
     assert search_memory(alice, "bicycle", branch="lexical", files=False) == []
     Event.objects.filter(pk=tool.pk).update(event_type="user_message")  # becomes a memory
     assert set(words_rows()) == {soup.pk, tool.pk}
     Event.objects.filter(pk=soup.pk).update(importance=0.9)  # a column it does not copy
     Event.objects.filter(pk=tool.pk).delete()
     assert set(words_rows()) == {soup.pk}
+    assert bm25_figures_hold()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE events CASCADE")  # as the test runner's flush does
     assert words_rows() == {}
+    assert bm25_figures_hold()
     # What the events held before the table existed is copied when migrating.
     kept = say(alice, "the garden shed", unit(3))
     call_command("migrate", "memory", "0014", verbosity=0)
@@ -154,6 +176,7 @@ def test_it_keeps_the_full_text_table_equal_to_the_events_on_every_write(
     finally:
         call_command("migrate", "memory", verbosity=0)
     assert set(words_rows()) == {kept.pk}
+    assert bm25_figures_hold()  # computed for what was there when migrating
     assert [h.event.pk for h in search_memory(alice, "garden", branch="lexical")] == [kept.pk]
 
 

@@ -95,6 +95,7 @@ def hybrid_statement(
         nearest=max(candidates, RESCORED),
         searched=bool(words),
         words=" | ".join(words),
+        text=" ".join(words),
         candidates=candidates,
         scored=fulltext.SCORED_MATCHES,
         vector_weight=vector_weight,

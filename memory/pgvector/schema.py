@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from memory.fulltext import INDEXED_TYPES, KEY_SQL, WORDS_TABLE
+from memory.fulltext import INDEXED_TYPES, KEY_SQL, WORDS_TABLE, WORDS_TOTALS
 from memory.vectors import EMBEDDING_DIM
 
 CORRUPT = "corrupt vector replaced"  # as memory.vector_index's
@@ -205,4 +205,61 @@ WORDS_TEARDOWN = [
     "DROP FUNCTION IF EXISTS neotask_event_words()",
     f"DROP TABLE IF EXISTS {WORDS_TABLE}",
     *SETUP[-2:],  # 0014's indexes on the events
+]
+
+# A document's length in words: its positions (each word one; a lexeme kept
+# without positions counts once).
+DOCUMENT_LENGTH = (
+    "(SELECT COALESCE(sum(COALESCE(cardinality(positions), 1)), 0) FROM unnest({document}))"
+)
+# BM25's figures (memory.fulltext.POSTGRES_WORDS; migration 0020): each memory's
+# length in words, and per owner and agent how many memories and words, kept by
+# the same trigger. An owner's last memory gone takes its totals' row with it.
+BM25_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION neotask_event_words() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  gone integer;
+  added integer;
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    TRUNCATE {WORDS_TABLE}, {WORDS_TOTALS};
+    RETURN NULL;
+  END IF;
+  IF TG_OP <> 'INSERT' THEN
+    DELETE FROM {WORDS_TABLE} WHERE id = OLD.id RETURNING length INTO gone;
+    IF gone IS NOT NULL THEN
+      UPDATE {WORDS_TOTALS} SET memories = memories - 1, length = length - gone
+      WHERE owner_id = OLD.owner_id AND agent = OLD.agent;
+      DELETE FROM {WORDS_TOTALS}
+      WHERE owner_id = OLD.owner_id AND agent = OLD.agent AND memories <= 0;
+    END IF;
+  END IF;
+  IF TG_OP <> 'DELETE' AND NEW.search_document IS NOT NULL THEN
+    added := {DOCUMENT_LENGTH.format(document="NEW.search_document")};
+    INSERT INTO {WORDS_TABLE} (id, owner_id, agent, document, length)
+    VALUES (NEW.id, NEW.owner_id, NEW.agent, NEW.search_document, added);
+    INSERT INTO {WORDS_TOTALS} AS t (owner_id, agent, memories, length)
+    VALUES (NEW.owner_id, NEW.agent, 1, added)
+    ON CONFLICT (owner_id, agent)
+    DO UPDATE SET memories = t.memories + 1, length = t.length + added;
+  END IF;
+  RETURN NULL;
+END
+$$
+"""
+BM25_SETUP = [
+    f"ALTER TABLE {WORDS_TABLE} ADD COLUMN IF NOT EXISTS length integer NOT NULL DEFAULT 0",
+    f"CREATE TABLE IF NOT EXISTS {WORDS_TOTALS} (owner_id bigint NOT NULL, "
+    "agent varchar(64) NOT NULL, memories bigint NOT NULL, length bigint NOT NULL, "
+    "PRIMARY KEY (owner_id, agent))",
+    BM25_FUNCTION,
+    f"UPDATE {WORDS_TABLE} SET length = {DOCUMENT_LENGTH.format(document='document')}",
+    f"TRUNCATE {WORDS_TOTALS}",
+    f"INSERT INTO {WORDS_TOTALS} (owner_id, agent, memories, length) "
+    f"SELECT owner_id, agent, count(*), sum(length) FROM {WORDS_TABLE} GROUP BY owner_id, agent",
+]
+BM25_TEARDOWN = [
+    WORDS_FUNCTION,  # 0015's
+    f"DROP TABLE IF EXISTS {WORDS_TOTALS}",
+    f"ALTER TABLE {WORDS_TABLE} DROP COLUMN IF EXISTS length",
 ]
