@@ -207,10 +207,10 @@ WORDS_TEARDOWN = [
     *SETUP[-2:],  # 0014's indexes on the events
 ]
 
-# A document's length in words: its positions (each word one; a lexeme kept
-# without positions counts once).
+# A document's length in words, stopwords included, as FTS5 counts it: its last
+# word's position (the context's positions follow the key's).
 DOCUMENT_LENGTH = (
-    "(SELECT COALESCE(sum(COALESCE(cardinality(positions), 1)), 0) FROM unnest({document}))"
+    "(SELECT COALESCE(max(p), 0) FROM unnest({document}) AS u, unnest(u.positions) AS p)"
 )
 # BM25's figures (memory.fulltext.POSTGRES_WORDS; migration 0020): each memory's
 # length in words, and per owner and agent how many memories and words, kept by
