@@ -48,6 +48,12 @@ COMMON_MIN = 200  # ...but small memories are searched by every word
 # BM25's query), 4.7 / 8.6 ms now. memory_eval's conversations (at most ~700
 # turns) never reach it.
 SCORED_MATCHES = 3_000
+# PostgreSQL's BM25 reads each ranked match's words (unnest: ~5 µs a match, where
+# ts_rank_cd took ~2.5), and leaves no common word out as SQLite does: it ranks
+# the newest 1,000. The lexical SQL at 100,000 generated events (p50 / p95, one
+# sitting): ts_rank_cd over 3,000 7.4 / 9.4 ms, BM25 over 3,000 16.6 / 20.3,
+# BM25 over 1,000 6.4 / 7.7. memory_eval's conversations never reach either.
+POSTGRES_SCORED_MATCHES = 1_000
 
 # SQLite: contentless (content=''), because the indexed key is an expression, not
 # a column (the triggers hand FTS5 the old values to delete). A third column holds
@@ -95,11 +101,11 @@ SQLITE_RETIRED = [
 # counts its key's occurrences 1 and its context's CONTEXT_WEIGHT, the memory's
 # length all its words; idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6), over
 # the owner's agent's memories (N and the lengths kept by the write trigger; n
-# counted among the matches ranked, exact up to SCORED_MATCHES, a floor beyond):
-# ts_rank_cd, which it replaced, is no BM25 and lost 0.06 of recall@10 to SQLite
-# on LoCoMo (docs/memory.md). Ties are broken by id so that the
-# same query always finds the same rows. As on SQLite, only the newest
-# SCORED_MATCHES matches are ranked: a query's common words match most of a
+# counted among the matches ranked, exact up to POSTGRES_SCORED_MATCHES, a floor
+# beyond): ts_rank_cd, which it replaced, is no BM25 and lost 0.06 of recall@10
+# to SQLite on LoCoMo (docs/memory.md). Ties are broken by id so that the same
+# query always finds the same rows. As on SQLite, only the newest
+# POSTGRES_SCORED_MATCHES matches are ranked: a query's common words match most of a
 # large memory (bench/pgvector.py's user of 100,000 events: p95 216 ms ranking
 # them all). The matches are found and ranked in WORDS_TABLE, a narrow copy of
 # each memory's document (memory.pgvector): an events row holds two copies of
@@ -235,7 +241,7 @@ def search(
                     "owner": owner_id,
                     "agent": agent,
                     "candidates": limit,
-                    "scored": SCORED_MATCHES,
+                    "scored": POSTGRES_SCORED_MATCHES,
                 },
             )
             return [(row[0], float(row[1])) for row in cursor.fetchall()]

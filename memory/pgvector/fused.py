@@ -97,7 +97,7 @@ def hybrid_statement(
         words=" | ".join(words),
         text=" ".join(words),
         candidates=candidates,
-        scored=fulltext.SCORED_MATCHES,
+        scored=fulltext.POSTGRES_SCORED_MATCHES,
         vector_weight=vector_weight,
     )
     return sql, params
