@@ -236,7 +236,11 @@ def test_words_common_to_most_memories_are_left_out_of_the_lexical_branch(alice)
 def test_a_word_found_too_often_to_rank_is_ranked_among_its_newest_matches(alice, bob, monkeypatch):
     from memory import fulltext
 
-    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 20)
+    def rank_at_most(matches: int) -> None:  # each profile's bound
+        monkeypatch.setattr(fulltext, "SCORED_MATCHES", matches)
+        monkeypatch.setattr(fulltext, "POSTGRES_SCORED_MATCHES", matches)
+
+    rank_at_most(20)
     for owner in (alice, bob):  # bob's matches are all newer than alice's
         events = [
             Event(owner=owner, session_id=f"s{n}", event_type="user_message", text=f"cold rain {n}")
@@ -251,7 +255,7 @@ def test_a_word_found_too_often_to_rank_is_ranked_among_its_newest_matches(alice
     for query in ("rain", "cold rain"):
         hits = fulltext.search(alice.pk, "main", query, 50, memories=60)
         assert {event_id for event_id, _ in hits} == newest
-    monkeypatch.setattr(fulltext, "SCORED_MATCHES", 60)
+    rank_at_most(60)
     assert len(fulltext.search(alice.pk, "main", "rain", 50, memories=60)) == 50
 
 
