@@ -9,6 +9,7 @@ raise its limits above the host's here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -16,13 +17,14 @@ import subprocess
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.processes import chat_socket, message_frame, until_done
 from tests.support.scripted_llm import ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,3 +169,18 @@ class Person:
 
 def chat_url(base: str, key: str) -> str:
     return base.replace("http://", "ws://") + f"/ws/chat/{key}/"
+
+
+def streamed_across(ports: Sequence[int], cookie: str, key: str, text: str) -> tuple[Any, Any]:
+    """The frames of one turn sent on the first replica, and those a second tab on the
+    other replica saw (the channel layer's fan-out through Redis)."""
+
+    async def turn() -> tuple[Any, Any]:
+        async with (
+            chat_socket(ports[1], cookie, key) as watcher,
+            chat_socket(ports[0], cookie, key) as writer,
+        ):
+            await writer.send(message_frame(text))
+            return await until_done(writer), await until_done(watcher)
+
+    return asyncio.run(turn())

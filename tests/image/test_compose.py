@@ -28,10 +28,11 @@ from tests.image.conftest import (
     Person,
     llm_url,
     podman,
+    streamed_across,
     wait_healthy,
 )
 from tests.image.service_images import service_images
-from tests.support.processes import chat_socket, message_frame, say, until_done
+from tests.support.processes import say
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.websocket import streamed
 
@@ -156,16 +157,7 @@ def test_a_team(image: str, scripted_llm: ScriptedLLM, project: Any) -> None:
     key = ada.new_chat()
     scripted_llm.script(Reply(text="Streamed through Redis."))
 
-    async def across_replicas() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Sent on web1; a second tab on web2 sees the same turn stream in."""
-        async with (
-            chat_socket(ports[1], ada.cookie, key) as watcher,
-            chat_socket(ports[0], ada.cookie, key) as writer,
-        ):
-            await writer.send(message_frame("Who hears this?"))
-            return await until_done(writer), await until_done(watcher)
-
-    sent, seen = asyncio.run(across_replicas())
+    sent, seen = streamed_across(ports, ada.cookie, key, "Who hears this?")
     assert streamed(sent) == streamed(seen) == "Streamed through Redis.", (sent, seen)
 
     # The vector extension the migrations need, made by the database's own user.

@@ -42,10 +42,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.image.conftest import LIMITS, REPO, RUNTIME, Person, llm_url, podman, wait_healthy
+from tests.image.conftest import (
+    LIMITS,
+    REPO,
+    RUNTIME,
+    Person,
+    llm_url,
+    podman,
+    streamed_across,
+    wait_healthy,
+)
 from tests.image.service_images import service_images
-from tests.support.processes import chat_socket, free_port, message_frame, say, until_done
+from tests.support.processes import free_port, say
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.websocket import streamed
 
 yaml = pytest.importorskip("yaml")
 
@@ -183,10 +193,6 @@ def plays(image: str, containers_conf: Path) -> Iterator[Any]:
         each.remove()
 
 
-def deltas(frames: list[dict[str, Any]]) -> str:
-    return "".join(f["text"] for f in frames if f["type"] == "delta")
-
-
 def test_embedded_manifests_keep_a_chat_across_kube_down_and_play(
     plays: Any, scripted_llm: ScriptedLLM
 ) -> None:
@@ -209,7 +215,7 @@ def test_embedded_manifests_keep_a_chat_across_kube_down_and_play(
     scripted_llm.script(Reply(text="Kept on the claim's volume."))
     frames = asyncio.run(say(port, person.cookie, key, "Remember this pod?"))
     assert frames[-1]["status"] == "completed", frames
-    assert deltas(frames) == "Kept on the claim's volume."
+    assert streamed(frames) == "Kept on the claim's volume."
 
     kube.down()
     pod = container.removesuffix("-neotask")
@@ -295,17 +301,8 @@ def test_team_manifests_stream_a_chat_across_web_pods_with_a_worker(
     key = ada.new_chat()
     scripted_llm.script(Reply(text="Streamed through Redis."))
 
-    async def across_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Sent on one web pod; a second tab on the other sees the turn stream in."""
-        async with (
-            chat_socket(ports[1], ada.cookie, key) as watcher,
-            chat_socket(ports[0], ada.cookie, key) as writer,
-        ):
-            await writer.send(message_frame("Who hears this?"))
-            return await until_done(writer), await until_done(watcher)
-
-    sent, seen = asyncio.run(across_pods())
-    assert deltas(sent) == deltas(seen) == "Streamed through Redis.", (sent, seen)
+    sent, seen = streamed_across(ports, ada.cookie, key, "Who hears this?")
+    assert streamed(sent) == streamed(seen) == "Streamed through Redis.", (sent, seen)
     # The session made on one pod is good on the other (one database, one key).
     ada.client.base_url = httpx.URL(bases[1])
     page = ada.client.get(f"/chat/{key}/")
