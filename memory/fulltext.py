@@ -112,6 +112,9 @@ SQLITE_RETIRED = [
 # its vector, about six rows to a page, and walking a large owner's matches there
 # cost a page each. Only the best `candidates` are read from the events.
 WORDS_TABLE = "event_words"
+# The documents' and queries' text search configuration: 'english' with FTS5's
+# stemmer (memory.pgvector.schema.STEMMING_SETUP).
+TEXT_SEARCH_CONFIG = "neotask_english"
 # Per owner and agent: how many memories and how many words in all, for BM25's N and
 # average length (kept by the same trigger as WORDS_TABLE: memory.pgvector.schema).
 WORDS_TOTALS = "event_words_totals"
@@ -120,11 +123,11 @@ POSTGRES_WORDS = f"""
 SELECT e.id, e.owner_id, e.session_id, e.event_type, e.speaker, e.embedding_vec AS v, m.rank
 FROM (
   WITH terms AS MATERIALIZED (
-    SELECT array_agg(lexeme) AS lexemes FROM unnest(to_tsvector('english', %(text)s))
+    SELECT array_agg(lexeme) AS lexemes FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', %(text)s))
   ),
   matches AS MATERIALIZED (
     SELECT w.id, w.document, w.length
-    FROM {WORDS_TABLE} w, to_tsquery('english', %(words)s) query
+    FROM {WORDS_TABLE} w, to_tsquery('{TEXT_SEARCH_CONFIG}', %(words)s) query
     WHERE %(searched)s AND w.document @@ query AND w.owner_id = %(owner)s
       AND w.agent = %(agent)s
     ORDER BY w.id DESC LIMIT %(scored)s

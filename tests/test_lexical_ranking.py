@@ -59,3 +59,14 @@ def test_another_owners_memories_do_not_change_the_ranking_on_postgresql(alice, 
     remember(alice, "kayak at the harbour, morning 8")
     assert found(alice, "coffee kayak")[0] == "kayak at the harbour, morning 8"
     assert all("river" not in text for text in found(alice, "kayak"))
+
+
+def test_words_are_stemmed_as_fts5_stems_them(alice):
+    # Porter's stemmer (FTS5's) makes "news" and "new" one word and "painted" and
+    # "painting" another; PostgreSQL's 'english' (Porter2) keeps "news" apart, and
+    # the profiles ranked differently (docs/memory.md).
+    remember(alice, "Any news about Oma?")
+    remember(alice, "We painted the fence")
+    remember(alice, "nothing here")
+    assert found(alice, "new") == ["Any news about Oma?"]
+    assert found(alice, "painting") == ["We painted the fence"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from memory.fulltext import INDEXED_TYPES, KEY_SQL, WORDS_TABLE, WORDS_TOTALS
+from memory.fulltext import INDEXED_TYPES, KEY_SQL, TEXT_SEARCH_CONFIG, WORDS_TABLE, WORDS_TOTALS
 from memory.vectors import EMBEDDING_DIM
 
 CORRUPT = "corrupt vector replaced"  # as memory.vector_index's
@@ -100,13 +100,18 @@ BEGIN
 END
 $$
 """
+
+
 # The full-text document of an event (memory.fulltext: its key weighs A, its
 # context B), stored, so ranking reads it instead of parsing each match's text.
-SEARCH_DOCUMENT = (
-    f"CASE WHEN event_type IN ({INDEXED_TYPES}) THEN "
-    f"setweight(to_tsvector('english'::regconfig, {KEY_SQL.format(row=EVENTS_TABLE)}), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, search_context), 'B') END"
-)
+# 0014 made it with PostgreSQL's 'english' configuration, 0021 with
+# TEXT_SEARCH_CONFIG (STEMMING_SETUP).
+def search_document(config: str) -> str:
+    return (
+        f"CASE WHEN event_type IN ({INDEXED_TYPES}) THEN "
+        f"setweight(to_tsvector('{config}'::regconfig, {KEY_SQL.format(row=EVENTS_TABLE)}), "
+        f"'A') || setweight(to_tsvector('{config}'::regconfig, search_context), 'B') END"
+    )
 
 
 def vector_setup(table: str) -> list[str]:
@@ -132,7 +137,7 @@ SETUP = [
     *vector_setup(EVENTS_TABLE),
     *vector_setup(CHUNKS_TABLE),
     f"ALTER TABLE {EVENTS_TABLE} ADD COLUMN IF NOT EXISTS search_document tsvector "
-    f"GENERATED ALWAYS AS ({SEARCH_DOCUMENT}) STORED",
+    f"GENERATED ALWAYS AS ({search_document('english')}) STORED",
     "DROP INDEX IF EXISTS events_search_document",  # memory.fulltext's expression index
     f"CREATE INDEX IF NOT EXISTS events_search_document_stored ON {EVENTS_TABLE} "
     "USING GIN (search_document) WHERE search_document IS NOT NULL",
@@ -262,4 +267,48 @@ BM25_TEARDOWN = [
     WORDS_FUNCTION,  # 0015's
     f"DROP TABLE IF EXISTS {WORDS_TOTALS}",
     f"ALTER TABLE {WORDS_TABLE} DROP COLUMN IF EXISTS length",
+]
+
+# Words stemmed as SQLite's FTS5 stems them (its `porter` tokenizer), not by
+# PostgreSQL's 'english' (Snowball's Porter2): with BM25 in both, the stemmers
+# were what still set the profiles apart ("news" is "new" to Porter, not to
+# Porter2; memory_eval on our dataset, recall@10 0.901 instead of SQLite's
+# 0.915; docs/memory.md). PostgreSQL's Snowball dictionaries include Porter's
+# original algorithm; the stopwords stay 'english''s. The stored documents are
+# computed again, and the narrow table and its totals rebuilt from them.
+STEMMER = "neotask_porter"
+
+
+def stemming_setup(config: str) -> list[str]:
+    """The events' documents (and WORDS_TABLE, WORDS_TOTALS) made with `config`."""
+    return [
+        f"ALTER TABLE {EVENTS_TABLE} DROP COLUMN IF EXISTS search_document",
+        f"ALTER TABLE {EVENTS_TABLE} ADD COLUMN search_document tsvector "
+        f"GENERATED ALWAYS AS ({search_document(config)}) STORED",
+        f"TRUNCATE {WORDS_TABLE}, {WORDS_TOTALS}",
+        f"INSERT INTO {WORDS_TABLE} (id, owner_id, agent, document, length) "
+        "SELECT id, owner_id, agent, search_document, "
+        f"{DOCUMENT_LENGTH.format(document='search_document')} "
+        f"FROM {EVENTS_TABLE} WHERE search_document IS NOT NULL",
+        f"INSERT INTO {WORDS_TOTALS} (owner_id, agent, memories, length) "
+        f"SELECT owner_id, agent, count(*), sum(length) FROM {WORDS_TABLE} "
+        "GROUP BY owner_id, agent",
+        f"ANALYZE {WORDS_TABLE}",
+    ]
+
+
+STEMMING_SETUP = [
+    f"DROP TEXT SEARCH CONFIGURATION IF EXISTS {TEXT_SEARCH_CONFIG}",
+    f"DROP TEXT SEARCH DICTIONARY IF EXISTS {STEMMER}",
+    f"CREATE TEXT SEARCH DICTIONARY {STEMMER} "
+    "(TEMPLATE = snowball, Language = porter, StopWords = english)",
+    f"CREATE TEXT SEARCH CONFIGURATION {TEXT_SEARCH_CONFIG} (COPY = english)",
+    f"ALTER TEXT SEARCH CONFIGURATION {TEXT_SEARCH_CONFIG} ALTER MAPPING FOR asciihword, "
+    f"asciiword, hword, hword_asciipart, hword_part, word WITH {STEMMER}",
+    *stemming_setup(TEXT_SEARCH_CONFIG),
+]
+STEMMING_TEARDOWN = [
+    *stemming_setup("english"),
+    f"DROP TEXT SEARCH CONFIGURATION IF EXISTS {TEXT_SEARCH_CONFIG}",
+    f"DROP TEXT SEARCH DICTIONARY IF EXISTS {STEMMER}",
 ]
