@@ -6,7 +6,8 @@ the share of evidence turns found in the top k. Then the agent's context: each
 question is sent as the first message of a fresh session, as a chat turn handles
 it (the message stored with its vector, auto-recall, `get_context`), and
 `context.recall` is the share of evidence turns that reach the prompt, with the
-memory items and tokens that took (worded as agent.prompt words them: so this
+memory items and tokens that took; both also per question category, when the
+dataset names them (worded as agent.prompt words them: so this
 sits in agent, above memory).
 """
 
@@ -19,7 +20,7 @@ from core.ownership import Owner
 from core.progress import Progress
 from memory import recording
 from memory.embeddings import embed_text
-from memory.evaluation import ingest, throwaway_user
+from memory.evaluation import category_of, ingest, throwaway_user
 from memory.models import Event, EventType
 from memory.recall import record_recall
 from memory.retrieval import estimate_tokens, get_context
@@ -59,12 +60,20 @@ def evaluate(
     found: dict[str, dict[int, float]] = {b: dict.fromkeys(ks, 0.0) for b in BRANCHES}
     questions = 0
     in_context = items = tokens = 0.0
+    # Per category (when the dataset names them): questions, fused recall@k, context.
+    by_category: dict[str, dict[str, Any]] = {}
     for conversation in conversations:
         with throwaway_user() as user:
             ingest(user, conversation)
             for number, question in enumerate(conversation["questions"]):
                 evidence = set(question["evidence"])
                 questions += 1
+                category = category_of(question)
+                if category is not None:
+                    counts = by_category.setdefault(
+                        category, {"questions": 0, "fused": dict.fromkeys(ks, 0.0), "context": 0.0}
+                    )
+                    counts["questions"] += 1
                 for branch in BRANCHES:
                     hits = search_memory(
                         user, question["question"], k=depth, branch=branch, files=False
@@ -73,9 +82,15 @@ def evaluate(
                         hit.event.data.get("turn_id") for hit in hits if isinstance(hit, SearchHit)
                     ]
                     for k in ks:
-                        found[branch][k] += len(evidence & set(ranked[:k])) / len(evidence)
+                        share = len(evidence & set(ranked[:k])) / len(evidence)
+                        found[branch][k] += share
+                        if category is not None and branch == "fused":
+                            counts["fused"][k] += share
                 probe = context_probe(user, conversation["id"], number, question["question"])
-                in_context += len(evidence & probe["turn_ids"]) / len(evidence)
+                share = len(evidence & probe["turn_ids"]) / len(evidence)
+                in_context += share
+                if category is not None:
+                    counts["context"] += share
                 items += probe["items"]
                 tokens += probe["tokens"]
                 if progress:
@@ -92,5 +107,13 @@ def evaluate(
             "recall": round(in_context / asked, 4),
             "mean_items": round(items / asked, 2),
             "mean_tokens": round(tokens / asked, 1),
+        },
+        "categories": {
+            name: {
+                "questions": counts["questions"],
+                "fused": {str(k): round(counts["fused"][k] / counts["questions"], 4) for k in ks},
+                "context": round(counts["context"] / counts["questions"], 4),
+            }
+            for name, counts in sorted(by_category.items())
         },
     }

@@ -77,7 +77,30 @@ def load_dataset(path: Path) -> list[dict[str, Any]]:
                 )
             if missing := set(evidence) - turn_ids:
                 raise DatasetError(f"{where}: evidence {sorted(missing)} names no turn")
+            category = question.get("category")
+            if category is not None and (
+                isinstance(category, bool) or not isinstance(category, str | int)
+            ):
+                raise DatasetError(f"{where}: a question's category must be a string or number")
     return conversations
+
+
+# LoCoMo numbers its question categories (its paper, and the evaluations that
+# cite it); memory_eval reports them by name.
+LOCOMO_CATEGORIES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+
+
+def category_of(question: dict[str, Any]) -> str | None:
+    category = question.get("category")
+    if category is None:
+        return None
+    return LOCOMO_CATEGORIES.get(category, str(category))
 
 
 def timestamp(raw: str | None) -> datetime:

@@ -102,6 +102,12 @@ def test_it_prints_a_table_by_default(db, tmp_path):
             "list of evidence turn ids",
         ),
         ('{"conversations": [{"id": "c1", "turns": [], "questions": ["q"]}]}', "evidence"),
+        (
+            '{"conversations": [{"id": "c1", "turns": [{"id": "D1:1", "speaker": "A", '
+            '"text": "t"}], "questions": [{"question": "q", "evidence": ["D1:1"], '
+            '"category": [4]}]}]}',
+            "category must be a string or number",
+        ),
     ],
 )
 def test_it_rejects_a_malformed_dataset(db, tmp_path, content, message):
@@ -128,3 +134,68 @@ def test_it_measures_the_context_only_by_what_the_turn_really_sends(db, tmp_path
     report = json.loads(out.getvalue())
     assert report["context"] == {"recall": 0.0, "mean_items": 0.0, "mean_tokens": 0.0}
     assert report["recall"]["fused"]["10"] > 0.5  # search itself still works
+
+
+def two_conversations(tmp_path) -> Path:
+    """Two tiny conversations whose questions carry LoCoMo's category numbers and a
+    category of the dataset's own."""
+
+    def conversation(name: str, text: str, question: str, category) -> dict:
+        return {
+            "id": name,
+            "turns": [
+                {"id": "D1:1", "speaker": "Ann", "text": text},
+                {"id": "D1:2", "speaker": "Bo", "text": "I am learning the cello"},
+            ],
+            "questions": [
+                {"question": question, "evidence": ["D1:1"], "category": category},
+                {"question": "What is Bo learning?", "evidence": ["D1:2"], "category": 4},
+            ],
+        }
+
+    dataset = tmp_path / "folds.json"
+    dataset.write_text(
+        json.dumps(
+            {
+                "conversations": [
+                    conversation("a", "My cat Pixel loves tuna", "What does Pixel eat?", 2),
+                    conversation("b", "Our kayak is red", "What colour is the kayak?", "boats"),
+                ]
+            }
+        )
+    )
+    return dataset
+
+
+def test_it_reports_recall_per_category_and_on_a_fold(db, tmp_path):
+    dataset = two_conversations(tmp_path)
+    out = StringIO()
+    call_command("memory_eval", str(dataset), "--k", "1", "--json", stdout=out)
+    categories = json.loads(out.getvalue())["categories"]
+    # LoCoMo's numbers by name; another category as the dataset spells it.
+    assert {name: c["questions"] for name, c in categories.items()} == {
+        "boats": 1,
+        "single-hop": 2,
+        "temporal": 1,
+    }
+    assert categories["temporal"] == {"questions": 1, "fused": {"1": 1.0}, "context": 1.0}
+
+    out = StringIO()
+    call_command(
+        "memory_eval", str(dataset), "--k", "1", "--json", "--conversation", "b", stdout=out
+    )
+    report = json.loads(out.getvalue())
+    assert report["conversations"] == 1 and report["questions"] == 2
+    assert set(report["categories"]) == {"boats", "single-hop"}
+
+    out = StringIO()
+    call_command("memory_eval", str(dataset), "--k", "1", stdout=out, stderr=StringIO())
+    table = out.getvalue().splitlines()
+    header = table.index(next(line for line in table if line.startswith("category")))
+    assert table[header].split() == ["category", "questions", "fused@1", "context"]
+    assert table[header + 2].split() == ["single-hop", "2", "1.000", "1.000"]
+
+
+def test_it_refuses_a_fold_naming_no_conversation(db, tmp_path):
+    with pytest.raises(CommandError, match="no conversation c in the dataset"):
+        call_command("memory_eval", str(two_conversations(tmp_path)), "--conversation", "c")

@@ -1,4 +1,4 @@
-"""`python manage.py memory_eval DATASET.json [--k 5 --k 10] [--json]`"""
+"""`python manage.py memory_eval DATASET.json [--k 5 --k 10] [--conversation ID] [--json]`"""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ class Command(BaseCommand):
         parser.add_argument("--k", type=int, action="append", dest="ks", help="repeatable")
         parser.add_argument("--json", action="store_true", help="print JSON only")
         parser.add_argument("--limit", type=int, help="use only the first N conversations")
+        parser.add_argument(
+            "--conversation",
+            action="append",
+            dest="only",
+            metavar="ID",
+            help="use only this conversation (repeatable): a fold of the dataset",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         ks = sorted(set(options["ks"] or [5, 10]))
@@ -30,6 +37,10 @@ class Command(BaseCommand):
             conversations = load_dataset(options["dataset"])
         except DatasetError as exc:
             raise CommandError(str(exc)) from None
+        if options["only"]:
+            if unknown := set(options["only"]) - {c["id"] for c in conversations}:
+                raise CommandError(f"no conversation {', '.join(sorted(unknown))} in the dataset")
+            conversations = [c for c in conversations if c["id"] in options["only"]]
         conversations = conversations[: options["limit"]] if options["limit"] else conversations
         total = sum(len(c["questions"]) for c in conversations)
         quiet = options["json"]
@@ -49,3 +60,13 @@ class Command(BaseCommand):
             f"context: recall {context['recall']:.3f} with {context['mean_items']:.1f} memory "
             f"items, about {context['mean_tokens']:.0f} tokens (a fresh session's first turn)"
         )
+        if report["categories"]:
+            self.stdout.write(
+                "category      questions " + "".join(f"fused@{k:<6}" for k in ks) + "context"
+            )
+            for name, figures in report["categories"].items():
+                self.stdout.write(
+                    f"{name:<14}{figures['questions']:<10}"
+                    + "".join(f"{figures['fused'][str(k)]:<12.3f}" for k in ks)
+                    + f"{figures['context']:.3f}"
+                )
