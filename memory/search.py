@@ -35,6 +35,7 @@ from memory.files.search import FileHit, search_files
 from memory.models import RECALLED, Event, is_recalled
 from memory.pgvector.fused import hybrid
 from memory.pgvector.queries import PgQuery
+from memory.turns import with_turn_cues
 from memory.vector_index import in_database, index_for
 from memory.vector_query import VectorQuery
 from memory.workspace import DEFAULT_AGENT
@@ -145,6 +146,8 @@ def search_memory(
             found_scores = compared.scores([i for i in lexical if i not in vector], True)
             vector.update(found_scores)
         scores = fuse(vector, lexical)
+    if branch == "fused":
+        scores = with_turn_cues(owned, scores, text)
     hits: list[SearchHit] = []
     mine = {
         event.pk: event
@@ -220,14 +223,14 @@ def best_events(
 def fuse(vector: dict[int, float], lexical: dict[int, float]) -> dict[int, float]:
     """Event id → fused score in [0, 1] (see the module docstring). An event with
     no vector yet is scored by its words alone: no vector is no evidence against it.
-    With one branch empty, the other's order is kept."""
+    With one branch empty, the other's order is kept (BM25 over the best BM25)."""
     if not lexical:
         return vector
-    if not vector:
-        return lexical
+    best = max(lexical.values()) or 1.0
+    if not vector:  # on the same scale as a fused score (memory.turns adds to it)
+        return {i: score / best for i, score in lexical.items()}
     low, high = min(vector.values()), max(vector.values())
     spread = (high - low) or 1.0
-    best = max(lexical.values()) or 1.0
     fused = {i: lexical.get(i, 0.0) / best for i in [*vector, *lexical]}
     for i, similarity in vector.items():
         fused[i] = VECTOR_WEIGHT * (similarity - low) / spread + (1 - VECTOR_WEIGHT) * fused[i]

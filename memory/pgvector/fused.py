@@ -40,7 +40,7 @@ best AS (
 SELECT COALESCE(v.id, w.id) AS id, v.similarity, w.rank,
   CASE
     WHEN best.found = 0 THEN v.similarity
-    WHEN bounds.found = 0 THEN w.rank
+    WHEN bounds.found = 0 THEN w.rank / best.best
     WHEN v.id IS NULL THEN w.rank / best.best
     ELSE %(vector_weight)s * (v.similarity - bounds.low) / bounds.spread
       + (1 - %(vector_weight)s) * COALESCE(w.rank, 0) / best.best
