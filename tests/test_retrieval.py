@@ -234,7 +234,7 @@ def test_it_recalls_the_top_of_memory_search_as_a_fourth_branch(alice, history, 
     found = [item.event for item in context.branch("search")]
     assert found[0] == old[1]
     assert not set(found) & set(recent[-10:])  # what recency holds is not repeated
-    assert len(found) <= 6  # search_limit
+    assert len(found) <= 5  # search_limit
     assert context.recalled[0].branch == "search"  # shown to the model, with its date
     configure("memory", search_limit=0)
     assert not get_context(alice, "s1", "When do we fly to Lisbon?").branch("search")

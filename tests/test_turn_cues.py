@@ -4,12 +4,15 @@ turns of the speaker a query names."""
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+
 import pytest
 
 from memory import recording
 from memory.models import RECALLED, Event
 from memory.search import SearchHit, search_memory
-from memory.turns import NEIGHBOUR_SHARE, SPEAKER_BONUS, with_turn_cues
+from memory.turns import DATE_BONUS, NEIGHBOUR_SHARE, SPEAKER_BONUS, with_turn_cues
+from memory.when import named_days
 
 pytestmark = pytest.mark.django_db
 
@@ -60,6 +63,48 @@ def test_a_turn_of_the_speaker_the_query_names_gains_the_bonus(alice):
     for query in ("What did Maya say?", "Theodore's kayak"):
         cued = with_turn_cues(owned(alice), scores, query)
         assert cued[maya.pk] == cued[theo.pk]
+
+
+def test_a_turn_said_on_a_day_the_query_names_gains_the_bonus(alice):
+    def said(day: datetime, session: str) -> Event:
+        return say(alice, session, "we painted the fence", created_at=day)
+
+    june, july = (
+        said(datetime(2023, 6, 3, 20, tzinfo=UTC), "a"),
+        said(datetime(2023, 7, 9, 9, tzinfo=UTC), "b"),
+    )
+    scores = {june.pk: 0.5, july.pk: 0.5}
+    for query, gains in [
+        ("What did we paint on 3 June, 2023?", {june.pk}),
+        ("What did we paint on June 3rd, 2023?", {june.pk}),
+        ("What did we paint in July 2023?", {july.pk}),
+        ("What did we paint in 2023?", {june.pk, july.pk}),
+        ("What did we paint on 4 June, 2023?", set()),
+        ("What did we paint in June?", set()),  # no year: no one day
+    ]:
+        cued = with_turn_cues(owned(alice), scores, query)
+        assert cued == {i: 0.5 + DATE_BONUS * (i in gains) for i in scores}, query
+
+
+@pytest.mark.parametrize(
+    ("text", "days"),
+    [
+        ("on 1 February, 2023", [(date(2023, 2, 1), date(2023, 2, 1))]),
+        (
+            "October 13, 2023 and May 2024",
+            [
+                (date(2023, 10, 13), date(2023, 10, 13)),
+                (date(2024, 5, 1), date(2024, 5, 31)),
+            ],
+        ),
+        ("in february 2024", [(date(2024, 2, 1), date(2024, 2, 29))]),
+        ("on 31 February, 2023", [(date(2023, 2, 1), date(2023, 2, 28))]),  # the month
+        ("on 2023-02-01 or 2023-02-30", [(date(2023, 2, 1), date(2023, 2, 1))]),
+        ("in 0000, at 12:30, on 1/2/2023, Friday", []),
+    ],
+)
+def test_it_reads_only_dates_written_out_in_full(text, days):
+    assert named_days(text) == days
 
 
 def test_memory_search_ranks_the_turn_beside_a_strong_find_first(alice):
