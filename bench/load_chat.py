@@ -224,7 +224,10 @@ def repeat(options: argparse.Namespace) -> int:
 
 
 def one_run(options: argparse.Namespace) -> tuple[int, dict | None]:
-    signal.setitimer(signal.ITIMER_REAL, options.timeout)
+    # Then every second until disarmed: TimeUp raised inside a finalizer or a
+    # callback is printed and dropped ("Exception ignored in: <finalize object>"),
+    # and the run went on until the caller's own timeout; the next alarm lands.
+    signal.setitimer(signal.ITIMER_REAL, options.timeout, 1.0)
     row: dict | None = None
     with tempfile.TemporaryDirectory() as data_dir:
         processes: list[subprocess.Popen] = []
