@@ -23,7 +23,9 @@ from __future__ import annotations
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
+from core.ownership import Owner
 from memory.fulltext import WORD
+from memory.models import Event
 from memory.when import named_days
 
 NEIGHBOUR_SHARE = 0.3
@@ -31,9 +33,12 @@ SPEAKER_BONUS = 0.1
 DATE_BONUS = 0.3
 
 
-def with_turn_cues(owned: QuerySet, scores: dict[int, float], query: str) -> dict[int, float]:
-    """`scores` (event id → fused score, the events of `owned`) with what each
-    event's neighbours, speaker and day add: one query, for the candidates only."""
+def with_turn_cues(
+    owner: Owner, owned: QuerySet, scores: dict[int, float], query: str
+) -> dict[int, float]:
+    """`scores` (event id → fused score, the events of `owned`, the owner's memories
+    searched) with what each event's neighbours, speaker and day add: one query,
+    for the candidates only."""
     if not scores:
         return scores
     previous = (
@@ -41,8 +46,12 @@ def with_turn_cues(owned: QuerySet, scores: dict[int, float], query: str) -> dic
         .order_by("-id")
         .values("id")[:1]
     )
+    # The candidates by their ids alone (they are `owned`'s): with `owned`'s own
+    # filters SQLite walked the owner's memories by importance instead, 20 ms at
+    # 100,000 events rather than 1.
     rows = (
-        owned.filter(pk__in=list(scores))
+        Event.objects.owned_by(owner)
+        .filter(pk__in=list(scores))
         .order_by()
         .annotate(previous=Subquery(previous))
         .values_list("id", "speaker", "created_at", "previous")

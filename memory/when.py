@@ -42,8 +42,8 @@ def named_days(text: str) -> list[tuple[date, date]]:
 
 def span(kind: str, groups: tuple[str, ...]) -> tuple[date, date]:
     if kind == "iso":
-        day = date(int(groups[0]), int(groups[1]), int(groups[2]))
-        return day, day
+        written = date(int(groups[0]), int(groups[1]), int(groups[2]))
+        return written, written
     if kind == "year":
         year = int(groups[0])
         return date(year, 1, 1), date(year, 12, 31)
