@@ -147,7 +147,7 @@ def search_memory(
             vector.update(found_scores)
         scores = fuse(vector, lexical)
     if branch == "fused":
-        scores = with_turn_cues(owner, owned, scores, text)
+        scores = with_turn_cues(owner, agent, scores, text)
     hits: list[SearchHit] = []
     mine = {
         event.pk: event

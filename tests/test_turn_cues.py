@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from memory import recording
-from memory.models import RECALLED, Event
+from memory.models import Event
 from memory.search import SearchHit, search_memory
 from memory.turns import DATE_BONUS, NEIGHBOUR_SHARE, SPEAKER_BONUS, with_turn_cues
 from memory.when import named_days
@@ -22,10 +22,6 @@ def say(owner, session: str, text: str, speaker: str = "", **fields) -> Event:
     return recording.record(owner, session, "user_message", data, embed=False, **fields)
 
 
-def owned(owner):
-    return Event.objects.owned_by(owner).filter(RECALLED, agent="main")
-
-
 def test_a_turn_gains_a_share_of_its_best_neighbour_in_its_session(alice, bob):
     question = say(alice, "s1", "What colour is the kayak?")
     answer = say(alice, "s1", "Bright red, with a yellow stripe.")
@@ -33,7 +29,7 @@ def test_a_turn_gains_a_share_of_its_best_neighbour_in_its_session(alice, bob):
     say(bob, "s1", "bob's turn in a session of the same name")
     after = say(alice, "s1", "See you at the lake.")
     scores = {question.pk: 1.0, answer.pk: 0.2, elsewhere.pk: 0.2, after.pk: 0.1}
-    cued = with_turn_cues(alice, owned(alice), scores, "kayak colour")
+    cued = with_turn_cues(alice, "main", scores, "kayak colour")
     assert cued[question.pk] == pytest.approx(1.0 + NEIGHBOUR_SHARE * 0.2)
     assert cued[answer.pk] == pytest.approx(0.2 + NEIGHBOUR_SHARE * 1.0)  # the better one
     assert cued[elsewhere.pk] == pytest.approx(0.2)  # adjacent ids, not adjacent turns
@@ -45,7 +41,7 @@ def test_a_neighbour_is_the_next_memory_not_a_forgotten_or_tool_event(alice):
     recording.record(alice, "s1", "tool_call", {"name": "ls"}, embed=False)
     say(alice, "s1", "something forgotten", importance=0.0)
     answer = say(alice, "s1", "Bright red.")
-    cued = with_turn_cues(alice, owned(alice), {question.pk: 1.0, answer.pk: 0.0}, "kayak")
+    cued = with_turn_cues(alice, "main", {question.pk: 1.0, answer.pk: 0.0}, "kayak")
     assert cued[answer.pk] == pytest.approx(NEIGHBOUR_SHARE)
 
 
@@ -54,14 +50,14 @@ def test_a_turn_of_the_speaker_the_query_names_gains_the_bonus(alice):
     theo = say(alice, "s1", "the kayak is blue", speaker="Theo")
     unnamed = say(alice, "s2", "the kayak is green")
     scores = {maya.pk: 0.5, theo.pk: 0.5, unnamed.pk: 0.5}
-    cued = with_turn_cues(alice, owned(alice), scores, "What did maya lind's kayak look like?")
+    cued = with_turn_cues(alice, "main", scores, "What did maya lind's kayak look like?")
     share = NEIGHBOUR_SHARE * 0.5
     assert cued == pytest.approx(
         {maya.pk: 0.5 + share + SPEAKER_BONUS, theo.pk: 0.5 + share, unnamed.pk: 0.5}
     )
     # Part of a name is not the name; a word inside another word is not it either.
     for query in ("What did Maya say?", "Theodore's kayak"):
-        cued = with_turn_cues(alice, owned(alice), scores, query)
+        cued = with_turn_cues(alice, "main", scores, query)
         assert cued[maya.pk] == cued[theo.pk]
 
 
@@ -82,7 +78,7 @@ def test_a_turn_said_on_a_day_the_query_names_gains_the_bonus(alice):
         ("What did we paint on 4 June, 2023?", set()),
         ("What did we paint in June?", set()),  # no year: no one day
     ]:
-        cued = with_turn_cues(alice, owned(alice), scores, query)
+        cued = with_turn_cues(alice, "main", scores, query)
         assert cued == {i: 0.5 + DATE_BONUS * (i in gains) for i in scores}, query
 
 
