@@ -10,21 +10,7 @@ from django.db import migrations
 from memory.pgvector import schema
 
 
-def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.WORDS_SETUP:
-        schema_editor.execute(statement)
-
-
-def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.WORDS_TEARDOWN:
-        schema_editor.execute(statement)
-
-
 class Migration(migrations.Migration):
     dependencies = [("memory", "0014_pgvector")]
 
-    operations = [migrations.RunPython(forwards, backwards, elidable=False)]
+    operations = [schema.on_postgresql(schema.WORDS_SETUP, schema.WORDS_TEARDOWN)]

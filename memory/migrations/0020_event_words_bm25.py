@@ -7,21 +7,7 @@ from django.db import migrations
 from memory.pgvector import schema
 
 
-def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.BM25_SETUP:
-        schema_editor.execute(statement)
-
-
-def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.BM25_TEARDOWN:
-        schema_editor.execute(statement)
-
-
 class Migration(migrations.Migration):
     dependencies = [("memory", "0019_memoryfile_added_in")]
 
-    operations = [migrations.RunPython(forwards, backwards, elidable=False)]
+    operations = [schema.on_postgresql(schema.BM25_SETUP, schema.BM25_TEARDOWN)]

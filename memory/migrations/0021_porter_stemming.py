@@ -6,21 +6,7 @@ from django.db import migrations
 from memory.pgvector import schema
 
 
-def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.STEMMING_SETUP:
-        schema_editor.execute(statement)
-
-
-def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for statement in schema.STEMMING_TEARDOWN:
-        schema_editor.execute(statement)
-
-
 class Migration(migrations.Migration):
     dependencies = [("memory", "0020_event_words_bm25")]
 
-    operations = [migrations.RunPython(forwards, backwards, elidable=False)]
+    operations = [schema.on_postgresql(schema.STEMMING_SETUP, schema.STEMMING_TEARDOWN)]

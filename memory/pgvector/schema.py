@@ -12,6 +12,9 @@ narrow table of its own (WORDS_SETUP).
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db import migrations
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from memory.fulltext import INDEXED_TYPES, KEY_SQL, TEXT_SEARCH_CONFIG, WORDS_TABLE, WORDS_TOTALS
@@ -312,3 +315,18 @@ STEMMING_TEARDOWN = [
     f"DROP TEXT SEARCH CONFIGURATION IF EXISTS {TEXT_SEARCH_CONFIG}",
     f"DROP TEXT SEARCH DICTIONARY IF EXISTS {STEMMER}",
 ]
+
+
+def on_postgresql(setup: list[str], teardown: list[str]) -> migrations.RunPython:
+    """A migration's operation: `setup` run forwards and `teardown` backwards on
+    PostgreSQL, nothing on SQLite (whose FTS5 and numpy index keep their own)."""
+
+    def running(statements: list[str]) -> Any:
+        def run(apps: Any, schema_editor: Any) -> None:
+            if schema_editor.connection.vendor == "postgresql":
+                for statement in statements:
+                    schema_editor.execute(statement)
+
+        return run
+
+    return migrations.RunPython(running(setup), running(teardown), elidable=False)
