@@ -16,7 +16,7 @@ from django.utils import timezone
 from memory import recording
 from memory.files.search import chunk_index_for, forget_chunk_indexes
 from memory.models import Event, ForgottenEvent, MemoryChunk, MemoryFile
-from memory.vector_index import NumpyIndex, index_for
+from memory.vector_index import CHUNKS, NumpyIndex, index_for
 from memory.vectors import EMBEDDING_DIM, pack
 from tests.support.profiles import in_process_vectors
 
@@ -235,3 +235,22 @@ def test_a_hit_the_caller_has_just_read_is_not_looked_up_again(alice):
     with CaptureQueriesContext(connection) as unknown:
         assert [i for i, _ in query.top(2)] == [read.pk]
     assert len(unknown) >= 1 and other.pk not in index.position
+
+
+def test_one_statement_reads_a_chunk_index_s_new_vectors_and_its_count(alice):
+    kept, edited, late = chunk(alice, 0), chunk(alice, 1), chunk(alice, 2)
+    store_chunk_vector(kept, axis(0), timezone.now())
+    store_chunk_vector(edited, axis(1), timezone.now())
+    index = NumpyIndex(alice.pk, "main", CHUNKS)
+    assert index.count() == 2
+    with CaptureQueriesContext(connection) as idle:
+        assert index.count() == 2
+    assert len(idle) == 1  # the new stamps and the count, in one question
+    # An edit of the file drops a chunk; a worker embeds another.
+    edited.delete()
+    store_chunk_vector(late, axis(2), timezone.now())
+    with CaptureQueriesContext(connection) as changed:
+        assert index.count() == 2
+    # The question, the new vector's row, and (three held, two counted) the ids.
+    assert len(changed) == 3
+    assert set(index.position) == {kept.pk, late.pk}

@@ -72,6 +72,8 @@ def search_files(
     """The `k` chunks of the owner's memory files most similar to the query, best first.
     A read only: what a write path or the minute's job indexed (memory.files)."""
     ranked = chunk_index_for(owner.pk, agent).search(query_vector, k, min_score)
+    if not ranked:  # most owners keep no memory files: nothing to read
+        return []
     chunks = (
         MemoryChunk.objects.owned_by(owner)
         .filter(agent=agent)
