@@ -33,9 +33,9 @@ from core.ownership import Owner
 from memory import fulltext
 from memory.files.search import FileHit, search_files
 from memory.models import RECALLED, Event, is_recalled
-from memory.pgvector.fused import hybrid
+from memory.pgvector.fused import FUSED_IDS, hybrid
 from memory.pgvector.queries import PgQuery
-from memory.turns import with_turn_cues
+from memory.turns import cued, cues_statement, with_turn_cues
 from memory.vector_index import in_database, index_for
 from memory.vector_query import VectorQuery
 from memory.workspace import DEFAULT_AGENT
@@ -131,11 +131,17 @@ def search_memory(
             compared = index_for(owner.pk, agent).query(query_vector)
     vector: dict[int, float] = {}
     if branch == "fused" and isinstance(compared, PgQuery):
-        # Both branches and their fusion in one statement, in the database.
+        # Both branches, their fusion and the turns' cues in one statement, in the database.
         found = hybrid(
-            compared.index, fulltext.terms(text), compared.vector, CANDIDATES, VECTOR_WEIGHT
+            compared.index,
+            fulltext.terms(text),
+            compared.vector,
+            CANDIDATES,
+            VECTOR_WEIGHT,
+            cues=cues_statement(owner, agent, text, FUSED_IDS),
         )
-        vector, lexical, scores = found.vector, found.lexical, found.fused
+        vector, lexical = found.vector, found.lexical
+        scores = cued(found.fused, found.cues, text)
     else:
         if lexical is None:  # asked while the vector product runs
             lexical = {} if branch == "vector" else lexical_finds(owner, agent, text, compared)
@@ -146,8 +152,8 @@ def search_memory(
             found_scores = compared.scores([i for i in lexical if i not in vector], True)
             vector.update(found_scores)
         scores = fuse(vector, lexical)
-    if branch == "fused":
-        scores = with_turn_cues(owner, agent, scores, text)
+        if branch == "fused":
+            scores = with_turn_cues(owner, agent, scores, text)
     hits: list[SearchHit] = []
     mine = {
         event.pk: event

@@ -41,22 +41,45 @@ DATE_BONUS = 0.3
 # one in its session (most have none: no neighbour to gain from). Written out
 # rather than built by the ORM: building and compiling the query took 2 ms of a
 # search's CPU at 100,000 events, running it 0.6. Scoped to the owner by its own
-# parameter, as memory.fulltext's are.
-CUES_SQL = """
-WITH c AS (
-  SELECT id, owner_id, session_id, speaker, created_at FROM {table}
-  WHERE owner_id = %s AND id IN ({ids})
-)
-SELECT c.id, c.speaker, {dated} AS dated, CASE WHEN EXISTS (
-  SELECT 1 FROM c o WHERE o.session_id = c.session_id AND o.id < c.id
-) THEN (
+# parameter, as memory.fulltext's are. `candidates` selects the ids: a list here,
+# on PostgreSQL the fused rows of the search's own statement
+# (memory.pgvector.fused), which saves a round trip and the rows' second lookup.
+CUES = """
+SELECT c.id, c.speaker, {dated} AS dated, CASE WHEN c.nth > 1 THEN (
   SELECT p.id FROM {table} p
   WHERE p.owner_id = c.owner_id AND p.session_id = c.session_id AND p.id < c.id
-    AND p.agent = %s AND p.event_type IN ({recalled}) AND p.importance > %s
+    AND p.agent = %(agent)s AND p.event_type IN ({recalled}) AND p.importance > %(floor)s
   ORDER BY p.id DESC LIMIT 1
 ) END AS previous
-FROM c
+FROM (
+  SELECT id, owner_id, session_id, speaker, created_at,
+    row_number() OVER (PARTITION BY session_id ORDER BY id) AS nth
+  FROM {table} WHERE owner_id = %(owner)s AND id IN ({candidates})
+) c
 """
+
+# (event id, speaker, said on a named day, the memory just before it or None)
+CueRow = tuple[int, str, int, int | None]
+
+
+def cues_statement(owner: Owner, agent: str, query: str, candidates: str) -> tuple[str, dict]:
+    """CUES for the days `query` names, with its named parameters."""
+    params: dict = {"owner": owner.pk, "agent": agent, "floor": UNRECALLED_IMPORTANCE}
+    spans = []
+    adapt = connection.ops.adapt_datetimefield_value
+    for number, (first, last) in enumerate(named_days(query)):
+        start, end = bounds(first, last)
+        params[f"from{number}"], params[f"to{number}"] = adapt(start), adapt(end)
+        spans.append(f"(c.created_at >= %(from{number})s AND c.created_at < %(to{number})s)")
+    for number, event_type in enumerate(EventType.RECALLABLE):
+        params[f"type{number}"] = event_type
+    sql = CUES.format(
+        table=Event._meta.db_table,
+        dated=f"CASE WHEN {' OR '.join(spans) or '0 = 1'} THEN 1 ELSE 0 END",
+        recalled=", ".join(f"%(type{n})s" for n in range(len(EventType.RECALLABLE))),
+        candidates=candidates,
+    )
+    return sql, params
 
 
 def with_turn_cues(
@@ -67,30 +90,20 @@ def with_turn_cues(
     candidates only."""
     if not scores:
         return scores
-    days = [bounds(first, last) for first, last in named_days(query)]
-    adapt = connection.ops.adapt_datetimefield_value
-    dated = " OR ".join(["(c.created_at >= %s AND c.created_at < %s)"] * len(days)) or "0 = 1"
-    sql = CUES_SQL.format(
-        table=Event._meta.db_table,
-        dated=f"CASE WHEN {dated} THEN 1 ELSE 0 END",
-        recalled=", ".join(["%s"] * len(EventType.RECALLABLE)),
-        ids=", ".join(["%s"] * len(scores)),
-    )
-    params = [
-        owner.pk,
-        *scores,
-        *(adapt(moment) for span in days for moment in span),
-        agent,
-        *EventType.RECALLABLE,
-        UNRECALLED_IMPORTANCE,
-    ]
+    ids = ", ".join(f"%(id{n})s" for n in range(len(scores)))
+    sql, params = cues_statement(owner, agent, query, ids)
+    params.update((f"id{n}", event_id) for n, event_id in enumerate(scores))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        return cued(scores, cursor.fetchall(), query)
+
+
+def cued(scores: dict[int, float], rows: list[CueRow], query: str) -> dict[int, float]:
+    """`scores` plus what the cues' rows (CUES) add."""
     words = {word.lower() for word in WORD.findall(query)}
     names: dict[str, bool] = {}  # speaker → whether the query names them
     neighbour: dict[int, float] = {}  # the better score of a candidate next to it
-    cued = dict(scores)
+    result = dict(scores)
     for event_id, speaker, was_dated, previous_id in rows:
         if previous_id in scores:  # two candidates, one just after the other
             for one, other in ((event_id, previous_id), (previous_id, event_id)):
@@ -98,10 +111,10 @@ def with_turn_cues(
         if speaker not in names:
             name = WORD.findall(speaker.lower())
             names[speaker] = bool(name) and words.issuperset(name)
-        cued[event_id] += SPEAKER_BONUS * names[speaker] + DATE_BONUS * bool(was_dated)
+        result[event_id] += SPEAKER_BONUS * names[speaker] + DATE_BONUS * bool(was_dated)
     for event_id, score in neighbour.items():
-        cued[event_id] += NEIGHBOUR_SHARE * score
-    return cued
+        result[event_id] += NEIGHBOUR_SHARE * score
+    return result
 
 
 def bounds(first: date, last: date) -> tuple[datetime, datetime]:

@@ -21,29 +21,31 @@ from tests.support.scripted_llm import Reply, reply_with_tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The code ran 21, 26 and 40 statements on SQLite, 16, 21 and 35 on PostgreSQL
+# The code ran 21, 26 and 40 statements on SQLite, 15, 20 and 34 on PostgreSQL
 # (tools run in threads of their own, whose statements are not counted). Of a
 # plain message's on PostgreSQL: 1 counts the input against its quota, takes the
-# chat's claim and stores the input running (sessions_app.models.ChatInput.objects
-# .store; on SQLite a transaction of 5: BEGIN, the count, the claim, the input,
-# COMMIT, SQLite having no data-modifying CTEs); 1 reads the session with what the
-# turn needs of its events and of its owner's facts (Session.objects.active(said=True):
-# the previous turn's text, whether it had a message, working memory's marker,
-# the facts' version); 1 stores the message with its vector; 6 gather memory
-# (the session's summary and recall, relevance, similarity, the fused search,
-# what its candidates' turns add (memory.turns: +0.04 of LoCoMo recall@10 for
-# this statement), the hits' rows); 1 keeps the answer's first words in the claim, so a crash loses
-# none (sessions_app.runner); 1 stores the answer, 1 keeps the turn's usage with
-# its message, 2 add it to the session and the owner's day (quotas), 2 end the
-# input and let the claim go. SQLite's 5 more: the transaction's 4, and its
-# in-process vector index's sync (1: forgotten events and new vectors together,
-# memory.vector_index); its hits are checked only when outside the turn's context
-# (here they are all in it). Metrics are counted in process and sent every 2 s
-# (monitoring.counters), and embedding requests gathered for 0.5 s and sent as
-# one job by a thread of their own (memory.tasks; the minute's sweep embeds what
-# a lost request missed), as in production: both held here; the quota limits,
-# MCP tools and facts come from per-process copies (core.process_cache).
-MAX_QUERIES = {"sqlite": {0: 21, 1: 26, 2: 40}, "postgresql": {0: 16, 1: 21, 2: 35}}
+# chat's claim and stores the input running
+# (sessions_app.models.ChatInput.objects.store; on SQLite a transaction of 5:
+# BEGIN, the count, the claim, the input, COMMIT, SQLite having no
+# data-modifying CTEs); 1 reads the session with what the turn needs of its events
+# and of its owner's facts (Session.objects.active(said=True): the previous
+# turn's text, whether it had a message, working memory's marker, the facts'
+# version); 1 stores the message with its vector; 5 gather memory (the session's
+# summary and recall, relevance, similarity, the fused search with what its
+# candidates' turns add (memory.turns: +0.04 of LoCoMo recall@10; a statement of
+# its own on SQLite), the hits' rows); 1 keeps the answer's first words in the
+# claim, so a crash loses none (sessions_app.runner); 1 stores the answer, 1
+# keeps the turn's usage with its message, 2 add it to the session and the
+# owner's day (quotas), 2 end the input and let the claim go. SQLite's 6 more:
+# the transaction's 4, the turns' cues, its in-process vector index's sync (1:
+# forgotten events and new vectors together, memory.vector_index); its hits are
+# checked only when outside the turn's context (here they are all in it).
+# Metrics are counted in process and sent every 2 s (monitoring.counters), and
+# embedding requests gathered for 0.5 s and sent as one job by a thread of their
+# own (memory.tasks; the minute's sweep embeds what a lost request missed), as
+# in production: both held here; the quota limits, MCP tools and facts come from
+# per-process copies (core.process_cache).
+MAX_QUERIES = {"sqlite": {0: 21, 1: 26, 2: 40}, "postgresql": {0: 15, 1: 20, 2: 34}}
 
 
 @pytest.fixture

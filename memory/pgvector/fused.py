@@ -6,7 +6,7 @@ memory.search.fuse does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,48 +36,72 @@ bounds AS (
 ),
 best AS (
   SELECT COALESCE(NULLIF(max(rank), 0), 1) AS best, count(*) AS found FROM words
+),
+fused AS MATERIALIZED (
+  SELECT COALESCE(v.id, w.id) AS id, v.similarity, w.rank,
+    CASE
+      WHEN best.found = 0 THEN v.similarity
+      WHEN bounds.found = 0 THEN w.rank / best.best
+      WHEN v.id IS NULL THEN w.rank / best.best
+      ELSE %(vector_weight)s * (v.similarity - bounds.low) / bounds.spread
+        + (1 - %(vector_weight)s) * COALESCE(w.rank, 0) / best.best
+    END AS fused
+  FROM vector v
+  FULL JOIN words w ON w.id = v.id AND w.owner_id = v.owner_id
+  CROSS JOIN bounds CROSS JOIN best
 )
-SELECT COALESCE(v.id, w.id) AS id, v.similarity, w.rank,
-  CASE
-    WHEN best.found = 0 THEN v.similarity
-    WHEN bounds.found = 0 THEN w.rank / best.best
-    WHEN v.id IS NULL THEN w.rank / best.best
-    ELSE %(vector_weight)s * (v.similarity - bounds.low) / bounds.spread
-      + (1 - %(vector_weight)s) * COALESCE(w.rank, 0) / best.best
-  END AS fused
-FROM vector v
-FULL JOIN words w ON w.id = v.id AND w.owner_id = v.owner_id
-CROSS JOIN bounds CROSS JOIN best
-ORDER BY fused DESC, id
+SELECT f.id, f.similarity, f.rank, f.fused, {cue_columns}
+FROM fused f {cue_join}
+ORDER BY f.fused DESC, f.id
 """
+# What `cues` asks of the fused rows (memory.turns.CUES: its `candidates`).
+FUSED_IDS = "SELECT id FROM fused"
+NO_CUES = "NULL, NULL, NULL"
 
 
 @dataclass
 class Fused:
-    """The memory search's finds: event id → score, of each branch and fused, best first."""
+    """The memory search's finds: event id → score, of each branch and fused, best first;
+    and the rows `cues` asked for, of each fused row (memory.turns.CueRow)."""
 
     vector: dict[int, float]
     lexical: dict[int, float]
     fused: dict[int, float]
+    cues: list[tuple[int, str, int, int | None]] = field(default_factory=list)
 
 
 def hybrid(
-    index: PgIndex, words: list[str], vector: np.ndarray, candidates: int, vector_weight: float
+    index: PgIndex,
+    words: list[str],
+    vector: np.ndarray,
+    candidates: int,
+    vector_weight: float,
+    cues: tuple[str, dict[str, Any]] | None = None,
 ) -> Fused:
+    """`cues`: a statement over the fused rows' ids (`FUSED_IDS`) and its parameters,
+    asked in the same statement (memory.turns.cues_statement)."""
     found = Fused({}, {}, {})
-    for row_id, similarity, rank, fused in run(
-        *hybrid_statement(index, words, vector, candidates, vector_weight)
+    for row_id, similarity, rank, fused, *cue in run(
+        *hybrid_statement(index, words, vector, candidates, vector_weight, cues)
     ):
         if similarity is not None:
             found.vector[row_id] = float(similarity)
         if rank is not None:
             found.lexical[row_id] = float(rank)
         found.fused[row_id] = float(fused)
+        if cues is not None:
+            speaker, dated, previous = cue
+            found.cues.append((row_id, speaker, dated, previous))
     return found
 
 
 def hybrid_statement(
-    index: PgIndex, words: list[str], vector: np.ndarray, candidates: int, vector_weight: float
+    index: PgIndex,
+    words: list[str],
+    vector: np.ndarray,
+    candidates: int,
+    vector_weight: float,
+    cues: tuple[str, dict[str, Any]] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     table = index.table
     fields = "id, owner_id, session_id, event_type, speaker, v"
@@ -89,6 +113,8 @@ def hybrid_statement(
         nearest=NEAREST.format(table=table, thread=THREAD, exact=index.exact()),
         words=POSTGRES_WORDS.format(table=table),
         contextual=CONTEXTUAL.format(table=table, rows=rows),
+        cue_columns="c.speaker, c.dated, c.previous" if cues else NO_CUES,
+        cue_join=f"JOIN ({cues[0]}) c ON c.id = f.id" if cues else "",
     )
     params = index.params(
         as_literal(vector),
@@ -99,5 +125,6 @@ def hybrid_statement(
         candidates=candidates,
         scored=fulltext.POSTGRES_SCORED_MATCHES,
         vector_weight=vector_weight,
+        **(cues[1] if cues else {}),
     )
     return sql, params
