@@ -20,9 +20,10 @@ Contextual scores (memory.vector_index: an event's vector plus half of each of
 its speaker's neighbouring turns in the session) cannot be indexed as such; the
 `RESCORED` nearest by plain cosine are re-scored with their neighbours in SQL.
 `memory_eval` gave the same figures as the numpy index on both datasets
-(docs/memory.md). The memory search's two branches and their fusion run as one
-statement (`hybrid`), the full-text branch reading the stored `search_document`
-from a narrow table of its own (WORDS_SETUP, migration `memory 0015`).
+(docs/memory.md). The memory search's two branches, their fusion and what the
+candidates' turns add (memory.turns) run as one statement (`hybrid`), the
+full-text branch reading the stored `search_document` from a narrow table of
+its own (WORDS_SETUP, migration `memory 0015`).
 
 - memory.pgvector.schema: the columns, triggers and indexes (the migrations' DDL);
 - memory.pgvector.queries: the owner-scoped nearest-row queries (`PgIndex`, `PgQuery`);
