@@ -393,8 +393,10 @@ def upload_notes(page: str) -> list[str]:
 def test_the_chat_shows_its_documents_notes_again_after_a_reload(alice, alice_client, workspace):
     session = start_chat(alice)
     back = f"/chat/{session.key}/"
-    voucher = documents.chat_voucher(alice, str(session.pk))
-    assert f'name="session" value="{voucher}"' in alice_client.get(back).content.decode()
+    # The page's paperclip carries a voucher for this chat (signed with the time:
+    # read back, not compared with one made a second apart).
+    given = re.search(r'name="session" value="([^"]+)"', alice_client.get(back).content.decode())
+    assert given and documents.vouched_chat(alice, given[1]) == str(session.pk)
     recording.record(alice, str(session.pk), "user_message", {"content": "before the upload"})
     live = paperclip(
         alice_client, "main", "Plan v2.md", b"# Plan\n\nShip it.", back, str(session.pk)
